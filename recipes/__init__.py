@@ -1,0 +1,1 @@
+"""dsx recipe catalogue (data only)."""
