@@ -12,7 +12,7 @@ from steps.errors import DsxError
 
 __all__ = ["app", "main"]
 
-_NOT_COMMANDS = {"main", "output"}
+_NOT_COMMANDS = {"main", "output", "__main__"}
 
 app = typer.Typer(
     name="dsx",

@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 
-__all__ = ["OutputFormat", "OUTPUT_OPTION", "emit", "print_table", "to_plain"]
+__all__ = ["OUTPUT_OPTION", "OutputFormat", "emit", "print_table", "to_plain"]
 
 
-class OutputFormat(str, enum.Enum):
+class OutputFormat(enum.StrEnum):
     """The output formats every reporting command accepts with ``-o``."""
 
     table = "table"

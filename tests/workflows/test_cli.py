@@ -1,0 +1,52 @@
+"""The dsx command line: fast start, help everywhere, errors as exit codes."""
+
+import json
+import subprocess
+import sys
+
+from tests.paths import REPO
+
+HEAVY = ("torch", "pandas", "kubernetes", "hera", "matplotlib", "numpy")
+
+
+def _dsx(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, cwd=REPO, check=False
+    )
+
+
+def test_starting_the_cli_imports_no_heavy_library() -> None:
+    probe = (
+        "import sys, workflows.cli.main as m; "
+        f"print(sorted({{n.split('.')[0] for n in sys.modules}} & set({HEAVY!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_every_command_has_help() -> None:
+    from workflows.cli.main import app
+
+    top = _dsx("--help")
+    assert top.returncode == 0
+    names = sorted(c.name or "" for c in app.registered_commands) + sorted(
+        g.name or "" for g in app.registered_groups
+    )
+    assert "compile" in names
+    for name in names:
+        result = _dsx(name, "--help")
+        assert result.returncode == 0, (name, result.stderr)
+        assert "Usage" in result.stdout
+
+
+def test_version_and_output_formats() -> None:
+    assert _dsx("--version").stdout.startswith("dsx ")
+    data = json.loads(_dsx("version", "-o", "json").stdout)
+    assert "hera" in data
+    assert "hera:" in _dsx("version", "-o", "yaml").stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    result = _dsx("version", "-o", "xml")
+    assert result.returncode == 2
+    assert "xml" in result.stderr

@@ -1,0 +1,108 @@
+"""The compiler: one YAML file per object, deterministic, checked, linted for the Argo UI."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps.errors import InputError
+from tests.paths import CHART, REPO, shared_path
+from workflows import compiler
+
+DEMO = "tests.workflows.fixtures.demo_templates"
+
+
+def test_every_dsx_workflow_compiles_to_its_committed_yaml() -> None:
+    files = compiler.compile_objects()
+    assert compiler.check(files, CHART / "files") == []
+
+
+def test_compiled_files_pass_validate_manifests() -> None:
+    tool = shared_path("tools", "validate-manifests")
+    files = sorted((CHART / "files").glob("*.yaml"))
+    if not files:
+        pytest.skip("no compiled dsx workflow yet")
+    result = subprocess.run(
+        [sys.executable, str(tool), *map(str, files)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compile_writes_one_kebab_case_file_per_object_byte_identical(tmp_path: Path) -> None:
+    files = compiler.compile_objects([DEMO])
+    compiler.write(files, tmp_path)
+    first = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert list(first) == ["workflow-template-dsx-demo.yaml"]
+    assert compiler.write(compiler.compile_objects([DEMO]), tmp_path) == []
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == first
+
+
+def test_script_steps_run_through_heras_runner_with_the_default_image(tmp_path: Path) -> None:
+    (compiled,) = compiler.compile_objects([DEMO])
+    doc = yaml.safe_load(compiled.text)
+    greet = next(t for t in doc["spec"]["templates"] if t["name"] == "greet")
+    assert greet["script"]["args"] == [
+        "-m",
+        "hera.workflows.runner",
+        "-e",
+        "tests.workflows.fixtures.demo_steps:greet",
+    ]
+    assert greet["script"]["source"] == "{{inputs.parameters}}"
+    assert doc["metadata"]["annotations"]["workflows.argoproj.io/description"]
+    word = next(p for p in doc["spec"]["arguments"]["parameters"] if p["name"] == "word")
+    assert word["enum"] == ["hello", "goodbye"]
+
+
+def test_check_names_missing_stale_and_undeclared_files(tmp_path: Path) -> None:
+    files = compiler.compile_objects([DEMO])
+    assert compiler.check(files, tmp_path) == [
+        f"{tmp_path}/workflow-template-dsx-demo.yaml: missing (declared in {DEMO})"
+    ]
+    compiler.write(files, tmp_path)
+    target = tmp_path / "workflow-template-dsx-demo.yaml"
+    target.write_text(target.read_text().replace("hello", "hi"))
+    (tmp_path / "workflow-template-old.yaml").write_text("kind: WorkflowTemplate\n")
+    problems = compiler.check(files, tmp_path)
+    assert any("workflow-template-dsx-demo.yaml: stale" in p for p in problems)
+    assert any("workflow-template-old.yaml: not declared" in p for p in problems)
+    compiler.write(files, tmp_path)
+    assert compiler.check(files, tmp_path) == []
+    assert not (tmp_path / "workflow-template-old.yaml").exists()
+
+
+def test_lint_rejects_templates_the_argo_ui_cannot_explain() -> None:
+    with pytest.raises(InputError) as info:
+        compiler.compile_objects(["tests.workflows.fixtures.bad_templates"])
+    message = str(info.value)
+    assert "dsx-bad: missing the workflows.argoproj.io/description annotation" in message
+    assert "parameter 'nodes' has no description" in message
+    assert "expression tag '{{=' at spec.templates[0].dag.tasks[0].arguments.parameters[0].value" in message
+
+
+def test_step_modules_with_postponed_annotations_are_refused() -> None:
+    from workflows.templates._base import step
+
+    namespace: dict[str, object] = {}
+    exec("from __future__ import annotations\ndef f(x: int) -> int:\n    return x\n", namespace)
+    with pytest.raises(InputError, match="from __future__ import annotations"):
+        step(namespace["f"])  # type: ignore[arg-type]
+
+
+def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None:
+    out = tmp_path / "files"
+    cli = [sys.executable, "-m", "workflows.cli", "compile", "--out", str(out)]
+    written = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, check=False)
+    assert written.returncode == 0, written.stderr
+    assert subprocess.run([*cli, "--check"], capture_output=True, cwd=REPO, check=False).returncode == 0
+    victims = sorted(out.glob("*.yaml"))
+    if not victims:
+        (out / "workflow-template-dsx-stray.yaml").write_text("kind: WorkflowTemplate\n")
+        expected = "workflow-template-dsx-stray.yaml"
+    else:
+        victims[0].write_text(victims[0].read_text() + "# edited by hand\n")
+        expected = victims[0].name
+    stale = subprocess.run([*cli, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
+    assert stale.returncode == 1
+    assert expected in stale.stderr
