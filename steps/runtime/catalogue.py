@@ -1,0 +1,332 @@
+"""The recipe catalogue: a ComponentRegistry, Recipe overlays and per-component default values.
+
+Layout of a catalogue folder (the packaged one is ``recipes/``; ``--recipes DIR`` names another)::
+
+    registry.yaml                      kind ComponentRegistry
+    overlays/*.yaml                    kind Recipe, one overlay a file
+    components/<name>/values.yaml      default Helm values of a component (optional)
+    components/<name>/manifests/*.yaml extra manifests a componentRef may list (optional)
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from steps.errors import InputError
+from steps.runtime.criteria import Criteria, parse_criteria
+from steps.runtime.yamlio import LineDict, line_of, load_yaml
+
+__all__ = [
+    "API_VERSION",
+    "Catalogue",
+    "ComponentRef",
+    "ComponentSpec",
+    "NodeScheduling",
+    "Overlay",
+    "default_catalogue_dir",
+    "load_catalogue",
+]
+
+API_VERSION = "dsx.dev/v1alpha1"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Metadata(_Strict):
+    name: str
+    description: str = ""
+
+
+class NodeScheduling(_Strict):
+    """Where a chart takes the node selector and tolerations of its control-plane pods (values paths)."""
+
+    nodeSelector: list[str] = Field(default_factory=list)
+    tolerations: list[str] = Field(default_factory=list)
+
+
+class ComponentSpec(_Strict):
+    """One component of the registry: where its chart lives and how it is installed by default."""
+
+    description: str = ""
+    repository: str
+    chart: str
+    defaultVersion: str
+    namespace: str
+    release: str | None = None
+    dependsOn: list[str] = Field(default_factory=list)
+    images: dict[str, str] = Field(default_factory=dict)
+    nodeScheduling: NodeScheduling = Field(default_factory=NodeScheduling)
+    nodeFacts: dict[str, str] = Field(default_factory=dict)
+    """Node facts this component decides, each read from a values path (``driverVersion: driver.version``)."""
+
+
+class _RegistrySpec(_Strict):
+    components: dict[str, ComponentSpec]
+
+
+class _Registry(_Strict):
+    apiVersion: Literal["dsx.dev/v1alpha1"]
+    kind: Literal["ComponentRegistry"]
+    metadata: _Metadata
+    spec: _RegistrySpec
+
+
+class ComponentRef(_Strict):
+    """What an overlay says about one component; absent fields leave earlier settings alone."""
+
+    name: str
+    enabled: bool | None = None
+    version: str | None = None
+    namespace: str | None = None
+    images: dict[str, str | None] | None = None
+    dependsOn: list[str] | None = None
+    values: dict[str, Any] | None = None
+    manifests: list[str] | None = None
+
+
+class _RecipeSpec(_Strict):
+    base: str | None = None
+    abstract: bool = False
+    criteria: dict[str, Any] = Field(default_factory=dict)
+    componentRefs: list[ComponentRef] = Field(default_factory=list)
+    constraints: dict[str, Any] = Field(default_factory=dict)
+    thresholds: dict[str, Any] = Field(default_factory=dict)
+    scheduling: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Recipe(_Strict):
+    apiVersion: Literal["dsx.dev/v1alpha1"]
+    kind: Literal["Recipe"]
+    metadata: _Metadata
+    spec: _RecipeSpec
+
+
+class Overlay(BaseModel):
+    """A loaded overlay: its name, file, criteria and spec, with line numbers for error messages."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    name: str
+    file: str
+    description: str
+    criteria: Criteria
+    base: str | None
+    abstract: bool
+    componentRefs: list[ComponentRef]
+    constraints: dict[str, Any]
+    thresholds: dict[str, Any]
+    scheduling: dict[str, Any]
+    lines: dict[str, int]
+
+    def where(self, *path: Any) -> str:
+        """``file:line`` of a location inside ``spec`` (the closest line known)."""
+        line = self.lines.get(".".join(str(p) for p in path)) or self.lines.get("")
+        return f"{self.file}:{line}" if line else self.file
+
+    @property
+    def specificity(self) -> int:
+        """How many criteria fields the overlay pins."""
+        return self.criteria.specificity()
+
+
+class Catalogue(BaseModel):
+    """A whole catalogue, loaded and checked: components by name, overlays by name."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    root: str
+    components: dict[str, ComponentSpec]
+    component_values: dict[str, dict[str, Any]]
+    manifests: dict[str, dict[str, str]]
+    overlays: dict[str, Overlay]
+    registry_file: str
+
+
+def default_catalogue_dir() -> Path:
+    """The catalogue shipped inside the ``recipes`` package."""
+    return Path(str(resources.files("recipes")))
+
+
+def _schema_error(label: str, raw: Any, exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InputError:
+    first = exc.errors()[0]
+    loc = (*prefix, *first["loc"])
+    line = line_of(raw, loc)
+    where = f"{label}:{line}" if line else label
+    path = ".".join(str(p) for p in loc) or "(document)"
+    return InputError(f"{where}: {path}: {first['msg']}")
+
+
+def _check_name(kind: str, name: str, where: str) -> None:
+    if not _NAME.match(name):
+        raise InputError(f"{where}: {kind} name {name!r} must be lowercase letters, digits and '-'")
+
+
+def _index_lines(raw: Any) -> dict[str, int]:
+    """Lines of the spec's interesting places, keyed by dotted path (componentRefs by component name)."""
+    lines: dict[str, int] = {}
+    if not isinstance(raw, LineDict):
+        return lines
+    lines[""] = raw.line
+    spec = raw.get("spec")
+    if not isinstance(spec, LineDict):
+        return lines
+    for key, line in spec.key_lines.items():
+        lines[str(key)] = line
+    criteria = spec.get("criteria")
+    if isinstance(criteria, LineDict):
+        for key, line in criteria.key_lines.items():
+            lines[f"criteria.{key}"] = line
+    refs = spec.get("componentRefs")
+    if isinstance(refs, list):
+        for index, ref in enumerate(refs):
+            if isinstance(ref, LineDict):
+                name = str(ref.get("name", index))
+                lines[f"componentRefs.{name}"] = ref.line
+                for key, line in ref.key_lines.items():
+                    lines[f"componentRefs.{name}.{key}"] = line
+    return lines
+
+
+def _load_registry(root: Path, label: str) -> tuple[dict[str, ComponentSpec], str]:
+    path = root / "registry.yaml"
+    shown = f"{label}/registry.yaml"
+    if not path.is_file():
+        raise InputError(f"{shown}: missing: a catalogue needs a ComponentRegistry in registry.yaml")
+    raw = load_yaml(path, shown)
+    try:
+        registry = _Registry.model_validate(raw)
+    except ValidationError as exc:
+        raise _schema_error(shown, raw, exc) from exc
+    for name, spec in registry.spec.components.items():
+        where = f"{shown}:{line_of(raw, ('spec', 'components', name))}"
+        _check_name("component", name, where)
+        for dep in spec.dependsOn:
+            if dep not in registry.spec.components:
+                raise InputError(f"{where}: component {name}: dependsOn names unknown component {dep!r}")
+    return dict(registry.spec.components), shown
+
+
+def _load_overlay(path: Path, shown: str, components: dict[str, ComponentSpec]) -> Overlay:
+    raw = load_yaml(path, shown)
+    try:
+        recipe = _Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise _schema_error(shown, raw, exc) from exc
+    lines = _index_lines(raw)
+
+    def where(*parts: str) -> str:
+        line = lines.get(".".join(parts)) or lines.get(parts[0] if parts else "") or lines.get("")
+        return f"{shown}:{line}" if line else shown
+
+    _check_name("overlay", recipe.metadata.name, where())
+    criteria = parse_criteria(recipe.spec.criteria, f"{where('criteria')}: criteria.")
+    seen: set[str] = set()
+    for ref in recipe.spec.componentRefs:
+        ref_where = where("componentRefs", ref.name)
+        if ref.name not in components:
+            raise InputError(
+                f"{ref_where}: unknown component {ref.name!r}; "
+                f"the registry has: {', '.join(sorted(components))}"
+            )
+        if ref.name in seen:
+            raise InputError(f"{ref_where}: component {ref.name!r} listed twice in one overlay")
+        seen.add(ref.name)
+    return Overlay(
+        name=recipe.metadata.name,
+        file=shown,
+        description=recipe.metadata.description,
+        criteria=criteria,
+        base=recipe.spec.base,
+        abstract=recipe.spec.abstract,
+        componentRefs=list(recipe.spec.componentRefs),
+        constraints=recipe.spec.constraints,
+        thresholds=recipe.spec.thresholds,
+        scheduling=recipe.spec.scheduling,
+        lines=lines,
+    )
+
+
+def _load_components(
+    root: Path, label: str, components: dict[str, ComponentSpec]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]]:
+    values: dict[str, dict[str, Any]] = {}
+    manifests: dict[str, dict[str, str]] = {}
+    folder = root / "components"
+    if not folder.is_dir():
+        return values, manifests
+    for sub in sorted(folder.iterdir()):
+        if not sub.is_dir():
+            continue
+        shown = f"{label}/components/{sub.name}"
+        if sub.name not in components:
+            raise InputError(f"{shown}: folder of unknown component {sub.name!r} (not in the registry)")
+        values_file = sub / "values.yaml"
+        if values_file.is_file():
+            data = load_yaml(values_file, f"{shown}/values.yaml")
+            if data is None:
+                data = {}
+            if not isinstance(data, dict):
+                raise InputError(f"{shown}/values.yaml:1: expected a mapping of Helm values")
+            values[sub.name] = data
+        manifest_dir = sub / "manifests"
+        if manifest_dir.is_dir():
+            found: dict[str, str] = {}
+            for item in sorted(manifest_dir.glob("*.yaml")):
+                load_yaml(item, f"{shown}/manifests/{item.name}", documents=True)  # or an error with its line
+                found[item.name] = item.read_text(encoding="utf-8")
+            manifests[sub.name] = found
+    return values, manifests
+
+
+def load_catalogue(root: Path | None = None) -> Catalogue:
+    """Load and check a catalogue folder (default: the packaged ``recipes/``).
+
+    Raises:
+        InputError: malformed YAML or schema (with file and line), an unknown component, a duplicate
+            overlay name, an unknown base or a manifest a componentRef lists but the folder lacks.
+    """
+    if root is None:
+        folder, label = default_catalogue_dir(), "recipes"
+    else:
+        folder, label = Path(root), str(root).rstrip("/") or "/"
+    if not folder.is_dir():
+        raise InputError(f"{label}: not a folder: --recipes must name a catalogue folder")
+    components, registry_file = _load_registry(folder, label)
+    values, manifests = _load_components(folder, label, components)
+    overlays: dict[str, Overlay] = {}
+    overlay_dir = folder / "overlays"
+    paths = sorted(overlay_dir.glob("*.yaml")) if overlay_dir.is_dir() else []
+    for path in paths:
+        overlay = _load_overlay(path, f"{label}/overlays/{path.name}", components)
+        if overlay.name in overlays:
+            raise InputError(
+                f"{overlay.file}: overlay name {overlay.name!r} "
+                f"is already used by {overlays[overlay.name].file}"
+            )
+        overlays[overlay.name] = overlay
+    for overlay in overlays.values():
+        if overlay.base is not None and overlay.base not in overlays:
+            raise InputError(f"{overlay.where('base')}: base names unknown overlay {overlay.base!r}")
+        for ref in overlay.componentRefs:
+            for manifest in ref.manifests or []:
+                if manifest not in manifests.get(ref.name, {}):
+                    raise InputError(
+                        f"{overlay.where('componentRefs', ref.name, 'manifests')}: manifest {manifest!r} "
+                        f"not found in {label}/components/{ref.name}/manifests/"
+                    )
+    return Catalogue(
+        root=label,
+        components=components,
+        component_values=values,
+        manifests=manifests,
+        overlays=overlays,
+        registry_file=registry_file,
+    )

@@ -1,0 +1,241 @@
+"""``dsx recipe resolve|graph|list``: which components, at which versions, in which order.
+
+Also the options every runtime command shares (``--recipes`` and the criteria flags).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+
+if TYPE_CHECKING:
+    from steps.runtime.criteria import Criteria
+    from steps.runtime.resolve import RecipeResult
+
+__all__ = [
+    "ACCELERATOR",
+    "INTENT",
+    "NODES",
+    "OS",
+    "PLATFORM",
+    "RECIPES",
+    "SERVICE",
+    "GraphFormat",
+    "criteria_from_flags",
+    "register",
+    "resolve_from_flags",
+]
+
+_ANY = "any"
+RECIPES = typer.Option(
+    None,
+    "--recipes",
+    help="Catalogue folder (registry.yaml, overlays/, components/); default: the packaged one.",
+)
+SERVICE = typer.Option(_ANY, "--service", help="eks, gke, aks, oke, bare-metal, local or any.")
+ACCELERATOR = typer.Option(_ANY, "--accelerator", help="h100, h200, b200, gb200, a100, cpu or any.")
+OS = typer.Option(_ANY, "--os", help="ubuntu, rhel or any.")
+INTENT = typer.Option(_ANY, "--intent", help="training, inference or any.")
+PLATFORM = typer.Option(_ANY, "--platform", help="kubeflow, none or any.")
+NODES = typer.Option(_ANY, "--nodes", help="Number of nodes, or any.")
+
+
+def criteria_from_flags(**flags: Any) -> Criteria:
+    """Criteria from the CLI flags; an unknown value is an error naming the flag and allowed values."""
+    from steps.runtime.criteria import parse_criteria
+
+    return parse_criteria(flags, "--")
+
+
+def resolve_from_flags(recipes: Path | None, **flags: Any) -> RecipeResult:
+    """Load the catalogue and resolve the recipe the flags describe."""
+    from steps.runtime.catalogue import load_catalogue
+    from steps.runtime.resolve import resolve
+
+    query = criteria_from_flags(**flags)
+    return resolve(load_catalogue(recipes), query)
+
+
+class GraphFormat(enum.StrEnum):
+    """Output formats of ``dsx recipe graph``."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    dot = "dot"
+    mermaid = "mermaid"
+
+
+def _print_result(result: Any) -> None:
+    from rich.console import Console
+
+    console = Console()
+    criteria = ", ".join(f"{k}={v}" for k, v in result.criteria.items())
+    console.print(f"recipe [bold]{result.digest}[/bold]")
+    console.print(f"criteria: {criteria}")
+    console.print(f"overlays: {' -> '.join(o.name for o in result.appliedOverlays)}")
+    print_table(
+        "components in deployment order",
+        ["tier", "component", "chart", "version", "namespace", "depends on"],
+        [
+            [c.tier, c.name, c.chart_ref, c.version, c.namespace, ", ".join(c.dependsOn) or "-"]
+            for c in result.components
+        ],
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``recipe`` command group."""
+    recipe_app = typer.Typer(
+        name="recipe",
+        help="Resolve runtime recipes: pinned components, their dependency graph, the catalogue.",
+        no_args_is_help=True,
+    )
+
+    @recipe_app.command("resolve")
+    def resolve_cmd(
+        recipes: Path | None = RECIPES,
+        service: str = SERVICE,
+        accelerator: str = ACCELERATOR,
+        os_: str = OS,
+        intent: str = INTENT,
+        platform: str = PLATFORM,
+        nodes: str = NODES,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Resolve the recipe for the criteria: components, pinned versions, order, overlays, digest."""
+        result = resolve_from_flags(
+            recipes,
+            service=service,
+            accelerator=accelerator,
+            os=os_,
+            intent=intent,
+            platform=platform,
+            nodes=nodes,
+        )
+        emit(result, output, _print_result)
+
+    @recipe_app.command("graph")
+    def graph_cmd(
+        recipes: Path | None = RECIPES,
+        service: str = SERVICE,
+        accelerator: str = ACCELERATOR,
+        os_: str = OS,
+        intent: str = INTENT,
+        platform: str = PLATFORM,
+        nodes: str = NODES,
+        output: GraphFormat = typer.Option(GraphFormat.table, "--output", "-o", help="Output format."),
+    ) -> None:
+        """Show the dependency graph of the resolved recipe (dot and mermaid for drawings)."""
+        import json
+
+        from steps.runtime import graph
+
+        result = resolve_from_flags(
+            recipes,
+            service=service,
+            accelerator=accelerator,
+            os=os_,
+            intent=intent,
+            platform=platform,
+            nodes=nodes,
+        )
+        dependency_graph = graph.DependencyGraph(
+            {c.name: c.dependsOn for c in result.components}, {c.name: c.version for c in result.components}
+        )
+        if output is GraphFormat.dot:
+            sys.stdout.write(graph.to_dot(dependency_graph, result.tiers))
+        elif output is GraphFormat.mermaid:
+            sys.stdout.write(graph.to_mermaid(dependency_graph, result.tiers))
+        else:
+            data = json.loads(graph.to_json(dependency_graph, result.deploymentOrder, result.tiers))
+            emit(
+                data,
+                OutputFormat(output.value),
+                lambda d: print_table(
+                    "dependency graph",
+                    ["tier", "component", "version", "depends on"],
+                    [
+                        [n["tier"], n["name"], n["version"], ", ".join(n["dependsOn"]) or "-"]
+                        for n in d["nodes"]
+                    ],
+                ),
+            )
+
+    @recipe_app.command("list")
+    def list_cmd(
+        recipes: Path | None = RECIPES,
+        components: bool = typer.Option(
+            False, "--components", help="List the registry's components instead."
+        ),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """List the catalogue's overlays (criteria, specificity, base) or its components."""
+        from steps.runtime.catalogue import load_catalogue
+
+        catalogue = load_catalogue(recipes)
+        if components:
+            rows = [
+                {
+                    "name": name,
+                    "chart": spec.chart,
+                    "repository": spec.repository,
+                    "defaultVersion": spec.defaultVersion,
+                    "namespace": spec.namespace,
+                    "dependsOn": list(spec.dependsOn),
+                }
+                for name, spec in sorted(catalogue.components.items())
+            ]
+            emit(
+                rows,
+                output,
+                lambda d: print_table(
+                    "components",
+                    ["component", "chart", "repository", "default version", "namespace"],
+                    [
+                        [r["name"], r["chart"], r["repository"], r["defaultVersion"], r["namespace"]]
+                        for r in d
+                    ],
+                ),
+            )
+            return
+        overlays = sorted(catalogue.overlays.values(), key=lambda o: (o.specificity, o.name))
+        data = [
+            {
+                "name": o.name,
+                "specificity": o.specificity,
+                "criteria": o.criteria.pinned(),
+                "base": o.base,
+                "abstract": o.abstract,
+                "file": o.file,
+                "components": [r.name for r in o.componentRefs],
+                "description": o.description,
+            }
+            for o in overlays
+        ]
+        emit(
+            data,
+            output,
+            lambda d: print_table(
+                "overlays",
+                ["overlay", "specificity", "criteria", "base", "file"],
+                [
+                    [
+                        r["name"] + (" (abstract)" if r["abstract"] else ""),
+                        r["specificity"],
+                        ", ".join(f"{k}={v}" for k, v in r["criteria"].items()) or "(all)",
+                        r["base"] or "-",
+                        r["file"],
+                    ]
+                    for r in d
+                ],
+            ),
+        )
+
+    app.add_typer(recipe_app, name="recipe")
