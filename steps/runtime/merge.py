@@ -19,16 +19,15 @@ Provenance = dict[str, str]
 
 
 def plain_copy(value: Any) -> Any:
-    """A deep copy made of plain dicts and lists (drops YAML line bookkeeping, keeps key order)."""
-    if isinstance(value, Mapping):
+    """A copy whose mappings are fresh plain dicts (merging mutates those); lists are replaced whole,
+    never changed in place, so they are shared."""
+    if isinstance(value, dict):
         return {k: plain_copy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain_copy(v) for v in value]
     return value
 
 
 def _record(value: Any, path: str, source: str, provenance: Provenance) -> None:
-    if isinstance(value, Mapping) and value:
+    if isinstance(value, dict) and value:
         for key, child in value.items():
             _record(child, f"{path}.{key}", source, provenance)
     else:
@@ -61,15 +60,21 @@ def deep_merge(
                 del target[key]
                 _forget(child_path, provenance)
             continue
-        if isinstance(value, Mapping) and isinstance(old, dict):
+        value_is_dict = isinstance(value, dict)
+        old_is_dict = isinstance(old, dict)
+        if value_is_dict and old_is_dict:
             if not value and not old:
                 provenance[child_path] = source
             deep_merge(old, value, source, provenance, child_path)
             continue
-        if isinstance(old, dict) or (isinstance(value, Mapping) and child_path in provenance):
+        if old_is_dict or (value_is_dict and child_path in provenance):
             _forget(child_path, provenance)
-        target[key] = plain_copy(value)
-        _record(value, child_path, source, provenance)
+        if value_is_dict:
+            target[key] = plain_copy(value)
+            _record(value, child_path, source, provenance)
+        else:
+            target[key] = value
+            provenance[child_path] = source
 
 
 def union(first: Iterable[str], second: Iterable[str]) -> list[str]:

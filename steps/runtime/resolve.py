@@ -133,7 +133,7 @@ class RecipeResult(BaseModel):
 def compute_digest(result: RecipeResult) -> str:
     """``sha256:<hex>`` of the canonical JSON of the result without its digest."""
     data = result.model_dump(mode="json", exclude={"digest"})
-    return "sha256:" + hashlib.sha256(canonical_json(data).encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(data, plain=True).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -386,7 +386,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
                 nodeFacts=dict(spec.nodeFacts),
             )
         )
-    kept_prefixes = (*(f"{name}." for name in enabled), "constraints.", "thresholds.", "scheduling.")
+    kept = {*enabled, "constraints", "thresholds", "scheduling"}
     result = RecipeResult(
         criteria=query.as_dict(),
         appliedOverlays=[
@@ -403,7 +403,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
         tiers=tiers,
         constraints=constraints,
         thresholds=thresholds,
-        provenance={k: v for k, v in sorted(provenance.items()) if k.startswith(kept_prefixes)},
+        provenance={k: v for k, v in sorted(provenance.items()) if k.split(".", 1)[0] in kept},
     )
     result.digest = compute_digest(result)
     return result

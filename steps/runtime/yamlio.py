@@ -140,6 +140,13 @@ def dump_yaml(data: Any) -> str:
     return text
 
 
-def canonical_json(data: Any) -> str:
-    """Compact JSON with sorted keys: the canonical form digests are computed over."""
-    return json.dumps(_plain(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def canonical_json(data: Any, *, plain: bool = False) -> str:
+    """Compact JSON with sorted keys: the canonical form digests are computed over.
+
+    Args:
+        data: what to encode.
+        plain: ``data`` is already made of str-keyed dicts and lists (skips the conversion).
+    """
+    return json.dumps(
+        data if plain else _plain(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
