@@ -10,6 +10,7 @@ Layout of a catalogue folder (the packaged one is ``recipes/``; ``--recipes DIR`
 
 from __future__ import annotations
 
+import importlib
 import re
 from importlib import resources
 from pathlib import Path
@@ -151,8 +152,15 @@ class Catalogue(BaseModel):
 
 
 def default_catalogue_dir() -> Path:
-    """The catalogue shipped inside the ``recipes`` package."""
-    return Path(str(resources.files("recipes")))
+    """The catalogue shipped inside the ``recipes`` package (package data, found through importlib).
+
+    A folder named ``recipes`` in the current directory can shadow the package under ``python -m``;
+    it is then a namespace package, and the catalogue installed beside ``steps`` is used instead.
+    """
+    package = importlib.import_module("recipes")
+    if getattr(package, "__file__", None):
+        return Path(str(resources.files("recipes")))
+    return Path(__file__).resolve().parents[2] / "recipes"
 
 
 def _schema_error(label: str, raw: Any, exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InputError:

@@ -65,7 +65,7 @@ def deep_merge(
         if value_is_dict and old_is_dict:
             if not value and not old:
                 provenance[child_path] = source
-            deep_merge(old, value, source, provenance, child_path)
+            deep_merge(target[key], value, source, provenance, child_path)
             continue
         if old_is_dict or (value_is_dict and child_path in provenance):
             _forget(child_path, provenance)

@@ -218,3 +218,47 @@ def test_unknown_criteria_flags_name_the_flag_and_allowed_values() -> None:
         parse_criteria({"service": "azure"})
     with pytest.raises(InputError, match=r"--nodes: expected a positive integer or 'any'"):
         parse_criteria({"nodes": "0"})
+
+
+def test_scheduling_abstract_overlays_and_disabling(tmp_path: Path) -> None:
+    scheduling = {"nodeSelector": ["controller.nodeSelector"], "tolerations": ["controller.tolerations"]}
+    root = write_catalogue(
+        tmp_path,
+        {
+            "a": component(nodeScheduling=scheduling),
+            "b": component(nodeScheduling=scheduling),
+            "gpu": component(),
+        },
+        [
+            overlay(
+                "base",
+                componentRefs=[
+                    {"name": "a"},
+                    {"name": "b", "values": {"controller": {"nodeSelector": {"pool": "mine"}}}},
+                    {"name": "gpu"},
+                ],
+                scheduling={"system": {"nodeSelector": {"pool": "system"}}},
+            ),
+            overlay(
+                "fabric",
+                abstract=True,
+                componentRefs=[{"name": "a", "values": {"rdma": True}}],
+                scheduling={"system": {"tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}]}},
+            ),
+            overlay("metal", {"service": "bare-metal"}, base="fabric"),
+            overlay("cpu", {"accelerator": "cpu"}, componentRefs=[{"name": "gpu", "enabled": False}]),
+        ],
+    )
+    plain = _resolve(root)
+    assert [o.name for o in plain.appliedOverlays] == ["base"]  # abstract overlays are never selected alone
+    assert plain.component("a").values == {"controller": {"nodeSelector": {"pool": "system"}}}
+    assert plain.component("b").values["controller"]["nodeSelector"] == {"pool": "mine"}  # explicit wins
+    assert plain.provenance["a.values.controller.nodeSelector"] == "base (scheduling.system.nodeSelector)"
+
+    metal = _resolve(root, service="bare-metal", accelerator="cpu")
+    assert [o.name for o in metal.appliedOverlays] == ["base", "cpu", "fabric", "metal"]  # base just before
+    a = metal.component("a").values
+    assert a["rdma"] is True
+    assert a["controller"]["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    assert "gpu" not in metal.deploymentOrder
+    assert metal.provenance["a.values.controller.tolerations"] == "fabric (scheduling.system.tolerations)"
