@@ -1,0 +1,102 @@
+"""What a rank process learns from its environment: torchrun's variables, its node, its phase marker.
+
+Both launchers set the same variables: torchrun on a cluster (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and the local launcher of
+:mod:`steps.readiness.launch`, which adds ``DSX_NODE_NAME`` (the node a rank stands for) and
+``DSX_PHASE_FILE`` (a one-byte file where the rank marks whether it is inside a collective, read by
+the launcher to name the rank that hangs).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from steps.errors import InputError
+
+__all__ = ["INSIDE", "OUTSIDE", "PhaseMarker", "RankEnv", "node_name", "read_phase"]
+
+INSIDE = ord("C")
+OUTSIDE = ord("O")
+
+
+class RankEnv(BaseModel):
+    """The place of this process in a distributed run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+
+    @classmethod
+    def from_environ(cls) -> RankEnv:
+        """Read ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (as torchrun sets them).
+
+        Raises:
+            InputError: the variables are missing or malformed.
+        """
+        try:
+            rank = int(os.environ["RANK"])
+            world = int(os.environ["WORLD_SIZE"])
+            local = int(os.environ.get("LOCAL_RANK", rank))
+        except KeyError as exc:
+            raise InputError(f"{exc.args[0]} is not set: start this program with torchrun or dsx") from None
+        except ValueError as exc:
+            raise InputError(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if name not in os.environ:
+                raise InputError(f"{name} is not set: start this program with torchrun or dsx")
+        if not 0 <= rank < world:
+            raise InputError(f"RANK {rank} is outside WORLD_SIZE {world}")
+        return cls(rank=rank, world_size=world, local_rank=local, host=node_name())
+
+
+def node_name() -> str:
+    """The node this rank runs on: ``DSX_NODE_NAME`` (the Kubernetes node, set through the downward
+    API, or the node a local rank stands for), else the host name."""
+    return os.environ.get("DSX_NODE_NAME") or socket.gethostname()
+
+
+class PhaseMarker:
+    """A one-byte shared file telling whether the rank is inside a collective (``C``) or not (``O``).
+
+    Writing it costs a memory store, so it can be marked around every collective call. Without
+    ``DSX_PHASE_FILE`` it does nothing.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        path = path if path is not None else os.environ.get("DSX_PHASE_FILE")
+        self._map: mmap.mmap | None = None
+        if path:
+            with open(path, "r+b") as handle:
+                self._map = mmap.mmap(handle.fileno(), 1)
+            self._map[0] = OUTSIDE
+
+    def inside(self) -> None:
+        """Mark entry into a collective."""
+        if self._map is not None:
+            self._map[0] = INSIDE
+
+    def outside(self) -> None:
+        """Mark return from a collective."""
+        if self._map is not None:
+            self._map[0] = OUTSIDE
+
+
+def read_phase(path: Path) -> str | None:
+    """``inside``, ``outside`` or ``None`` (never marked) for a phase file written by :class:`PhaseMarker`."""
+    try:
+        data = path.read_bytes()[:1]
+    except OSError:
+        return None
+    if data == bytes([INSIDE]):
+        return "inside"
+    if data == bytes([OUTSIDE]):
+        return "outside"
+    return None

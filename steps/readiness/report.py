@@ -1,0 +1,268 @@
+"""The certification report: JSON for machines, Markdown for the Argo UI, PNG plots beside them.
+
+:func:`build_report` is the workflow's last step: given the outcomes of the sweeps and smoke runs (and
+any other verdicts, such as relative mode or parsed nccl-tests logs), it derives each node's status,
+and writes ``report.json``, ``report.md``, ``busbw.png`` and ``step-time.png``.
+
+A node fails when a verdict that is not a pass names it (the straggler's node, the rank that died),
+when it is the subject of such a verdict, or when it is a member of a failing group that no verdict
+narrows down (bisection will narrow those later).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from steps.errors import InputError
+from steps.readiness.checks import SmokeOutcome, SweepOutcome
+from steps.readiness.evidence import output_dir, write_text
+from steps.readiness.models import Model, Subject, Verdict, dump_json
+from steps.readiness.sizes import format_size
+from steps.readiness.thresholds import load_thresholds
+
+__all__ = [
+    "CertificationReport",
+    "NodeResult",
+    "ReportRequest",
+    "build_report",
+    "load_report",
+    "node_results",
+    "render_markdown",
+]
+
+
+class NodeResult(Model):
+    """One node's certification status and the reasons for it."""
+
+    name: str
+    status: Literal["passed", "failed"]
+    reasons: list[str] = Field(default_factory=list)
+
+
+class CertificationReport(Model):
+    """Everything a certification run found, with its evidence."""
+
+    api_version: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    kind: Literal["CertificationReport"] = "CertificationReport"
+    status: Literal["passed", "failed"]
+    summary: str
+    recipe_digest: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    groups: list[Subject] = Field(default_factory=list)
+    nodes: list[NodeResult] = Field(default_factory=list)
+    verdicts: list[Verdict] = Field(default_factory=list)
+    sweeps: list[SweepOutcome] = Field(default_factory=list)
+    smoke: list[SmokeOutcome] = Field(default_factory=list)
+    thresholds: dict[str, Any] | None = None
+    injected: list[str] = Field(default_factory=list, description="faults injected on purpose")
+    files: list[str] = Field(default_factory=list, description="report files, relative to the report folder")
+
+
+class ReportRequest(Model):
+    """What the certification workflow gathered, to be reported."""
+
+    nodes: list[str] = Field(default_factory=list)
+    groups: list[Subject] = Field(default_factory=list)
+    sweeps: list[SweepOutcome] = Field(default_factory=list)
+    smoke: list[SmokeOutcome] = Field(default_factory=list)
+    verdicts: list[Verdict] = Field(default_factory=list, description="further verdicts (relative mode...)")
+    recipe_digest: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = Field(default=None, description="default: now")
+    thresholds: dict[str, Any] | None = None
+    out_dir: str | None = None
+
+
+def node_results(nodes: list[str], verdicts: list[Verdict]) -> list[NodeResult]:
+    """Each node's status from the verdicts (see the module text for the rule), sorted by name."""
+    reasons: dict[str, list[str]] = {name: [] for name in nodes}
+    for verdict in verdicts:
+        if verdict.status == "pass":
+            continue
+        what = f"{verdict.test} {verdict.status}: {verdict.message}"
+        if verdict.node is not None:
+            reasons.setdefault(verdict.node, []).append(what)
+        elif verdict.subject.kind == "node":
+            reasons.setdefault(verdict.subject.name, []).append(what)
+        else:
+            for member in verdict.subject.members:
+                reasons.setdefault(member, []).append(f"member of group {verdict.subject.name}: {what}")
+    return [
+        NodeResult(name=name, status="failed" if found else "passed", reasons=found)
+        for name, found in sorted(reasons.items())
+    ]
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: CertificationReport) -> str:
+    """The report as Markdown, with the plots linked by their file names."""
+    out: list[str] = [f"# dsx certification: {report.status.upper()}", "", report.summary, ""]
+    facts = [
+        ("recipe digest", report.recipe_digest),
+        ("started", report.started_at),
+        ("finished", report.finished_at),
+    ]
+    out += [f"- {name}: `{value}`" for name, value in facts if value]
+    if report.injected:
+        out += ["", "> **Faults were injected on purpose** (this run plays faulty nodes):"]
+        out += [f"> - {label}" for label in report.injected]
+    out += ["", "## Nodes", "", "| node | status | reasons |", "|---|---|---|"]
+    for node in report.nodes:
+        out.append(f"| {_cell(node.name)} | {node.status} | {_cell('; '.join(node.reasons))} |")
+    out += [
+        "",
+        "## Verdicts",
+        "",
+        "| status | subject | test | measured | threshold | message |",
+        "|---|---|---|---|---|---|",
+    ]
+    for verdict in report.verdicts:
+        measured = "" if verdict.measured is None else f"{verdict.measured:g} {verdict.unit or ''}".strip()
+        threshold = "" if verdict.threshold is None else f"{verdict.threshold:g} {verdict.unit or ''}".strip()
+        out.append(
+            f"| {verdict.status} | {_cell(verdict.subject.kind + ' ' + verdict.subject.name)} "
+            f"| {verdict.test} "
+            f"| {_cell(measured)} | {_cell(threshold)} | {_cell(verdict.message)} |"
+        )
+    if report.sweeps:
+        out += ["", "## All-reduce sweeps", ""]
+        if "busbw.png" in report.files:
+            out += ["![busbw against message size](busbw.png)", ""]
+        for sweep in report.sweeps:
+            out += [f"### {sweep.subject.kind} {sweep.subject.name}: {sweep.status}", ""]
+            if sweep.run is None:
+                out += ["No result: see the verdicts and the ranks' stderr.", ""]
+                continue
+            run = sweep.run
+            out += [
+                f"{len(run.ranks)} ranks on {', '.join(run.hosts)}, backend {run.backend}"
+                + (f"; injected: {', '.join(run.injected)}" if run.injected else ""),
+                "",
+                "| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
+                "|---:|---:|---:|---:|---:|",
+            ]
+            for row in run.rows:
+                half = row.in_place or row.out_of_place
+                if half is None:
+                    continue
+                out.append(
+                    f"| {format_size(row.size)} | {_cell(half.time_us)} | {_cell(half.algbw_gbps)} "
+                    f"| {_cell(half.busbw_gbps)} | {_cell(row.wrong())} |"
+                )
+            out.append("")
+    if report.smoke:
+        out += ["## Training smoke runs", ""]
+        if "step-time.png" in report.files:
+            out += ["![step time per rank](step-time.png)", ""]
+        out += [
+            "| subject | status | ranks | loss first -> last | median step (ms) | tokens/s "
+            "| TFLOP/s per GPU | MFU |",
+            "|---|---|---:|---|---:|---:|---:|---:|",
+        ]
+        for smoke in report.smoke:
+            result = smoke.result
+            if result is None:
+                out.append(f"| {_cell(smoke.subject.name)} | {smoke.status} | | | | | | |")
+                continue
+            out.append(
+                f"| {_cell(smoke.subject.name)} | {smoke.status} | {result.world_size} "
+                f"| {_cell(result.initial_loss)} -> {_cell(result.final_loss)} "
+                f"| {result.median_step_s * 1000:.1f} | {result.throughput_tokens_s:g} "
+                f"| {_cell(result.tflops_per_gpu)} | {_cell(result.mfu)} |"
+            )
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def build_report(request: ReportRequest) -> CertificationReport:
+    """Assemble, write and return the certification report.
+
+    Files (in ``$DSX_OUTPUT_DIR`` or ``request.out_dir``): ``report.json``, ``report.md``, and where
+    there is data, ``busbw.png`` and ``step-time.png``.
+
+    Raises:
+        InputError: the thresholds are malformed (nothing is written).
+    """
+    from steps.readiness.plots import plot_busbw, plot_step_times
+
+    thresholds = load_thresholds(request.thresholds)
+    verdicts = [v for s in request.sweeps for v in s.verdicts]
+    verdicts += [v for s in request.smoke for v in s.verdicts]
+    verdicts += list(request.verdicts)
+    nodes = node_results(request.nodes, verdicts)
+    injected = sorted(
+        {label for s in request.sweeps if s.run for label in s.run.injected}
+        | {label for s in request.smoke if s.result for label in s.result.injected}
+    )
+    failed_nodes = [n.name for n in nodes if n.status == "failed"]
+    bad = [v for v in verdicts if v.status != "pass"]
+    status: Literal["passed", "failed"] = "passed" if verdicts and not bad else "failed"
+    if not verdicts:
+        summary = "Nothing was checked: no verdicts."
+    elif status == "passed":
+        summary = f"All {len(verdicts)} checks passed on {len(nodes)} nodes."
+    else:
+        summary = (
+            f"{len(bad)} of {len(verdicts)} checks did not pass; failed nodes: "
+            f"{', '.join(failed_nodes) or 'none named'}. First: {bad[0].message}"
+        )
+    folder = output_dir(request.out_dir)
+    files: list[str] = []
+    sweeps = [(s.subject, s.run) for s in request.sweeps if s.run is not None]
+    if sweeps:
+        scopes = thresholds.all_reduce("node") + thresholds.all_reduce("multi-node")
+        plot_busbw(sweeps, scopes, folder / "busbw.png")
+        files.append("busbw.png")
+    smoke = [(s.subject, s.result) for s in request.smoke if s.result is not None]
+    if smoke:
+        plot_step_times(smoke, folder / "step-time.png")
+        files.append("step-time.png")
+    files += ["report.json", "report.md"]
+    report = CertificationReport(
+        status=status,
+        summary=summary,
+        recipe_digest=request.recipe_digest,
+        started_at=request.started_at,
+        finished_at=request.finished_at or datetime.now(UTC).isoformat(timespec="seconds"),
+        groups=request.groups,
+        nodes=nodes,
+        verdicts=verdicts,
+        sweeps=request.sweeps,
+        smoke=request.smoke,
+        thresholds=request.thresholds,
+        injected=injected,
+        files=sorted(files),
+    )
+    write_text(folder / "report.md", render_markdown(report))
+    write_text(folder / "report.json", dump_json(report))
+    return report
+
+
+def load_report(path: str | Path) -> CertificationReport:
+    """Read a ``report.json``.
+
+    Raises:
+        InputError: the file is missing, not JSON, or not a certification report (naming the field).
+    """
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{file}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    try:
+        return CertificationReport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top)"
+        raise InputError(f"{file}: not a certification report: {where}: {first['msg']}") from None

@@ -1,0 +1,222 @@
+"""dsx nccl parse: real nccl-tests logs and every awkward case they contain."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steps.errors import InputError
+from steps.readiness.nccl_tests import exit_code, parse_nccl_tests, parse_nccl_tests_file
+from steps.readiness.table import format_nccl_table
+from tests.paths import REPO, shared_path
+
+LOGS = Path(__file__).parent / "logs"
+
+
+def _dsx(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workflows.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        input=stdin,
+        check=False,
+    )
+
+
+def test_a_clean_new_layout_run_is_complete_with_ranks_hosts_rows_and_footer() -> None:
+    run = parse_nccl_tests_file(LOGS / "new_layout_clean.txt")
+    assert run.status == "complete" and exit_code(run) == 0
+    assert run.collective == "all_reduce" and run.layout == "new"
+    assert run.nccl_version == "2.21.5+cuda12.4"
+    assert run.preamble is not None and run.preamble.max_bytes == 4194304 and run.preamble.iters == 20
+    assert run.preamble.warmup_iters == 5 and run.preamble.step_factor == 2
+    assert [r.host for r in run.ranks] == ["node-a", "node-b"] and run.hosts == ["node-a", "node-b"]
+    assert run.ranks[0].bus_id == "0000:04:00" and run.ranks[0].device_name == "NVIDIA H100 80GB HBM3"
+    assert [row.size for row in run.rows] == [1048576, 2097152, 4194304]
+    last = run.rows[-1]
+    assert last.out_of_place is not None and last.in_place is not None
+    assert (last.out_of_place.time_us, last.out_of_place.busbw_gbps, last.in_place.busbw_gbps) == (
+        50.0,
+        83.89,
+        82.24,
+    )
+    assert last.busbw() == 82.24  # the lower half is the one judged
+    assert run.footer is not None and run.footer.out_of_bounds == 0 and run.footer.out_of_bounds_ok
+    assert run.footer.avg_busbw_gbps == 67.6733
+    assert run.problems == []
+
+
+def test_the_old_layout_has_no_group_no_root_and_an_error_column() -> None:
+    run = parse_nccl_tests_file(LOGS / "old_layout.txt")
+    assert run.status == "complete" and run.layout == "old"
+    assert [r.rank for r in run.ranks] == [0, 1, 2, 3] and run.ranks[0].group is None
+    assert run.ranks[0].bus_id == "0x06" and run.hosts == ["dgx1"]
+    assert run.rows[1].root is None and run.rows[1].redop == "sum"
+    assert run.rows[1].out_of_place is not None and run.rows[1].out_of_place.max_error == 1e-07
+    assert run.preamble is not None and run.preamble.agg_iters is None and run.preamble.n_gpus == 4
+
+
+@pytest.mark.parametrize("name", ["srun_prefix.txt", "mpirun_prefix.txt"])
+def test_launcher_prefixes_and_interleaved_debug_lines_are_ignored(name: str) -> None:
+    run = parse_nccl_tests_file(LOGS / name)
+    assert run.status == "complete"
+    assert [row.size for row in run.rows] == [8, 16]
+    assert len(run.hosts) == 2 and run.footer is not None
+
+
+def test_na_and_e_notation_in_figures_and_wrong_counts() -> None:
+    run = parse_nccl_tests_file(LOGS / "na_enotation.txt")
+    first, second = run.rows
+    assert first.out_of_place is not None and first.out_of_place.busbw_gbps == pytest.approx(0.1024)
+    assert first.out_of_place.wrong is None  # N/A: validation off
+    assert (
+        second.in_place is not None and second.in_place.time_us is None and second.in_place.busbw_gbps is None
+    )
+    assert second.out_of_place is not None and second.out_of_place.wrong == 0  # 0e+00
+    assert run.footer is not None and run.footer.avg_busbw_gbps == pytest.approx(0.12)
+    assert run.status == "complete"
+
+
+def test_a_missing_footer_is_incomplete_never_a_pass() -> None:
+    run = parse_nccl_tests_file(LOGS / "missing_footer.txt")
+    assert run.status == "incomplete" and exit_code(run) == 1
+    assert len(run.rows) == 2 and "no footer" in run.problems[0]
+
+
+def test_a_test_nccl_failure_is_a_failed_run_with_its_message() -> None:
+    run = parse_nccl_tests_file(LOGS / "nccl_failure.txt")
+    assert run.status == "failed" and exit_code(run) == 1
+    first = run.failures[0]
+    assert (first.line, first.host, first.kind, first.where) == (
+        10,
+        "box1",
+        "Test NCCL failure",
+        "common.cu:392",
+    )
+    assert first.message == "remote process exited or there was a network error"
+    assert run.failures[1].kind == "Test failure" and run.failures[1].where == "common.cu:590"
+
+
+def test_wrong_elements_or_a_failed_out_of_bounds_footer_is_corrupted() -> None:
+    run = parse_nccl_tests_file(LOGS / "wrong_elements.txt")
+    assert run.status == "corrupted" and exit_code(run) == 1
+    assert any("line 6: 2 wrong elements at 16B" in p for p in run.problems)
+    assert run.footer is not None and run.footer.out_of_bounds_ok is False
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("corrupt_number.txt", "line 6: out-of-place algbw '0.0x' is not a number"),
+        ("truncated_row.txt", "line 6: a result row needs 13 fields"),
+        ("header_no_rows.txt", "line 3: table header but no result rows"),
+        ("empty.txt", "empty input"),
+        ("not_a_log.txt", "not an nccl-tests log"),
+    ],
+)
+def test_bad_input_is_a_parse_error_naming_the_line(name: str, message: str) -> None:
+    with pytest.raises(InputError, match="^.*" + message.replace("(", r"\(")) as caught:
+        parse_nccl_tests_file(LOGS / name)
+    assert name in str(caught.value)
+
+
+def test_the_cli_exit_codes_gate_ci() -> None:
+    clean = _dsx("nccl", "parse", str(LOGS / "new_layout_clean.txt"), "-o", "json")
+    assert clean.returncode == 0, clean.stderr
+    assert '"status": "complete"' in clean.stdout
+    assert _dsx("nccl", "parse", str(LOGS / "nccl_failure.txt")).returncode == 1
+    assert _dsx("nccl", "parse", str(LOGS / "missing_footer.txt")).returncode == 1
+    bad = _dsx("nccl", "parse", str(LOGS / "corrupt_number.txt"))
+    assert bad.returncode == 2 and "line 6" in bad.stderr
+    assert _dsx("nccl", "parse", str(LOGS / "not_a_log.txt")).returncode == 2
+    piped = _dsx("nccl", "parse", "-", "-o", "yaml", stdin=(LOGS / "old_layout.txt").read_text())
+    assert piped.returncode == 0 and "layout: old" in piped.stdout
+
+
+def test_a_table_written_by_dsx_reads_back_through_the_parser() -> None:
+    run = parse_nccl_tests_file(LOGS / "new_layout_clean.txt")
+    again = parse_nccl_tests(format_nccl_table(run).splitlines())
+    assert [r.size for r in again.rows] == [r.size for r in run.rows]
+    assert [r.busbw() for r in again.rows] == [r.busbw() for r in run.rows]
+    assert again.hosts == run.hosts and again.status == "complete"
+
+
+def test_ten_thousand_lines_parse_without_error() -> None:
+    lines = (LOGS / "new_layout_clean.txt").read_text().splitlines()
+    head, row = lines[:11], lines[11]
+    run = parse_nccl_tests([*head, *([row] * 10_000), "# Out of bounds values : 0 OK"])
+    assert len(run.rows) == 10_000 and run.status == "complete"
+
+
+SHARED_EXPECTED = {
+    # file: (status, rows, ranks, hosts, average busbw in the footer or None)
+    "a100_sxm4_40gb_2node_16gpu_oci_oke_rdma_full_sweep.txt": (
+        "complete",
+        31,
+        16,
+        ["nccl-allreduce-job0-mpiworker-0", "nccl-allreduce-job0-mpiworker-1"],
+        66.4834,
+    ),
+    "a100_sxm4_80gb_1node_8gpu_gcm_fixture.txt": ("complete", 6, 8, ["{hostname}"], 210.99),
+    "gb200_nvl72_single_rack_72gpu_coreweave_excerpt.txt": (
+        "complete",
+        5,
+        1,
+        ["slurm-gb200-207-171"],
+        745.53,
+    ),
+    "h100_p5_2node_16gpu_aws_efa_srun_label_prefix_table_only.txt": ("incomplete", 32, 0, [], None),
+    "h100_sxm_2node_16gpu_gcp_a3mega_tcpxo_full_sweep.txt": (
+        "complete",
+        31,
+        16,
+        ["ztan-mig-235z", "ztan-mig-gq73"],
+        70.742,
+    ),
+    "h200_2node_16gpu_socket_single_nic_degraded_full_sweep.txt": (
+        "complete",
+        32,
+        16,
+        ["nvidiatools-dgx-2d-workload", "nvidiatools-dgx-9d-workload"],
+        36.2205,
+    ),
+    "rtx5090_1node_2gpu_crash_test_nccl_failure_unhandled_cuda_error.txt": (
+        "failed",
+        0,
+        2,
+        ["GENOA-06"],
+        None,
+    ),
+}
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", sorted(SHARED_EXPECTED))
+def test_real_nccl_tests_logs_from_shared(name: str) -> None:
+    path = shared_path("fixtures", "nccl-tests", name)
+    status, rows, ranks, hosts, average = SHARED_EXPECTED[name]
+    run = parse_nccl_tests_file(path)
+    assert (run.status, len(run.rows), len(run.ranks), run.hosts) == (status, rows, ranks, hosts)
+    assert (run.footer.avg_busbw_gbps if run.footer else None) == average
+    if run.footer is not None:
+        assert run.footer.out_of_bounds == 0 and run.footer.out_of_bounds_ok
+    if status == "failed":
+        assert run.failures[0].kind == "Test NCCL failure"
+        assert run.failures[0].message.startswith("unhandled cuda error")
+    if name.startswith("h100_p5"):
+        assert run.rows[-1].size == 17179869184 and run.rows[-1].busbw() == 487.09
+    if name.startswith("h200"):
+        assert run.nccl_version == "2.27.3+cuda12.9" and run.row_at(1 << 30) is not None
+
+
+@pytest.mark.shared
+def test_the_cli_fails_the_crashed_shared_run() -> None:
+    path = shared_path(
+        "fixtures", "nccl-tests", "rtx5090_1node_2gpu_crash_test_nccl_failure_unhandled_cuda_error.txt"
+    )
+    result = _dsx("nccl", "parse", str(path))
+    assert result.returncode == 1 and "unhandled cuda error" in result.stderr
