@@ -1,0 +1,50 @@
+"""Helpers for the runner tests: load a fixture workflow and run it into a temporary run folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from workflows.runner import RunOptions, RunResult, run
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load(filename: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The workflow ``name`` of a fixture file, and the file's other documents as its library."""
+    docs = [d for d in yaml.safe_load_all((FIXTURES / filename).read_text()) if d]
+    entry = next(d for d in docs if d["metadata"]["name"] == name)
+    return entry, [d for d in docs if d is not entry]
+
+
+RunFixture = Callable[..., RunResult]
+
+
+@pytest.fixture
+def run_fixture(tmp_path: Path) -> RunFixture:
+    """Run a fixture workflow into ``tmp_path/run-N``; keyword arguments go to :class:`RunOptions`."""
+    counter = iter(range(1000))
+
+    def go(
+        filename: str,
+        name: str,
+        parameters: dict[str, str] | None = None,
+        approve: Sequence[str] = (),
+        **options: Any,
+    ) -> RunResult:
+        entry, library = load(filename, name)
+        opts = RunOptions(
+            out_dir=tmp_path / f"run-{next(counter)}", approve=approve, workflow_name="wf", **options
+        )
+        return run(entry, library, parameters or {}, opts)
+
+    return go
+
+
+def by_name(result: RunResult, display: str) -> list[Any]:
+    """Every node with this display name, in name order."""
+    return sorted((n for n in result.nodes.values() if n.display_name == display), key=lambda n: n.name)

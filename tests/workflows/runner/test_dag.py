@@ -1,0 +1,111 @@
+"""DAG semantics: recursion, depends logic, when and skipped outputs, fan-out, templateRef."""
+
+import json
+
+from tests.workflows.runner.conftest import RunFixture, by_name
+from workflows.runner import Phase
+from workflows.runner.engine import DEPTH_MESSAGE, node_id
+
+
+def test_recursive_dag_bisects_a_list_down_to_single_items(run_fixture: RunFixture) -> None:
+    result = run_fixture("bisect.yaml", "dsx-fixture-bisect", {"items": '["n0", "n1", "n2", "n3", "n4"]'})
+    assert result.phase is Phase.Succeeded
+    leaves = [n for n in result.nodes.values() if n.template_name == "leaf" and n.phase is Phase.Succeeded]
+    assert sorted(n.outputs["result"] for n in leaves) == ["n0", "n1", "n2", "n3", "n4"]
+    # each leaf kept its artifact in the run folder
+    for leaf in leaves:
+        (artifact,) = leaf.outputs["artifacts"]
+        assert (result.run_dir / artifact["path"]).read_text() == leaf.outputs["result"]
+    assert {n.outputs["result"]: n.name for n in leaves} == {
+        "n0": "wf.left.left.leaf",
+        "n1": "wf.left.right.leaf",
+        "n2": "wf.right.left.leaf",
+        "n3": "wf.right.right.left.leaf",
+        "n4": "wf.right.right.right.leaf",
+    }
+    skipped = [n for n in result.nodes.values() if n.phase is Phase.Skipped]
+    assert all(n.message.startswith("when '") and n.message.endswith("' evaluated false") for n in skipped)
+
+
+def test_node_ids_and_pod_names_follow_argo(run_fixture: RunFixture) -> None:
+    result = run_fixture("bisect.yaml", "dsx-fixture-bisect", {"items": '["a"]'})
+    split = result.node("split")
+    assert split.id == node_id("wf", "wf.split") and split.id.startswith("wf-")
+    assert split.pod_name is not None and split.pod_name.startswith("wf-split-")
+    assert result.root_id == "wf"
+
+
+def test_depends_runs_error_handlers_and_omits_the_rest(run_fixture: RunFixture) -> None:
+    result = run_fixture("depends.yaml", "dsx-fixture-depends")
+    phases = {n.display_name: n.phase for n in result.nodes.values() if n.id != result.root_id}
+    assert phases == {
+        "A": Phase.Failed,  # fails
+        "B": Phase.Succeeded,  # depends: A.Failed
+        "C": Phase.Omitted,  # depends: A (A.Succeeded || A.Skipped || A.Daemoned)
+        "D": Phase.Succeeded,  # (B.Succeeded || C.Succeeded) && !C.Succeeded
+        "E": Phase.Failed,  # continueOn: failed
+        "F": Phase.Succeeded,  # dependencies: [E], allowed by E's continueOn
+    }
+    assert result.node("C").message == "omitted: depends condition not met"
+    # A's failure is handled by B and E's by continueOn: the DAG succeeds, as in Argo
+    assert result.phase is Phase.Succeeded
+
+
+def test_an_omitted_leaf_inherits_the_failure_of_its_branch(run_fixture: RunFixture) -> None:
+    result = run_fixture("depends.yaml", "dsx-fixture-depends", entrypoint="unhandled")
+    assert result.node("B").phase is Phase.Omitted
+    assert result.node("C").phase is Phase.Succeeded
+    assert result.phase is Phase.Failed
+    assert result.message == f"child '{result.node('A').id}' failed"
+
+
+def test_when_skips_a_branch_and_later_tasks_read_its_output_defaults(run_fixture: RunFixture) -> None:
+    result = run_fixture("when-default.yaml", "dsx-fixture-when", {"side": "heads"})
+    assert result.phase is Phase.Succeeded
+    assert result.node("heads").phase is Phase.Succeeded
+    tails = result.node("tails")
+    assert tails.phase is Phase.Skipped
+    assert tails.message == "when 'heads == tails' evaluated false"
+    # the skipped task's output parameter resolves to its valueFrom.default ...
+    assert result.node("report-tails").outputs["result"] == "tails said nobody"
+    # ... and a reference without a default is dropped, so the consumer's input default applies
+    assert result.node("report-default").outputs["result"] == "no result"
+
+
+def test_fan_out_with_items_and_param_aggregates_results(run_fixture: RunFixture) -> None:
+    result = run_fixture("items.yaml", "dsx-fixture-items", {"count": "3"})
+    assert result.phase is Phase.Succeeded
+    words = result.node("words")
+    assert words.type == "TaskGroup"
+    assert [result.nodes[c].display_name for c in words.children] == [
+        "words(0:alpha)",
+        "words(1:beta)",
+        "words(2:gamma)",
+    ]
+    assert by_name(result, "maps(1:name:b,size:2)")[0].outputs["result"] == "b=2"
+    squares = result.node("squares")
+    assert len(squares.children) == 3
+    total = result.node("total").outputs["result"]
+    squares_json, words_json = total.split(" ")
+    assert json.loads(squares_json) == [{"index": i, "square": i * i} for i in range(3)]
+    assert json.loads(words_json) == ["alpha", "beta", "gamma"]
+    none = result.node("none")
+    assert (none.phase, none.message) == (Phase.Skipped, "Skipped, empty params")
+
+
+def test_template_ref_reaches_templates_of_the_library(run_fixture: RunFixture) -> None:
+    result = run_fixture("templateref.yaml", "dsx-fixture-templateref")
+    assert result.phase is Phase.Succeeded
+    shout = result.node("shout")
+    assert shout.template_ref == {"name": "dsx-fixture-library", "template": "shout"}
+    assert shout.outputs["parameters"] == [{"name": "said", "value": "hello!"}]
+    assert result.node("echo-back").outputs["result"] == "hello!"
+
+
+def test_recursion_stops_at_argos_depth_limit(run_fixture: RunFixture) -> None:
+    result = run_fixture("recursion.yaml", "dsx-fixture-recursion")
+    assert result.phase is Phase.Error
+    errors = [n for n in result.nodes.values() if n.message == DEPTH_MESSAGE]
+    assert len(errors) == 1
+    assert "maximum recursion depth exceeded" in errors[0].message.lower()
+    assert errors[0].name.count(".again") == 99  # the root is depth 1: its 99th nested call is depth 100

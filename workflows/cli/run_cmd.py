@@ -1,0 +1,202 @@
+"""``dsx run NAME --local``: run one of dsx's workflows on this machine with Argo's semantics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from steps.errors import DsxError, InputError
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit
+
+_WORKFLOW_KINDS = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
+
+
+def _parameters(pairs: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"-p {pair!r}: expected KEY=VALUE")
+        values[key] = value
+    return values
+
+
+def _load_file(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"--file {path}: {exc.strerror or exc}") from exc
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{where}: not valid YAML: {problem}") from exc
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}: document {index + 1} is not a mapping")
+    return docs
+
+
+def _names(doc: dict[str, Any]) -> set[str]:
+    metadata = doc.get("metadata") or {}
+    names = {str(metadata.get("name") or ""), str(metadata.get("generateName") or "").rstrip("-")}
+    return {n for n in names if n}
+
+
+def _pick(name: str, docs: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    workflows = [d for d in docs if d.get("kind") in _WORKFLOW_KINDS]
+    wanted = {name, f"dsx-{name}"}
+    found = [d for d in workflows if _names(d) & wanted]
+    if not found:
+        known = sorted(n for d in workflows for n in _names(d))
+        raise InputError(f"no workflow named {name!r} in {where} (known: {', '.join(known) or 'none'})")
+    exact = [d for d in found if name in _names(d)]
+    return (exact or found)[0]
+
+
+def _submit_hint(entry: dict[str, Any], params: dict[str, str], file: Path | None) -> str:
+    name = sorted(_names(entry))[0]
+    kind = entry.get("kind")
+    if kind == "Workflow":
+        command = f"argo submit {file or name + '.yaml'}"
+    else:
+        command = f"argo submit --from {str(kind).lower()}/{name}"
+    for key, value in params.items():
+        command += f" -p {key}={value}"
+    return command
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` command."""
+
+    @app.command("run")
+    def run_cmd(
+        name: str = typer.Argument(..., help="The workflow's name (metadata.name, with or without 'dsx-')."),
+        local: bool = typer.Option(
+            False, "--local", help="Run on this machine instead of submitting to Argo."
+        ),
+        parameter: list[str] = typer.Option(
+            [], "--parameter", "-p", help="A workflow parameter, KEY=VALUE (repeatable)."
+        ),
+        file: Path | None = typer.Option(
+            None,
+            "--file",
+            "-f",
+            help="Run a workflow from this YAML file; its WorkflowTemplates join the library.",
+        ),
+        entry: str | None = typer.Option(
+            None, "--entry", help="Run this template instead of the entrypoint."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="Run folder (default ./dsx-runs/<workflow>-<time>-<id>)."
+        ),
+        approve: list[str] = typer.Option(
+            [],
+            "--approve",
+            help="Resume this suspend step (task, step or template name) at once (repeatable).",
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Show the plan (parameters, templates) and exit."
+        ),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster for the steps: sim:..., a fleet file, state:PATH or kube."
+        ),
+        kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="Kubeconfig of a real cluster."),
+        context: str | None = typer.Option(None, "--context", help="Kubeconfig context of a real cluster."),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
+        try:
+            code = _run(
+                name,
+                local,
+                parameter,
+                file,
+                entry,
+                out,
+                approve,
+                dry_run,
+                cluster,
+                kubeconfig,
+                context,
+                output,
+            )
+        except DsxError as exc:
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(code)
+
+
+def _run(
+    name: str,
+    local: bool,
+    parameter: list[str],
+    file: Path | None,
+    entry: str | None,
+    out: Path | None,
+    approve: list[str],
+    dry_run: bool,
+    cluster: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    output: OutputFormat,
+) -> int:
+    params = _parameters(parameter)
+    if file is not None:
+        docs = _load_file(file)
+        where = str(file)
+    else:
+        from workflows.compiler import compiled_documents
+
+        docs = list(compiled_documents().values())
+        where = "dsx's workflows"
+    chosen = _pick(name, docs, where)
+    library = [
+        d
+        for d in docs
+        if d is not chosen and d.get("kind") in ("WorkflowTemplate", "ClusterWorkflowTemplate")
+    ]
+    if not local and not dry_run:
+        typer.echo(
+            "dsx run submits nothing by itself: on a cluster, Argo runs the workflow. Submit it with the "
+            "command below, or add --local to run it on this machine.",
+            err=True,
+        )
+        typer.echo(_submit_hint(chosen, params, file))
+        return 2
+
+    from workflows import runner
+    from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
+
+    if dry_run:
+        plan = runner.plan(chosen, library, params, entry)
+        emit(plan.to_dict(), output, lambda _: print(plan_text(plan), end=""))
+        return 0
+    reporter: Any
+    if output is OutputFormat.table and sys.stdout.isatty():
+        reporter = LiveReporter()
+    else:
+        reporter = LineReporter(sys.stdout if output is OutputFormat.table else sys.stderr)
+    options = runner.RunOptions(
+        out_dir=out,
+        approve=approve,
+        cluster=cluster,
+        kubeconfig=kubeconfig,
+        context=context,
+        entrypoint=entry,
+        on_update=reporter.update,
+    )
+    runner.validate(chosen, library, entry)
+    with reporter:
+        result = runner.run(chosen, library, params, options)
+    if isinstance(reporter, LineReporter) and output is OutputFormat.table:
+        sys.stdout.write("\n")
+    emit(result.to_dict(), output, lambda _: print(result_text(result), end=""))
+    return 0 if result.succeeded else 1

@@ -1,0 +1,277 @@
+"""The runner's entry points: validate a workflow, plan a run, run it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from steps.errors import InputError
+from workflows.runner.engine import STOPPED_MESSAGE, Engine
+from workflows.runner.executor import hera_entrypoint
+from workflows.runner.library import Library, spec_of
+from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
+from workflows.runner.validate import validate
+
+__all__ = ["plan", "resolve_parameters", "run", "suspend_names"]
+
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def resolve_parameters(entry: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, str]:
+    """The workflow's parameter values: declared values, overridden by ``-p``; enums enforced.
+
+    Raises:
+        InputError: an override names no parameter, a parameter has no value, or a value is not in its enum.
+    """
+    declared = [
+        p for p in (spec_of(entry).get("arguments") or {}).get("parameters") or [] if isinstance(p, dict)
+    ]
+    names = [str(p.get("name")) for p in declared]
+    for key in overrides:
+        if key not in names:
+            known = ", ".join(names) or "none"
+            raise InputError(f"-p {key}: the workflow has no parameter {key!r} (its parameters: {known})")
+    values: dict[str, str] = {}
+    for param in declared:
+        name = str(param.get("name"))
+        value: Any = overrides.get(name, param.get("value", param.get("default")))
+        if value is None:
+            raise InputError(f"parameter {name!r} has no value: pass -p {name}=VALUE")
+        text = value if isinstance(value, str) else json.dumps(value)
+        enum = [str(v) for v in param.get("enum") or []]
+        if enum and text not in enum:
+            raise InputError(f"-p {name}={text}: not one of {', '.join(enum)}")
+        values[name] = text
+    return values
+
+
+def suspend_names(library: Library, entrypoint: str) -> list[str]:
+    """Names ``--approve`` accepts: suspend templates, and the tasks and steps that run them."""
+    names: set[str] = set()
+    for scope, name in library.reachable(entrypoint):
+        template = scope.templates[name]
+        if "suspend" in template:
+            names.add(name)
+        for _, holder in library.references(template):
+            with contextlib.suppress(KeyError):
+                target, _ = library.resolve(holder, scope)
+                if "suspend" in target and holder.get("name"):
+                    names.add(str(holder["name"]))
+    return sorted(names)
+
+
+def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
+    for kind in ("dag", "steps", "script", "container", "resource", "suspend"):
+        if kind in template:
+            break
+    else:
+        return "?", ""
+    body = template.get(kind) or {}
+    if kind == "script":
+        entry = hera_entrypoint(body.get("command") or [], body.get("args") or [])
+        return kind, entry or " ".join(str(c) for c in body.get("command") or []) + " (inline script)"
+    if kind == "container":
+        return kind, " ".join(str(c) for c in [*(body.get("command") or []), *(body.get("args") or [])])
+    if kind == "resource":
+        return kind, f"{body.get('action')} {(body.get('manifest') or '').split(chr(10))[0:1]}".strip()
+    if kind == "dag":
+        return kind, f"{len(body.get('tasks') or [])} tasks"
+    if kind == "steps":
+        return kind, f"{len(template.get('steps') or [])} groups"
+    return kind, f"duration {body.get('duration')}" if body.get("duration") else "until approved"
+
+
+def plan(
+    entry: Mapping[str, Any],
+    library: Sequence[Mapping[str, Any]] = (),
+    parameters: Mapping[str, str] | None = None,
+    entrypoint: str | None = None,
+) -> Plan:
+    """What a run would do: the parameters it would use and every template it can reach (``--dry-run``)."""
+    validate(entry, library, entrypoint)
+    lib = Library(entry, library)
+    values = resolve_parameters(entry, parameters or {})
+    spec = spec_of(entry)
+    start = str(entrypoint or spec.get("entrypoint"))
+    declared = {str(p.get("name")): p for p in (spec.get("arguments") or {}).get("parameters") or []}
+    params = []
+    for name, value in values.items():
+        param = declared[name]
+        row: dict[str, Any] = {
+            "name": name,
+            "value": value,
+            "source": "-p" if name in (parameters or {}) else "default",
+        }
+        if param.get("description"):
+            row["description"] = param["description"]
+        if param.get("enum"):
+            row["enum"] = [str(v) for v in param["enum"]]
+        params.append(row)
+    templates = []
+    for scope, name in lib.reachable(start):
+        template = scope.templates[name]
+        kind, runs = _describe(template)
+        row = {
+            "name": name,
+            "type": kind,
+            "runs": runs,
+            "from": "this workflow" if scope.is_entry else scope.label,
+        }
+        if template.get("retryStrategy"):
+            row["retries"] = str((template["retryStrategy"] or {}).get("limit", "unlimited"))
+        for field in ("timeout", "activeDeadlineSeconds"):
+            if template.get(field) is not None:
+                row["timeout"] = str(template[field])
+        templates.append(row)
+    metadata = entry.get("metadata") or {}
+    return Plan(
+        workflow=str(metadata.get("name") or metadata.get("generateName") or "?"),
+        kind=str(entry.get("kind")),
+        entrypoint=start,
+        on_exit=spec.get("onExit"),
+        parameters=params,
+        templates=templates,
+        approvals=suspend_names(lib, start),
+    )
+
+
+def _shareable(spec: str | None, run_dir: Path) -> str | None:
+    if spec is None:
+        return None
+    try:
+        from steps.cluster import shareable
+    except ImportError:
+        return spec
+    return shareable(spec, run_dir)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def run(
+    entry: Mapping[str, Any],
+    library: Sequence[Mapping[str, Any]] = (),
+    parameters: Mapping[str, str] | None = None,
+    options: RunOptions | None = None,
+) -> RunResult:
+    """Run a Workflow or WorkflowTemplate on this machine with Argo's semantics.
+
+    Checks everything first (unsupported constructs, parameters, ``--approve`` names) and raises
+    :class:`~steps.errors.InputError` (:class:`~workflows.runner.errors.UnsupportedConstruct` for
+    constructs) before anything runs. A workflow that fails is not an exception: the result's phase
+    says Failed or Error. Ctrl-C stops the run like ``argo stop``: running steps are killed, the run
+    ends Failed and its folder is kept.
+    """
+    options = options or RunOptions()
+    validate(entry, library, options.entrypoint)
+    lib = Library(entry, library)
+    values = resolve_parameters(entry, parameters or {})
+    spec = spec_of(entry)
+    entrypoint = str(options.entrypoint or spec.get("entrypoint"))
+    known = suspend_names(lib, entrypoint)
+    for name in options.approve:
+        if name not in known:
+            raise InputError(
+                f"--approve {name}: the workflow has no suspend step or template of that name "
+                f"(suspend steps: {', '.join(known) or 'none'})"
+            )
+    metadata = entry.get("metadata") or {}
+    base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
+    suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+    workflow_name = options.workflow_name or f"{base}-{suffix}"
+    run_dir = options.out_dir or Path("dsx-runs") / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise InputError(f"--out {run_dir}: the folder exists and is not empty")
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_dir.resolve()
+    try:
+        cluster = _shareable(options.cluster, run_dir)
+        engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["nodes"] = engine.run(entrypoint)
+            except BaseException as exc:  # surfaced in the calling thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name="dsx-run", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            engine.stop.set()
+            worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        root, exit_node = outcome["nodes"]
+        phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
+        message = root.message if phase is not Phase.Succeeded else ""
+        if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
+            phase, message = exit_node.phase, exit_node.message
+        if engine.stop.is_set():
+            phase, message = Phase.Failed, STOPPED_MESSAGE
+        result = RunResult(
+            phase=phase,
+            message=message,
+            workflow_name=workflow_name,
+            run_dir=run_dir,
+            nodes=dict(engine.nodes),
+            parameters=values,
+            started_at=engine.created,
+            finished_at=time.time(),
+            root_id=root.id,
+        )
+        _write_json(run_dir / "workflow.json", _workflow_document(entry, result, engine, entrypoint))
+        return result
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _workflow_document(
+    entry: Mapping[str, Any], result: RunResult, engine: Engine, entrypoint: str
+) -> dict[str, Any]:
+    metadata = entry.get("metadata") or {}
+    spec: dict[str, Any] = {
+        "entrypoint": entrypoint,
+        "arguments": {"parameters": [{"name": k, "value": v} for k, v in result.parameters.items()]},
+    }
+    if entry.get("kind") != "Workflow":
+        spec["workflowTemplateRef"] = {
+            "name": metadata.get("name"),
+            "clusterScope": entry.get("kind") == "ClusterWorkflowTemplate",
+        }
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": result.workflow_name,
+            "namespace": engine.globals["workflow.namespace"],
+            "uid": engine.uid,
+            "creationTimestamp": timestamp(engine.created),
+        },
+        "spec": spec,
+        "status": {
+            "phase": str(result.phase),
+            "message": result.message,
+            "startedAt": timestamp(result.started_at),
+            "finishedAt": timestamp(result.finished_at),
+            "outputs": result.outputs,
+            "nodes": {node_id: node.to_dict() for node_id, node in sorted(result.nodes.items())},
+        },
+    }
