@@ -1,0 +1,135 @@
+"""Workflow steps of the runtime part: plain functions with simple inputs and pydantic outputs.
+
+Each runs the same under pytest, the local runner and Hera's runner in a pod; evidence files go under
+``$DSX_OUTPUT_DIR`` (default ``./dsx-out``), where the workflow collects them as artifacts. This
+module must not use ``from __future__ import annotations``: Hera reads the annotations.
+"""
+
+from os import environ, replace
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from steps.runtime import graph
+from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
+from steps.runtime.catalogue import load_catalogue
+from steps.runtime.criteria import parse_criteria
+from steps.runtime.resolve import RecipeResult, resolve
+from steps.runtime.yamlio import dump_yaml
+
+__all__ = ["BundleSummary", "RecipeSummary", "bundle_recipe", "output_dir", "resolve_recipe"]
+
+
+class RecipeSummary(BaseModel):
+    """What ``resolve_recipe`` returns: the digest, the order and the pinned versions."""
+
+    digest: str
+    appliedOverlays: list[str]
+    deploymentOrder: list[str]
+    tiers: list[list[str]]
+    versions: dict[str, str]
+    files: list[str]
+
+
+class BundleSummary(BaseModel):
+    """What ``bundle_recipe`` returns: where the bundle is and the digest of its checksums."""
+
+    digest: str
+    format: str
+    folder: str
+    files: int
+    checksumsSha256: str
+
+
+def output_dir(*parts: str) -> Path:
+    """``$DSX_OUTPUT_DIR`` (default ``dsx-out``) joined with ``parts``, created."""
+    folder = Path(environ.get("DSX_OUTPUT_DIR", "dsx-out")).joinpath(*parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _resolve(
+    service: str, accelerator: str, os_: str, intent: str, platform: str, nodes: str, recipes: str
+) -> RecipeResult:
+    query = parse_criteria(
+        {
+            "service": service,
+            "accelerator": accelerator,
+            "os": os_,
+            "intent": intent,
+            "platform": platform,
+            "nodes": nodes,
+        }
+    )
+    return resolve(load_catalogue(Path(recipes) if recipes else None), query)
+
+
+def _write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    replace(temporary, path)
+
+
+def resolve_recipe(
+    service: str = "any",
+    accelerator: str = "any",
+    os: str = "any",  # the criterion, named as on the command line
+    intent: str = "any",
+    platform: str = "any",
+    nodes: str = "any",
+    recipes: str = "",
+) -> RecipeSummary:
+    """Resolve the recipe and write it with its dependency graph under ``$DSX_OUTPUT_DIR/recipe``.
+
+    Files: ``recipe.yaml`` (the RecipeResult), ``graph.dot``, ``graph.mmd`` (mermaid), ``graph.json``.
+    """
+    result = _resolve(service, accelerator, os, intent, platform, nodes, recipes)
+    folder = output_dir("recipe")
+    dependency_graph = graph.DependencyGraph(
+        {c.name: c.dependsOn for c in result.components}, {c.name: c.version for c in result.components}
+    )
+    texts = {
+        "recipe.yaml": dump_yaml(result.model_dump(mode="json")),
+        "graph.dot": graph.to_dot(dependency_graph, result.tiers),
+        "graph.mmd": graph.to_mermaid(dependency_graph, result.tiers),
+        "graph.json": graph.to_json(dependency_graph, result.deploymentOrder, result.tiers),
+    }
+    for name, text in texts.items():
+        _write(folder / name, text)
+    return RecipeSummary(
+        digest=result.digest,
+        appliedOverlays=[o.name for o in result.appliedOverlays],
+        deploymentOrder=result.deploymentOrder,
+        tiers=result.tiers,
+        versions={c.name: c.version for c in result.components},
+        files=sorted(texts),
+    )
+
+
+def bundle_recipe(
+    format: str = "helm",  # named as on the command line
+    repo_url: str = "",
+    revision: str = "main",
+    repo_path: str = ".",
+    service: str = "any",
+    accelerator: str = "any",
+    os: str = "any",  # the criterion, named as on the command line
+    intent: str = "any",
+    platform: str = "any",
+    nodes: str = "any",
+    recipes: str = "",
+) -> BundleSummary:
+    """Resolve the recipe and write its bundle to ``$DSX_OUTPUT_DIR/bundle`` (atomically, with checksums)."""
+    import hashlib
+
+    result = _resolve(service, accelerator, os, intent, platform, nodes, recipes)
+    files = render_bundle(result, format, repo_url=repo_url or None, revision=revision, repo_path=repo_path)
+    folder = output_dir() / "bundle"
+    write_bundle(files, folder)
+    return BundleSummary(
+        digest=result.digest,
+        format=format,
+        folder=str(folder),
+        files=len(files),
+        checksumsSha256=hashlib.sha256(files[CHECKSUMS]).hexdigest(),
+    )

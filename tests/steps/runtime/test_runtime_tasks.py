@@ -1,0 +1,38 @@
+"""The runtime workflow steps: results returned, evidence written under DSX_OUTPUT_DIR."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps.runtime.tasks import bundle_recipe, resolve_recipe
+
+CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
+
+
+def test_resolve_step_writes_the_recipe_and_its_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
+    summary = resolve_recipe(**CRITERIA)
+    folder = tmp_path / "recipe"
+    assert sorted(p.name for p in folder.iterdir()) == summary.files
+    recipe = yaml.safe_load((folder / "recipe.yaml").read_text())
+    assert recipe["digest"] == summary.digest
+    assert summary.versions["gpu-operator"] == "v25.3.4"
+    assert json.loads((folder / "graph.json").read_text())["deploymentOrder"] == summary.deploymentOrder
+    assert (folder / "graph.dot").read_text().startswith("digraph recipe {")
+    assert json.loads(summary.model_dump_json())["tiers"] == summary.tiers
+
+
+def test_bundle_step_writes_a_verifiable_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
+    summary = bundle_recipe("flux", **CRITERIA)
+    folder = Path(summary.folder)
+    assert folder == tmp_path / "bundle" and (folder / "kustomization.yaml").is_file()
+    check = subprocess.run(["sha256sum", "-c", "checksums.txt"], cwd=folder, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    again = bundle_recipe("flux", **CRITERIA)
+    assert again.checksumsSha256 == summary.checksumsSha256
