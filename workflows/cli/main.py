@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
-import typer
+# Plain help text: rendering help through rich costs more than the whole start-up budget (0.5 s).
+# Command output still uses rich tables.
+os.environ.setdefault("TYPER_USE_RICH", "0")
 
-from steps.errors import DsxError
+import typer  # noqa: E402
+
+from steps.errors import DsxError  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -58,7 +63,7 @@ _register_all()
 def main() -> None:
     """Run the CLI; a :class:`DsxError` becomes a one-line message and exit status 2."""
     try:
-        app()
+        app(prog_name="dsx")
     except DsxError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)
