@@ -1,0 +1,557 @@
+"""The port's behaviour written once, on top of a few raw calls each adapter provides.
+
+An adapter subclasses :class:`PortBase` and implements the primitives (``_get``, ``_list``,
+``_create``, ``_replace``, ``_patch``, ``_delete``, ``_evict``): one request each, raising
+:class:`~steps.cluster.retry.TransientError` for what may go away and
+:class:`~steps.cluster.errors.ApiStatusError` for the rest. Everything else (retries with backoff,
+read-modify-write with ``resourceVersion``, the cordon and taint rules, state ConfigMaps, Lease locks,
+error messages naming the call and the node) lives here, so the adapters cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import copy
+import datetime as dt
+import functools
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+from steps.cluster import changes
+from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import (
+    ApiStatusError,
+    ApiUnavailableError,
+    ConflictError,
+    NotFoundError,
+    classify,
+)
+from steps.cluster.patches import merge_patch
+from steps.cluster.port import (
+    EvictionResult,
+    Node,
+    Pod,
+    PodRef,
+    StateChange,
+    TaintEffect,
+    pod_ref,
+)
+from steps.cluster.resources import Resource, resource
+from steps.cluster.retry import RetryPolicy, TransientError
+from steps.cluster.selectors import parse_selector
+from steps.errors import InputError
+
+__all__ = ["CONFIGMAPS", "EVENTS", "LEASES", "NODES", "PODS", "PortBase", "lease_name", "logged"]
+
+NODES = resource("v1", "Node")
+PODS = resource("v1", "Pod")
+CONFIGMAPS = resource("v1", "ConfigMap")
+EVENTS = resource("v1", "Event")
+LEASES = resource("coordination.k8s.io/v1", "Lease")
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def lease_name(node: str) -> str:
+    """The name of the Lease that locks ``node``."""
+    return f"dsx-node-{node}"
+
+
+def logged(method: _F) -> _F:
+    """Record each call of a port method (arguments, result or error) through ``_record``."""
+
+    @functools.wraps(method)
+    def wrapper(self: PortBase, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = method(self, *args, **kwargs)
+        except Exception as exc:
+            self._record(method.__name__, args, kwargs, None, exc)
+            raise
+        self._record(method.__name__, args, kwargs, result, None)
+        return result
+
+    return cast(_F, wrapper)
+
+
+def _check_labels(call: str, node: str, labels: Mapping[str, str | None], values: bool) -> None:
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if not _LABEL_NAME.match(name) or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix))):
+            raise InputError(f"{call} node/{node}: {key!r} is not a valid label or annotation key")
+        if values and value is not None and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+            raise InputError(f"{call} node/{node}: label {key}={value!r} is not a valid label value")
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class PortBase(abc.ABC):
+    """Shared implementation of :class:`~steps.cluster.port.ClusterPort`.
+
+    Args:
+        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        retry: backoff for transient failures and for conflicts.
+        clock: the current time (tests pass a fixed clock to age Leases).
+    """
+
+    def __init__(
+        self,
+        namespace: str = "dsx",
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self._retry = retry or RetryPolicy()
+        self._clock = clock or _utc_now
+
+    # ----------------------------------------------------------------- primitives (one request each)
+
+    @property
+    @abc.abstractmethod
+    def endpoint(self) -> str:
+        """Where the port points, for reports."""
+
+    @abc.abstractmethod
+    def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """One object, ``None`` on 404."""
+
+    @abc.abstractmethod
+    def _list(
+        self, res: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None
+    ) -> list[dict[str, Any]]:
+        """Objects of a resource."""
+
+    @abc.abstractmethod
+    def _create(self, res: Resource, namespace: str | None, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object (409 if it exists)."""
+
+    @abc.abstractmethod
+    def _replace(
+        self, res: Resource, name: str, namespace: str | None, manifest: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Replace an object; its ``metadata.resourceVersion`` must be current (409 otherwise)."""
+
+    @abc.abstractmethod
+    def _patch(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any],
+        strategic: bool = False,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge-patch (or strategic-merge-patch) an object; a ``resourceVersion`` in it is a precondition."""
+
+    @abc.abstractmethod
+    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
+        """Delete an object, ``False`` on 404."""
+
+    @abc.abstractmethod
+    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+        """Post an Eviction: ``(status, message)`` for 201, 404, or a disruption-budget refusal."""
+
+    def _record(  # noqa: B027 - an optional hook, not an abstract method
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any, error: Exception | None
+    ) -> None:
+        """Hook called after every port call (the simulated fleet keeps a log)."""
+
+    # ----------------------------------------------------------------- machinery
+
+    def _run(self, call: str, target: str, idempotent: bool, fn: Callable[[], _T]) -> _T:
+        """Run one primitive, retrying transient failures where that is safe, naming call and target."""
+        retry = 0
+        while True:
+            try:
+                return fn()
+            except TransientError as exc:
+                may_retry = idempotent or not exc.sent
+                if may_retry and retry + 1 < self._retry.attempts:
+                    self._retry.wait(retry, exc.retry_after)
+                    retry += 1
+                    continue
+                tries = retry + 1
+                why = (
+                    f"gave up after {tries} tries" if may_retry else "not retried: the call is not idempotent"
+                )
+                raise ApiUnavailableError(call, target, f"{exc.detail} ({why})", exc.status) from None
+            except ApiStatusError as exc:
+                raise classify(call, target, exc.status, exc.detail) from None
+
+    def _read_node(self, call: str, name: str) -> Node:
+        if not name:
+            raise InputError(f"{call}: no node name given")
+        data = self._run(call, f"node/{name}", True, lambda: self._get(NODES, name, None))
+        if data is None:
+            raise NotFoundError(call, f"node/{name}", f'not found (404): nodes "{name}" not found', 404)
+        return Node.from_manifest(data)
+
+    def _change_node(
+        self, call: str, name: str, compute: Callable[[Node], dict[str, Any] | None], status: bool = False
+    ) -> Node:
+        """Read-modify-write a node with its ``resourceVersion``; re-read and retry on a conflict."""
+        target = f"node/{name}"
+        for attempt in range(self._retry.conflict_attempts):
+            node = self._read_node(call, name)
+            change = compute(node)
+            if change is None:
+                return node
+            body = copy.deepcopy(change)  # keeps the nulls that remove fields
+            body.setdefault("metadata", {})["resourceVersion"] = node.resource_version
+            try:
+                send = functools.partial(
+                    self._patch,
+                    NODES,
+                    name,
+                    None,
+                    body,
+                    strategic=status,
+                    subresource="status" if status else None,
+                )
+                data = self._run(call, target, True, send)
+            except ConflictError:
+                self._retry.wait_conflict(attempt)
+                continue
+            return Node.from_manifest(data)
+        raise ConflictError(call, target, "conflict (409): the node kept changing under dsx; try again", 409)
+
+    # ----------------------------------------------------------------- nodes
+
+    @logged
+    def list_nodes(self, selector: str | None = None) -> list[Node]:
+        """Nodes matching a label selector, sorted by name."""
+        parse_selector(selector)
+        target = f"nodes -l {selector}" if selector else "nodes"
+        items = self._run("list_nodes", target, True, lambda: self._list(NODES, None, selector, None))
+        return sorted((Node.from_manifest(i) for i in items), key=lambda n: n.name)
+
+    @logged
+    def get_node(self, name: str) -> Node:
+        """One node."""
+        return self._read_node("get_node", name)
+
+    @logged
+    def cordon(self, node: str, reason: str, by: str = "dsx") -> Node:
+        """Mark the node unschedulable, recording who, why and whether it was cordoned before."""
+        return self._change_node("cordon", node, lambda n: changes.cordon_patch(n, reason, by))
+
+    @logged
+    def uncordon(self, node: str) -> Node:
+        """Make the node schedulable and clear dsx's cordon annotations."""
+        return self._change_node("uncordon", node, changes.uncordon_patch)
+
+    @logged
+    def add_taint(
+        self, node: str, key: str = vocab.TAINT_UNHEALTHY, value: str = "", effect: TaintEffect = "NoSchedule"
+    ) -> Node:
+        """Add a taint (replacing one with the same key and effect)."""
+        _check_labels("add_taint", node, {key: value}, values=True)
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            taints = changes.taints_with(n, key, value, effect)
+            return None if taints is None else {"spec": {"taints": [t.to_manifest() for t in taints]}}
+
+        return self._change_node("add_taint", node, compute)
+
+    @logged
+    def remove_taint(
+        self, node: str, key: str = vocab.TAINT_UNHEALTHY, effect: TaintEffect | None = None
+    ) -> Node:
+        """Remove the taints with this key (and effect)."""
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            taints = changes.taints_without(n, key, effect)
+            if taints is None:
+                return None
+            return {"spec": {"taints": [t.to_manifest() for t in taints] or None}}
+
+        return self._change_node("remove_taint", node, compute)
+
+    def _merge_metadata(self, call: str, node: str, field: str, values: Mapping[str, str | None]) -> Node:
+        _check_labels(call, node, values, values=field == "labels")
+        if not node:
+            raise InputError(f"{call}: no node name given")
+        patch = {"metadata": {field: dict(sorted(values.items()))}}
+        data = self._run(call, f"node/{node}", True, lambda: self._patch(NODES, node, None, patch))
+        return Node.from_manifest(data)
+
+    @logged
+    def set_labels(self, node: str, labels: Mapping[str, str | None]) -> Node:
+        """Merge labels into the node (``None`` removes one)."""
+        return self._merge_metadata("set_labels", node, "labels", labels)
+
+    @logged
+    def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
+        """Merge annotations into the node (``None`` removes one)."""
+        return self._merge_metadata("set_annotations", node, "annotations", annotations)
+
+    @logged
+    def set_condition(self, node: str, type_: str, status: bool, reason: str, message: str) -> Node:
+        """Set a node condition through the status subresource."""
+        if not re.match(r"^[A-Za-z][A-Za-z0-9]*$", type_) or (
+            reason and not re.match(r"^[A-Za-z0-9]+$", reason)
+        ):
+            raise InputError(f"set_condition node/{node}: condition type and reason must be CamelCase words")
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            condition = changes.condition_after(n, type_, status, reason, message, self._clock())
+            return None if condition is None else {"status": {"conditions": [condition.to_manifest()]}}
+
+        return self._change_node("set_condition", node, compute, status=True)
+
+    # ----------------------------------------------------------------- pods
+
+    @logged
+    def pods_on(self, node: str) -> list[Pod]:
+        """Pods bound to the node, sorted by namespace and name."""
+        self._read_node("pods_on", node)
+        items = self._run(
+            "pods_on", f"node/{node}", True, lambda: self._list(PODS, None, None, f"spec.nodeName={node}")
+        )
+        return sorted((Pod.from_manifest(i) for i in items), key=lambda p: (p.namespace, p.name))
+
+    @logged
+    def evict(self, pod: PodRef, grace_seconds: int | None = None) -> EvictionResult:
+        """Ask the API to evict a pod: evicted, blocked by a PodDisruptionBudget, or already gone."""
+        namespace, name = pod_ref(pod)
+        ref = f"{namespace}/{name}"
+        status, message = self._run(
+            "evict", f"pod/{ref}", True, lambda: self._evict(namespace, name, grace_seconds)
+        )
+        if status == 404:
+            return EvictionResult(pod=ref, outcome="gone", message=message)
+        if status in (429, 500):
+            return EvictionResult(pod=ref, outcome="blocked", message=message)
+        return EvictionResult(pod=ref, outcome="evicted", message=message)
+
+    @logged
+    def delete_pod(self, pod: PodRef, grace_seconds: int | None = None) -> bool:
+        """Delete a pod; ``False`` if it was already gone."""
+        namespace, name = pod_ref(pod)
+        return self._run(
+            "delete_pod",
+            f"pod/{namespace}/{name}",
+            True,
+            lambda: self._delete(PODS, name, namespace, grace_seconds),
+        )
+
+    @logged
+    def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:
+        """Record an Event about the node, in dsx's namespace."""
+        if type_ not in ("Normal", "Warning"):
+            raise InputError(f"record_event node/{node}: event type must be Normal or Warning, not {type_!r}")
+        now = self._clock()
+        stamp = changes.format_time(now)
+        # The name is made here, so a retry after a lost answer finds the first copy (409) instead
+        # of recording the event twice.
+        name = f"{node}.{time.time_ns():x}"
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+            "reason": reason,
+            "message": " ".join(message.split()),
+            "type": type_,
+            "source": {"component": "dsx"},
+            "reportingComponent": "dsx",
+            "reportingInstance": "dsx",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        with contextlib.suppress(ConflictError):  # an earlier try went through; its answer was lost
+            self._run(
+                "record_event", f"node/{node}", True, lambda: self._create(EVENTS, self.namespace, manifest)
+            )
+
+    # ----------------------------------------------------------------- state and locks
+
+    @logged
+    def get_state(self, name: str) -> dict[str, str]:
+        """The data of the state ConfigMap (empty if it does not exist)."""
+        target = f"configmap/{self.namespace}/{name}"
+        data = self._run("get_state", target, True, lambda: self._get(CONFIGMAPS, name, self.namespace))
+        return dict((data or {}).get("data") or {})
+
+    @logged
+    def update_state(self, name: str, change: StateChange) -> dict[str, str]:
+        """Read-modify-write the state ConfigMap; on a conflict read again and re-apply ``change``."""
+        call, target, ns = "update_state", f"configmap/{self.namespace}/{name}", self.namespace
+        for attempt in range(self._retry.conflict_attempts):
+            current = self._run(call, target, True, lambda: self._get(CONFIGMAPS, name, ns))
+            old = dict((current or {}).get("data") or {})
+            new = change(dict(old))
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in new.items()):
+                raise InputError(f"{call} {target}: state keys and values must be strings")
+            if current is not None and new == old:
+                return new
+            try:
+                if current is None:
+                    body = {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": ns},
+                    }
+                    body["data"] = dict(sorted(new.items()))
+                    self._run(call, target, True, functools.partial(self._create, CONFIGMAPS, ns, body))
+                else:
+                    body = merge_patch(current, {"data": None})
+                    body["data"] = dict(sorted(new.items()))
+                    self._run(
+                        call, target, True, functools.partial(self._replace, CONFIGMAPS, name, ns, body)
+                    )
+            except ConflictError:
+                self._retry.wait_conflict(attempt)
+                continue
+            return new
+        raise ConflictError(call, target, "conflict (409): the state kept changing under dsx; try again", 409)
+
+    def _lease_write(
+        self, call: str, node: str, holder: str, decide: Callable[[dict[str, Any] | None], Any]
+    ) -> bool:
+        """Read the node's Lease, let ``decide`` give the new spec (or ``False``), write it back."""
+        name, ns = lease_name(node), self.namespace
+        target = f"lease/{ns}/{name}"
+        if not holder:
+            raise InputError(f"{call} node/{node}: no lock holder given")
+        for attempt in range(self._retry.conflict_attempts):
+            current = self._run(call, target, True, lambda: self._get(LEASES, name, ns))
+            spec = decide(None if current is None else dict(current.get("spec") or {}))
+            if spec is False:
+                return False
+            try:
+                if current is None:
+                    body = {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": name, "namespace": ns, "labels": {"dsx.dev/node": node}},
+                        "spec": spec,
+                    }
+                    self._run(call, target, True, functools.partial(self._create, LEASES, ns, body))
+                else:
+                    body = merge_patch(current, {"spec": None})
+                    body["spec"] = spec
+                    self._run(call, target, True, functools.partial(self._replace, LEASES, name, ns, body))
+            except ConflictError:
+                self._retry.wait_conflict(attempt)
+                continue
+            return True
+        return False
+
+    @logged
+    def acquire_lock(self, node: str, holder: str, ttl_seconds: int) -> bool:
+        """Take the node's Lease for ``holder`` unless someone else holds it and it has not expired."""
+        now = self._clock()
+
+        def decide(spec: dict[str, Any] | None) -> Any:
+            if (
+                spec
+                and spec.get("holderIdentity") not in (None, "", holder)
+                and not changes.lease_expired(spec, now)
+            ):
+                return False
+            return changes.lease_spec(spec, holder, ttl_seconds, now)
+
+        return self._lease_write("acquire_lock", node, holder, decide)
+
+    @logged
+    def renew_lock(self, node: str, holder: str, ttl_seconds: int) -> bool:
+        """Extend the Lease if ``holder`` still holds it."""
+        now = self._clock()
+
+        def decide(spec: dict[str, Any] | None) -> Any:
+            if not spec or spec.get("holderIdentity") != holder:
+                return False
+            return changes.lease_spec(spec, holder, ttl_seconds, now)
+
+        return self._lease_write("renew_lock", node, holder, decide)
+
+    @logged
+    def release_lock(self, node: str, holder: str) -> bool:
+        """Give the Lease up if ``holder`` holds it."""
+
+        def decide(spec: dict[str, Any] | None) -> Any:
+            if not spec or spec.get("holderIdentity") != holder:
+                return False
+            return {k: v for k, v in spec.items() if k not in ("holderIdentity", "renewTime", "acquireTime")}
+
+        return self._lease_write("release_lock", node, holder, decide)
+
+    # ----------------------------------------------------------------- any object
+
+    @staticmethod
+    def _target(res: Resource, name: str, namespace: str | None) -> str:
+        ns = res.namespace_for(namespace)
+        return f"{res.kind.lower()}/{ns}/{name}" if ns else f"{res.kind.lower()}/{name}"
+
+    @logged
+    def get_object(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """Any object, or ``None`` if it does not exist."""
+        res = resource(api_version, kind)
+        ns = res.namespace_for(namespace)
+        return self._run("get_object", self._target(res, name, ns), True, lambda: self._get(res, name, ns))
+
+    @logged
+    def create_object(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object; not retried after the server may have acted on it."""
+        api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
+        name = (manifest.get("metadata") or {}).get("name")
+        if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(name, str):
+            raise InputError("create_object: the manifest needs apiVersion, kind and metadata.name")
+        res = resource(api_version, kind)
+        ns = res.namespace_for((manifest.get("metadata") or {}).get("namespace"))
+        body = merge_patch(manifest, {"metadata": {"namespace": ns}}) if ns else dict(manifest)
+        return self._run(
+            "create_object", self._target(res, name, ns), False, lambda: self._create(res, ns, body)
+        )
+
+    @logged
+    def patch_object(
+        self, api_version: str, kind: str, name: str, patch: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Merge-patch an object."""
+        res = resource(api_version, kind)
+        ns = res.namespace_for(namespace)
+        return self._run(
+            "patch_object", self._target(res, name, ns), True, lambda: self._patch(res, name, ns, patch)
+        )
+
+    @logged
+    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete an object; ``False`` if it was already gone."""
+        res = resource(api_version, kind)
+        ns = res.namespace_for(namespace)
+        return self._run(
+            "delete_object", self._target(res, name, ns), True, lambda: self._delete(res, name, ns, None)
+        )
+
+    @logged
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Objects of a kind, sorted by namespace and name, each with its apiVersion and kind."""
+        parse_selector(label_selector)
+        res = resource(api_version, kind)
+        target = f"{res.plural} in {namespace}" if namespace and res.namespaced else res.plural
+        items = self._run(
+            "list_objects",
+            target,
+            True,
+            lambda: self._list(res, namespace if res.namespaced else None, label_selector, None),
+        )
+        out = [{"apiVersion": api_version, "kind": kind, **item} for item in items]
+        return sorted(
+            out, key=lambda o: ((o.get("metadata") or {}).get("namespace") or "", o["metadata"]["name"])
+        )

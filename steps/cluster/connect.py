@@ -1,0 +1,102 @@
+"""Open the cluster a ``--cluster`` spec names, and hand a simulated fleet on to other processes.
+
+Spec forms:
+
+- ``kube`` (or nothing, with ``DSX_CLUSTER`` unset): a real cluster, through ``--kubeconfig`` and
+  ``--context``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service account.
+- ``sim:KEY=VALUE,...``: a simulated fleet held in this process (see :mod:`steps.cluster.sim.spec`);
+  ``sim:`` alone gives the default fleet, ``sim:PATH.yaml`` reads a fleet file.
+- ``PATH.yaml`` / ``PATH.yml``: a fleet file.
+- ``state:PATH``: a simulated fleet persisted as JSON, shared by every process that opens it.
+
+Environment: ``DSX_CLUSTER`` (the spec when none is given), ``DSX_NAMESPACE`` (where dsx keeps its
+ConfigMaps, Leases and Events; default the pod's namespace in a cluster, else ``dsx``),
+``DSX_RETRY_ATTEMPTS`` and ``DSX_RETRY_BASE_DELAY`` (see :class:`steps.cluster.retry.RetryPolicy`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from steps.cluster.errors import ClusterConfigError
+from steps.cluster.port import ClusterPort
+from steps.cluster.retry import RetryPolicy
+from steps.cluster.sim.model import Fleet
+
+__all__ = ["connect", "load_fleet", "shareable"]
+
+_KUBE = "kube"
+
+
+def _resolve(spec: str | None) -> str:
+    chosen = spec if spec is not None else os.environ.get("DSX_CLUSTER", "")
+    return chosen.strip() or _KUBE
+
+
+def load_fleet(spec: str) -> Fleet:
+    """Build the fleet a ``sim:`` spec or a fleet file names.
+
+    Raises:
+        InputError: a malformed spec or file.
+        ClusterConfigError: the spec is not a simulated fleet.
+    """
+    from steps.cluster.sim.spec import build_fleet, load_spec_file, parse_short_spec
+
+    body = spec.removeprefix("sim:")
+    if spec.startswith("sim:") and "=" in body:
+        return build_fleet(parse_short_spec(body), spec)
+    if spec.startswith("sim:") and not body.strip():
+        return build_fleet(parse_short_spec(""), "sim:")
+    if body.endswith((".yaml", ".yml")):
+        return build_fleet(load_spec_file(Path(body)), f"sim:{body}")
+    raise ClusterConfigError(
+        f"--cluster {spec!r}: expected sim:KEY=VALUE,..., a fleet .yaml file, state:PATH or kube"
+    )
+
+
+def connect(
+    spec: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    namespace: str | None = None,
+    retry: RetryPolicy | None = None,
+) -> ClusterPort:
+    """The port for a cluster spec (``DSX_CLUSTER`` when ``spec`` is ``None``).
+
+    Raises:
+        ClusterConfigError: a missing kubeconfig or fleet state, an unknown context, an unreadable spec.
+        InputError: a malformed simulated-fleet spec or file.
+    """
+    chosen = _resolve(spec)
+    retry = retry or RetryPolicy.from_env()
+    ns = namespace or os.environ.get("DSX_NAMESPACE") or None
+    if chosen == _KUBE:
+        from steps.cluster.kube import KubeCluster, load_api_client
+
+        api_client, pod_namespace = load_api_client(kubeconfig, context)
+        return KubeCluster(api_client, namespace=ns or pod_namespace or "dsx", retry=retry)
+    if kubeconfig or context:
+        raise ClusterConfigError(f"--kubeconfig and --context apply to a real cluster, not to {chosen!r}")
+    from steps.cluster.sim import FileStore, MemoryStore, SimCluster
+
+    if chosen.startswith("state:"):
+        return SimCluster(FileStore(Path(chosen.removeprefix("state:"))), namespace=ns or "dsx", retry=retry)
+    return SimCluster(MemoryStore(load_fleet(chosen)), namespace=ns or "dsx", retry=retry)
+
+
+def shareable(spec: str | None, folder: Path) -> str:
+    """A spec every process of a run can open to reach the same cluster.
+
+    A simulated fleet is built once and written to ``folder/fleet.json``; the result is
+    ``state:`` that file. A real cluster (or a fleet that is already ``state:``) is returned unchanged.
+    """
+    from steps.cluster.sim.store import write_fleet
+
+    chosen = _resolve(spec)
+    if chosen == _KUBE or chosen.startswith("state:"):
+        return chosen
+    path = (folder / "fleet.json").resolve()
+    write_fleet(load_fleet(chosen), path)
+    return f"state:{path}"

@@ -1,0 +1,287 @@
+"""The kubernetes-client adapter: the port against a real API server.
+
+Requests go through the client's ``ApiClient`` (its configuration, TLS and credentials from a
+kubeconfig or the pod's service account) as raw JSON, so every kind, subresource and patch type is
+reached the same way. The client's own urllib3 retries are switched off: :class:`PortBase` decides
+what may be retried.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from steps.cluster.base import PortBase
+from steps.cluster.errors import ApiStatusError, ClusterConfigError
+from steps.cluster.resources import Resource
+from steps.cluster.retry import RetryPolicy, TransientError
+
+__all__ = ["KubeCluster", "load_api_client"]
+
+_SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_RETRYABLE = (429, 500, 502, 503, 504)
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str | None]:
+    """A configured ``kubernetes.client.ApiClient`` and the namespace the configuration names.
+
+    With no ``kubeconfig`` it uses ``$KUBECONFIG`` or ``~/.kube/config`` when present, else the
+    in-cluster service account.
+
+    Raises:
+        ClusterConfigError: the kubeconfig is missing or unreadable, or the context is unknown.
+    """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+    default_path = Path("~/.kube/config").expanduser()
+    namespace: str | None = None
+    if path is None and not default_path.exists() and (_SERVICE_ACCOUNT / "token").exists():
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise ClusterConfigError(f"connect: in-cluster configuration is unusable: {exc}") from None
+        ns_file = _SERVICE_ACCOUNT / "namespace"
+        namespace = ns_file.read_text().strip() if ns_file.exists() else None
+    else:
+        chosen = Path(path) if path else default_path
+        if not chosen.exists():
+            raise ClusterConfigError(
+                f"connect: kubeconfig {chosen} does not exist (pass --kubeconfig, set KUBECONFIG, "
+                "or use --cluster sim:... for a simulated fleet)"
+            )
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(chosen),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except ConfigException as exc:
+            where = f" context {context!r}" if context else ""
+            raise ClusterConfigError(f"connect: kubeconfig {chosen}{where}: {_one_line(exc)}") from None
+        except Exception as exc:  # a file that is not YAML, or YAML that is not a kubeconfig
+            raise ClusterConfigError(
+                f"connect: kubeconfig {chosen} cannot be read: {_one_line(exc)}"
+            ) from None
+    configuration.retries = False
+    return client.ApiClient(configuration), namespace
+
+
+class KubeCluster(PortBase):
+    """The port over the kubernetes client.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient`` (see :func:`load_api_client`).
+        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        retry: backoff for transient failures.
+        timeout: ``(connect, read)`` seconds for each request.
+        clock: the current time.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str = "dsx",
+        retry: RetryPolicy | None = None,
+        timeout: tuple[float, float] = (5.0, 30.0),
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        super().__init__(namespace=namespace, retry=retry, clock=clock)
+        self._api = api_client
+        self._api.configuration.retries = False
+        self._timeout = timeout
+
+    @property
+    def endpoint(self) -> str:
+        """The API server URL."""
+        return str(self._api.configuration.host)
+
+    # ----------------------------------------------------------------- one request
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """Send one request; ``(status, parsed body)`` for any HTTP answer, ``TransientError`` for none."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        if query:
+            path = f"{path}?{urlencode(sorted(query.items()))}"
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            _, url, headers, body, _ = self._api.param_serialize(
+                method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            response = self._api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+            )
+            raw = response.read()
+        except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
+            raise TransientError(
+                0, f"cannot reach the Kubernetes API at {self.endpoint}: {_reason(exc)}", sent=False
+            ) from None
+        except (urllib3.exceptions.TimeoutError, urllib3.exceptions.ProtocolError) as exc:
+            raise TransientError(
+                0, f"no answer from the Kubernetes API at {self.endpoint}: {_reason(exc)}", sent=True
+            ) from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientError(
+                0, f"cannot reach the Kubernetes API at {self.endpoint}: {_reason(exc)}", sent=False
+            ) from None
+        except ApiException as exc:  # TLS failures surface as status 0
+            raise ApiStatusError(exc.status or 0, f"{self.endpoint}: {exc.reason}") from None
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"message": raw.decode("utf-8", "replace")[:200]}
+        return int(response.status), data
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        missing_ok: bool = False,
+    ) -> Any:
+        """One request; the body on success, ``None`` on 404 when ``missing_ok``, else the right error."""
+        status, data = self._request(method, path, query, body, content_type)
+        if 200 <= status < 300:
+            return data
+        if status == 404 and missing_ok:
+            return None
+        message = _message(data, status)
+        if status in _RETRYABLE:
+            raise TransientError(
+                status,
+                f"the API answered {status}: {message}",
+                sent=status != 429,
+                retry_after=_retry_after(data),
+            )
+        raise ApiStatusError(status, message)
+
+    # ----------------------------------------------------------------- primitives
+
+    def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._send("GET", res.object_path(name, namespace), missing_ok=True)
+        return result
+
+    def _list(
+        self, res: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None
+    ) -> list[dict[str, Any]]:
+        query = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        data = self._send("GET", res.collection_path(namespace), query)
+        return list(data.get("items") or [])
+
+    def _create(self, res: Resource, namespace: str | None, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("POST", res.collection_path(namespace), body=dict(manifest))
+        return result
+
+    def _replace(
+        self, res: Resource, name: str, namespace: str | None, manifest: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("PUT", res.object_path(name, namespace), body=dict(manifest))
+        return result
+
+    def _patch(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any],
+        strategic: bool = False,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        kind = "application/strategic-merge-patch+json" if strategic else "application/merge-patch+json"
+        result: dict[str, Any] = self._send(
+            "PATCH", res.object_path(name, namespace, subresource), body=dict(patch), content_type=kind
+        )
+        return result
+
+    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
+
+    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+        from steps.cluster.base import PODS
+
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        status, data = self._request("POST", PODS.object_path(name, namespace, "eviction"), body=body)
+        message = _message(data, status) if status >= 300 else ""
+        if 200 <= status < 300 or status == 404:
+            return status, message
+        if status == 429 and _disruption_budget(data):
+            return status, message
+        if status == 500 and "PodDisruptionBudget" in message:
+            return status, message
+        if status in _RETRYABLE:
+            raise TransientError(
+                status,
+                f"the API answered {status}: {message}",
+                sent=status != 429,
+                retry_after=_retry_after(data),
+            )
+        raise ApiStatusError(status, message)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _reason(exc: Exception) -> str:
+    reason = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    return text.split(": ", 1)[-1] if "Failed to establish" in text else text
+
+
+def _message(data: Any, status: int) -> str:
+    """The API's message from a Status body, with the first cause when it adds to it."""
+    if not isinstance(data, Mapping):
+        return f"HTTP {status}"
+    message = str(data.get("message") or data.get("reason") or f"HTTP {status}")
+    causes = (data.get("details") or {}).get("causes") or []
+    extra = [
+        str(c.get("message")) for c in causes if c.get("message") and str(c.get("message")) not in message
+    ]
+    return " ".join([message, *extra])
+
+
+def _disruption_budget(data: Any) -> bool:
+    causes = ((data or {}).get("details") or {}).get("causes") or [] if isinstance(data, Mapping) else []
+    return any(c.get("reason") == "DisruptionBudget" for c in causes) or "disruption budget" in _message(
+        data, 429
+    )
+
+
+def _retry_after(data: Any) -> float | None:
+    if isinstance(data, Mapping):
+        seconds = (data.get("details") or {}).get("retryAfterSeconds")
+        if isinstance(seconds, int | float):
+            return float(seconds)
+    return None

@@ -1,0 +1,99 @@
+"""Faults that can be injected into a simulated node, written as in ``sim:faults=node-17:slow-nic``.
+
+========================  ==============================================================================
+``slow-nic[=GBPS]``       the node's scale-out links give GBPS (default a quarter of nominal)
+``slow-nvlink[=GBPS@I]``  NVLink of GPU I (default every GPU) gives GBPS (default a quarter of nominal)
+``xid=N[@I]``             GPU I (default 0) reported XID N
+``failing-gpu[=I]``       GPU I (default 0) is unhealthy: the device plugin stops offering it
+``ecc=N[@I]``             GPU I (default 0) has N uncorrectable ECC errors
+``not-ready``             the kubelet stops posting ready status (Ready condition False)
+``api-errors=N``          the next N API requests about this node fail with HTTP 500
+``reading:NAME=VALUE``    any further figure another part models (kept in ``health.readings``)
+========================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import re
+
+from steps.cluster.port import GPU_RESOURCE, Condition
+from steps.cluster.sim.model import Fleet, NodeHealth
+from steps.errors import InputError
+
+__all__ = ["FAULT_KINDS", "apply_fault"]
+
+FAULT_KINDS = ("slow-nic", "slow-nvlink", "xid", "failing-gpu", "ecc", "not-ready", "api-errors", "reading")
+
+_FAULT = re.compile(
+    r"^(?P<kind>[a-z-]+)(?::(?P<name>[A-Za-z0-9_.-]+))?(?:=(?P<value>[0-9.]+))?(?:@(?P<gpu>\d+))?$"
+)
+
+
+def _gpu(health: NodeHealth, index: int, node: str, fault: str) -> int:
+    if not 0 <= index < len(health.gpus):
+        raise InputError(f"fault {fault!r} on {node}: the node has GPUs 0..{len(health.gpus) - 1}")
+    return index
+
+
+def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
+    """Inject one fault into ``node``.
+
+    Raises:
+        InputError: the node does not exist, or the fault is not one of :data:`FAULT_KINDS` or is malformed.
+    """
+    if node not in fleet.nodes:
+        raise InputError(f"fault {fault!r}: node {node!r} is not in the fleet")
+    match = _FAULT.match(fault.strip())
+    kind = match.group("kind") if match else ""
+    if not match or kind not in FAULT_KINDS:
+        raise InputError(
+            f"fault {fault!r} on {node}: expected one of {', '.join(FAULT_KINDS)} (see sim docs)"
+        )
+    value, name = match.group("value"), match.group("name")
+    gpu = int(match.group("gpu")) if match.group("gpu") else None
+    health = fleet.health[node]
+    state = fleet.nodes[node]
+    needs_value = kind in ("xid", "ecc", "api-errors", "reading")
+    if needs_value and value is None:
+        raise InputError(f"fault {fault!r} on {node}: {kind} needs a value ({kind}=N)")
+    if (kind == "reading") != (name is not None):
+        raise InputError(f"fault {fault!r} on {node}: only reading takes a name (reading:NAME=VALUE)")
+    if kind == "slow-nic":
+        health.link_gbps = float(value) if value else health.nominal_link_gbps / 4
+    elif kind == "slow-nvlink":
+        targets = [_gpu(health, gpu, node, fault)] if gpu is not None else range(len(health.gpus))
+        for index in targets:
+            nominal = health.gpus[index].nvlink_gbps
+            health.gpus[index].nvlink_gbps = float(value) if value else nominal / 4
+    elif kind == "xid":
+        health.gpus[_gpu(health, gpu or 0, node, fault)].xids.append(int(float(str(value))))
+    elif kind == "ecc":
+        health.gpus[_gpu(health, gpu or 0, node, fault)].ecc_uncorrectable += int(float(str(value)))
+    elif kind == "failing-gpu":
+        index = _gpu(health, int(float(value)) if value else (gpu or 0), node, fault)
+        if health.gpus[index].healthy:
+            health.gpus[index].healthy = False
+            offered = int(state.allocatable.get(GPU_RESOURCE, "0"))
+            state.allocatable[GPU_RESOURCE] = str(max(0, offered - 1))
+    elif kind == "not-ready":
+        health.ready = False
+        state.conditions = [
+            Condition(
+                type="Ready",
+                status="False",
+                reason="KubeletNotReady",
+                message="container runtime is down",
+                last_transition_time=c.last_transition_time,
+                last_heartbeat_time=c.last_heartbeat_time,
+            )
+            if c.type == "Ready"
+            else c
+            for c in state.conditions
+        ]
+    elif kind == "api-errors":
+        fleet.api.node_errors[node] = fleet.api.node_errors.get(node, 0) + int(float(str(value)))
+    else:  # reading
+        health.readings[str(name)] = float(str(value))
+    if kind != "api-errors":
+        state.resource_version = fleet.next_revision()
+    health.faults.append(fault.strip())

@@ -1,0 +1,210 @@
+"""State of a simulated fleet: nodes, their health, pods, budgets, other objects, API faults, the call log.
+
+The health model is what the readiness and sentinel parts read to decide what a measurement on a
+simulated node shows: the bandwidth of its links, each GPU's XIDs, ECC errors and health, and free
+``readings`` for any further figure a later part needs to model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from steps.cluster.port import Node, Pod
+
+__all__ = ["ApiFaults", "CallRecord", "Fleet", "GpuHealth", "NodeHealth", "Pdb", "object_key", "owner_key"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuHealth(_Model):
+    """What NVML would report for one GPU."""
+
+    index: int
+    uuid: str
+    healthy: bool = True
+    xids: list[int] = Field(default_factory=list)
+    ecc_uncorrectable: int = 0
+    temperature_c: float = 42.0
+    nvlink_gbps: float = 0.0
+
+
+class NodeHealth(_Model):
+    """The physical truth about a simulated node, which the Kubernetes objects may not show.
+
+    Attributes:
+        ready: whether the kubelet is up (``False`` also turns the node's Ready condition False).
+        link_gbps: bandwidth of the node's scale-out links, all NICs together, in Gbit/s.
+        nominal_link_gbps: what the links should give.
+        gpus: one entry per GPU.
+        faults: the faults injected so far, as written (``slow-nic``, ``xid=79@3``...).
+        readings: further named figures (``reading:NAME=VALUE`` faults set them).
+    """
+
+    ready: bool = True
+    link_gbps: float
+    nominal_link_gbps: float
+    gpus: list[GpuHealth] = Field(default_factory=list)
+    faults: list[str] = Field(default_factory=list)
+    readings: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """No fault of any kind."""
+        return not self.faults
+
+
+class Pdb(_Model):
+    """A PodDisruptionBudget (``matchLabels`` selectors only)."""
+
+    name: str
+    namespace: str
+    match_labels: dict[str, str]
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+    def selects(self, pod: Pod) -> bool:
+        """Whether the budget covers the pod."""
+        return pod.namespace == self.namespace and all(
+            pod.labels.get(k) == v for k, v in self.match_labels.items()
+        )
+
+    def desired_healthy(self, expected: int) -> int:
+        """Healthy pods the budget insists on, out of ``expected`` (percentages round up, as the API does)."""
+
+        def scaled(value: int | str) -> int:
+            if isinstance(value, str) and value.endswith("%"):
+                return math.ceil(expected * int(value[:-1]) / 100)
+            return int(value)
+
+        if self.min_available is not None:
+            return scaled(self.min_available)
+        if self.max_unavailable is not None:
+            return max(0, expected - scaled(self.max_unavailable))
+        return expected
+
+    @classmethod
+    def from_manifest(cls, data: dict[str, Any]) -> Pdb:
+        """Read a policy/v1 PodDisruptionBudget."""
+        meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+        return cls(
+            name=meta["name"],
+            namespace=meta.get("namespace") or "default",
+            match_labels=dict((spec.get("selector") or {}).get("matchLabels") or {}),
+            min_available=spec.get("minAvailable"),
+            max_unavailable=spec.get("maxUnavailable"),
+        )
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The budget as the API writes it."""
+        spec: dict[str, Any] = {"selector": {"matchLabels": dict(self.match_labels)}}
+        if self.min_available is not None:
+            spec["minAvailable"] = self.min_available
+        if self.max_unavailable is not None:
+            spec["maxUnavailable"] = self.max_unavailable
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
+        }
+
+
+class ApiFaults(_Model):
+    """Misbehaviour of the simulated API server.
+
+    Attributes:
+        errors: the next N requests fail with HTTP 500.
+        node_errors: per node, the next N requests about that node fail with HTTP 500.
+        conflicts: the next N writes that carry a ``resourceVersion`` find the object changed (409).
+        latency_ms: every request takes this long.
+        forbidden: ``"VERB RESOURCE"`` pairs RBAC refuses (403), e.g. ``"patch nodes"``,
+            ``"create pods/eviction"``; ``*`` as the verb refuses every verb.
+    """
+
+    errors: int = 0
+    node_errors: dict[str, int] = Field(default_factory=dict)
+    conflicts: int = 0
+    latency_ms: int = 0
+    forbidden: list[str] = Field(default_factory=list)
+
+
+class CallRecord(_Model):
+    """One port call on the simulated fleet, or one request the simulated API failed."""
+
+    seq: int
+    method: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None
+
+
+def object_key(api_version: str, kind: str, namespace: str | None, name: str) -> str:
+    """Key of a stored object in :attr:`Fleet.objects`."""
+    return f"{api_version}|{kind}|{namespace or ''}|{name}"
+
+
+def owner_key(pod: Pod) -> str:
+    """Key of a pod's controller in :attr:`Fleet.owner_next`."""
+    return f"{pod.owner_kind}/{pod.namespace}/{pod.owner_name}"
+
+
+class Fleet(_Model):
+    """The whole simulated cluster. Persisted as JSON for ``state:PATH`` fleets.
+
+    Attributes:
+        spec: the spec the fleet was built from, for reports.
+        revision: the last ``resourceVersion`` handed out.
+        nodes: by name.
+        health: by node name.
+        pods: by ``namespace/name``.
+        pdbs: by ``namespace/name``.
+        objects: every other object (ConfigMaps, Leases, Events, Secrets...) by :func:`object_key`.
+        owner_next: per controller, the index its next pod gets (``-N`` suffix).
+        api: injected API misbehaviour.
+        log: the call log, oldest first; at most ``log_limit`` entries are kept.
+        dropped_calls: entries dropped from the front of the log.
+    """
+
+    spec: str = ""
+    revision: int = 0
+    nodes: dict[str, Node] = Field(default_factory=dict)
+    health: dict[str, NodeHealth] = Field(default_factory=dict)
+    pods: dict[str, Pod] = Field(default_factory=dict)
+    pdbs: dict[str, Pdb] = Field(default_factory=dict)
+    objects: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    owner_next: dict[str, int] = Field(default_factory=dict)
+    api: ApiFaults = Field(default_factory=ApiFaults)
+    log: list[CallRecord] = Field(default_factory=list)
+    dropped_calls: int = 0
+    log_limit: int = 20000
+
+    def next_revision(self) -> str:
+        """A fresh ``resourceVersion``."""
+        self.revision += 1
+        return str(self.revision)
+
+    def append_log(self, record: CallRecord) -> None:
+        """Add a call to the log, dropping the oldest beyond ``log_limit``."""
+        self.log.append(record)
+        if len(self.log) > self.log_limit:
+            drop = len(self.log) - self.log_limit
+            del self.log[:drop]
+            self.dropped_calls += drop
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every object of the fleet as the API would show it: nodes, pods, budgets, the rest."""
+        return (
+            [n.to_manifest() for _, n in sorted(self.nodes.items())]
+            + [p.to_manifest() for _, p in sorted(self.pods.items())]
+            + [b.to_manifest() for _, b in sorted(self.pdbs.items())]
+            + [dict(o) for _, o in sorted(self.objects.items())]
+        )
+
+    def next_seq(self) -> int:
+        """Sequence number for the next log entry."""
+        return self.dropped_calls + len(self.log) + 1

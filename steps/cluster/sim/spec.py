@@ -1,0 +1,318 @@
+"""What a simulated fleet looks like: the short ``sim:`` spec, the YAML file form, and the build.
+
+Short spec (``--cluster sim:...``), comma-separated ``key=value``:
+
+``nodes=64,gpu=h100,racks=8,blocks=2,faults=node-17:slow-nic;node-40:xid=79,api-errors=3``
+
+Keys (``-`` and ``_`` are the same): ``nodes``, ``gpu`` (a100, h100, h200, b200, gb200),
+``gpus`` (per node, default the model's count), ``racks``, ``blocks``, ``prefix`` (``node-``),
+``width`` (digits of the node number), ``workloads`` (true/false: the sample pods and budgets),
+``kubelet``, ``os``, ``kernel``, ``runtime``, ``faults`` (``NODE:FAULT`` separated by ``;``, see
+:mod:`steps.cluster.sim.faults`), ``cordoned`` (nodes cordoned before dsx came, ``;``-separated),
+``api-errors``, ``api-conflicts``, ``api-latency-ms``, ``forbid`` (``VERB RESOURCE`` pairs,
+``;``-separated, e.g. ``patch nodes;create pods/eviction``).
+
+The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults.
+
+Nodes are named ``PREFIX`` + the zero-padded number; node ``i`` of ``n`` sits in rack
+``i * racks // n`` (label ``topology.dsx.dev/rack=rack-RR``) and racks are grouped evenly into blocks
+(``topology.dsx.dev/block=block-BB``).
+
+Sample workloads (``workloads=true``): DaemonSets ``nvidia-device-plugin-daemonset`` and
+``nvidia-dcgm-exporter`` (namespace ``gpu-operator``) on every node; ReplicaSet ``inference-5d8f7c``
+(3 pods, namespace ``serving``, budget ``maxUnavailable: 1``); ReplicaSet ``gateway-7f6d5b`` (2 pods,
+budget ``minAvailable: 2``, which blocks every eviction); Job ``pretrain-llama`` (4 pods, namespace
+``research``); a bare pod ``debug-shell`` (namespace ``default``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from steps.cluster import vocabulary as vocab
+from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
+from steps.cluster.sim.faults import apply_fault
+from steps.cluster.sim.gpus import GPU_MODELS, gpu_model
+from steps.cluster.sim.model import Fleet, GpuHealth, NodeHealth, Pdb, owner_key
+from steps.errors import InputError
+
+__all__ = ["FleetSpec", "build_fleet", "load_spec_file", "parse_short_spec"]
+
+_EPOCH = "2025-01-06T08:00:00Z"
+
+
+class FleetSpec(BaseModel):
+    """The parameters of a simulated fleet (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    nodes: int = Field(8, ge=1, le=20000)
+    gpu: str = "h100"
+    gpus: int | None = Field(None, ge=0, le=64)
+    racks: int = Field(1, ge=1)
+    blocks: int = Field(1, ge=1)
+    prefix: str = "node-"
+    width: int | None = Field(None, ge=1, le=8)
+    workloads: bool = True
+    kubelet: str = "v1.31.4"
+    os: str = "Ubuntu 22.04.5 LTS"
+    kernel: str = "5.15.0-130-generic"
+    runtime: str = "containerd://1.7.24"
+    faults: dict[str, list[str]] = Field(default_factory=dict)
+    cordoned: list[str] = Field(default_factory=list)
+    api_errors: int = Field(0, ge=0, alias="api-errors")
+    api_conflicts: int = Field(0, ge=0, alias="api-conflicts")
+    api_latency_ms: int = Field(0, ge=0, alias="api-latency-ms")
+    forbid: list[str] = Field(default_factory=list)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if value.lower() not in GPU_MODELS:
+            raise ValueError(f"unknown GPU {value!r}: choose one of {', '.join(sorted(GPU_MODELS))}")
+        return value.lower()
+
+    @field_validator("faults", mode="before")
+    @classmethod
+    def _faults(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return _parse_faults(value)
+        if isinstance(value, dict):
+            return {str(k): [v] if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("cordoned", "forbid", mode="before")
+    @classmethod
+    def _semicolons(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(";") if v.strip()]
+        return value
+
+    def node_names(self) -> list[str]:
+        """Every node name, in order."""
+        width = self.width or max(2, len(str(self.nodes - 1)))
+        return [f"{self.prefix}{i:0{width}d}" for i in range(self.nodes)]
+
+
+def _parse_faults(text: str) -> dict[str, list[str]]:
+    faults: dict[str, list[str]] = {}
+    for item in (t.strip() for t in text.split(";")):
+        if not item:
+            continue
+        node, sep, fault = item.partition(":")
+        if not sep or not node or not fault:
+            raise ValueError(f"fault {item!r} is not NODE:FAULT")
+        faults.setdefault(node, []).append(fault)
+    return faults
+
+
+def _spec_error(where: str, exc: ValidationError) -> InputError:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg'].removeprefix('Value error, ')}"
+        for e in exc.errors()
+    )
+    return InputError(f"{where}: {problems}")
+
+
+def parse_short_spec(text: str) -> FleetSpec:
+    """Read ``key=value,...`` (the part after ``sim:``).
+
+    Raises:
+        InputError: an unknown key, a bad value, or a term that is not ``key=value``.
+    """
+    values: dict[str, Any] = {}
+    for term in (t.strip() for t in text.split(",")):
+        if not term:
+            continue
+        key, sep, value = term.partition("=")
+        key = key.strip().replace("_", "-")
+        if not sep:
+            raise InputError(f"sim:{text}: {term!r} is not key=value")
+        field = key.replace("-", "_")
+        if field not in FleetSpec.model_fields:
+            known = ", ".join(sorted(f.replace("_", "-") for f in FleetSpec.model_fields))
+            raise InputError(f"sim:{text}: unknown key {key!r} (known: {known})")
+        values[field] = value.strip()
+    try:
+        return FleetSpec.model_validate(values)
+    except ValidationError as exc:
+        raise _spec_error(f"sim:{text}", exc) from None
+
+
+def load_spec_file(path: Path) -> FleetSpec:
+    """Read a fleet YAML file.
+
+    Raises:
+        InputError: the file is missing, is not YAML, or holds a bad value (with file and line).
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the fleet file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}:1: a fleet file is a mapping of keys (nodes, gpu, racks...)")
+    lines: dict[str, int] = {}
+    if isinstance(root, yaml.MappingNode):
+        for key_node, _ in root.value:
+            lines[str(key_node.value).replace("-", "_")] = key_node.start_mark.line + 1
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - set(FleetSpec.model_fields))
+    if unknown:
+        raise InputError(f"{path}:{lines.get(unknown[0], 1)}: unknown key {unknown[0]!r}")
+    try:
+        return FleetSpec.model_validate(data)
+    except ValidationError as exc:
+        first = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        raise _spec_error(f"{path}:{lines.get(first, 1)}", exc) from None
+
+
+def _gpu_uuid(node: str, index: int) -> str:
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}.gpu{index}.sim.dsx.dev"))
+
+
+def _place(slot: int, count: int, nodes: int, offset: int) -> int:
+    return (slot * nodes // count + offset) % nodes
+
+
+def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
+    """Build the fleet a spec describes (deterministic: the same spec gives the same fleet).
+
+    Raises:
+        InputError: a fault or a cordoned node names a node that is not in the fleet, or a fault is malformed.
+    """
+    model = gpu_model(spec.gpu)
+    count = model.count if spec.gpus is None else spec.gpus
+    names = spec.node_names()
+    fleet = Fleet(spec=text or spec.model_dump_json(exclude_defaults=True))
+    racks_per_block = -(-spec.racks // spec.blocks)
+    for i, name in enumerate(names):
+        rack = i * spec.racks // spec.nodes
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": model.arch,
+            "node.kubernetes.io/instance-type": f"dgx-{model.key}",
+            vocab.LABEL_RACK: f"rack-{rack:02d}",
+            vocab.LABEL_BLOCK: f"block-{rack // racks_per_block:02d}",
+            **(model.labels(count) if count else {}),
+        }
+        resources = {
+            "cpu": str(model.cpu),
+            "memory": f"{model.memory_gib}Gi",
+            "ephemeral-storage": "3840Gi",
+            "pods": "110",
+        }
+        if count:
+            resources[GPU_RESOURCE] = str(count)
+        allocatable = dict(resources, cpu=str(model.cpu - 4), memory=f"{model.memory_gib - 16}Gi")
+        conditions = [
+            Condition(
+                type=t, status=s, reason=r, message=m, last_transition_time=_EPOCH, last_heartbeat_time=_EPOCH
+            )
+            for t, s, r, m in (
+                (
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            )
+        ]
+        fleet.nodes[name] = Node(
+            name=name,
+            labels=labels,
+            unschedulable=name in spec.cordoned,
+            conditions=conditions,
+            capacity=resources,
+            allocatable=allocatable,
+            node_info=NodeInfo(
+                os_image=spec.os,
+                kernel_version=spec.kernel,
+                kubelet_version=spec.kubelet,
+                container_runtime_version=spec.runtime,
+                architecture=model.arch,
+            ),
+            resource_version=fleet.next_revision(),
+        )
+        fleet.health[name] = NodeHealth(
+            link_gbps=model.link_gbps,
+            nominal_link_gbps=model.link_gbps,
+            gpus=[
+                GpuHealth(index=g, uuid=_gpu_uuid(name, g), nvlink_gbps=model.nvlink_gbps)
+                for g in range(count)
+            ],
+        )
+    for name in spec.cordoned:
+        if name not in fleet.nodes:
+            raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
+    if spec.workloads:
+        _add_workloads(fleet, names)
+    for node, faults in sorted(spec.faults.items()):
+        for fault in faults:
+            apply_fault(fleet, node, fault)
+    fleet.api.errors = spec.api_errors
+    fleet.api.conflicts = spec.api_conflicts
+    fleet.api.latency_ms = spec.api_latency_ms
+    fleet.api.forbidden = list(spec.forbid)
+    return fleet
+
+
+def _add_workloads(fleet: Fleet, names: list[str]) -> None:
+    n = len(names)
+
+    def add(pod: Pod) -> None:
+        fleet.pods[pod.ref] = pod
+        if pod.owner_kind:
+            key = owner_key(pod)
+            fleet.owner_next[key] = fleet.owner_next.get(key, 0) + 1
+
+    for ds in ("nvidia-device-plugin-daemonset", "nvidia-dcgm-exporter"):
+        for i, node in enumerate(names):
+            add(
+                Pod(
+                    name=f"{ds}-{i}",
+                    namespace="gpu-operator",
+                    node=node,
+                    owner_kind="DaemonSet",
+                    owner_name=ds,
+                    labels={"app": ds},
+                )
+            )
+    workloads = (
+        ("ReplicaSet", "inference-5d8f7c", "serving", {"app": "inference"}, 3, 0),
+        ("ReplicaSet", "gateway-7f6d5b", "serving", {"app": "gateway"}, 2, 1),
+        ("Job", "pretrain-llama", "research", {"job-name": "pretrain-llama"}, 4, 2),
+    )
+    for kind, owner, namespace, labels, replicas, offset in workloads:
+        for k in range(replicas):
+            add(
+                Pod(
+                    name=f"{owner}-{k}",
+                    namespace=namespace,
+                    node=names[_place(k, replicas, n, offset)],
+                    owner_kind=kind,
+                    owner_name=owner,
+                    labels=dict(labels),
+                )
+            )
+    add(Pod(name="debug-shell", namespace="default", node=names[1 % n], labels={"run": "debug-shell"}))
+    for pdb in (
+        Pdb(name="inference", namespace="serving", match_labels={"app": "inference"}, max_unavailable=1),
+        Pdb(name="gateway", namespace="serving", match_labels={"app": "gateway"}, min_available=2),
+    ):
+        fleet.pdbs[f"{pdb.namespace}/{pdb.name}"] = pdb

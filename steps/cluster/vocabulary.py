@@ -1,0 +1,102 @@
+"""The node vocabulary of dsx: every label, taint, annotation and condition name under ``dsx.dev/``.
+
+This module is the one place these names are spelled. Readiness writes the certification label,
+sentinel writes the state label, the taint and the cordon annotations, and both read the opt-out label.
+
+Labels on a node:
+
+- ``dsx.dev/certification``: ``passed``, ``failed`` or ``pending`` (the readiness verdict).
+- ``dsx.dev/state``: ``quarantined``, ``draining``, ``awaiting-repair``, ``recertifying`` or
+  ``escalated`` (where the node is in remediation; absent when the node is in service).
+- ``dsx.dev/managed=false``: the operator opts the node out; dsx observes it but never acts on it.
+
+Taint: ``dsx.dev/unhealthy`` with effect ``NoSchedule``, put on at once when a fatal fault is seen.
+
+Annotations written by :meth:`steps.cluster.port.ClusterPort.cordon`:
+
+- ``dsx.dev/cordoned-by``: who cordoned the node through dsx (``dsx`` or a person's name).
+- ``dsx.dev/cordon-reason``: why, in one line.
+- ``dsx.dev/cordoned-before-dsx``: ``true`` when the node was already cordoned before dsx cordoned
+  it, so that dsx never uncordons a node someone else took out of service.
+
+Topology labels set by the simulated fleet (and expected on real nodes where the operator labels racks):
+``topology.dsx.dev/rack`` and ``topology.dsx.dev/block`` (a block is a group of racks under one
+spine switch).
+
+Node conditions are named after the problem the check looks for, and ``status=True`` means the problem
+is present, as with node-problem-detector (``DsxGpuXid``, ``DsxGpuFailed``, ``DsxNicDegraded``...).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+__all__ = [
+    "ANNOTATION_CORDONED_BEFORE",
+    "ANNOTATION_CORDONED_BY",
+    "ANNOTATION_CORDON_REASON",
+    "CONDITION_GPU_FAILED",
+    "CONDITION_GPU_XID",
+    "CONDITION_NIC_DEGRADED",
+    "CONDITION_NOT_CERTIFIED",
+    "CORDON_ANNOTATIONS",
+    "LABEL_BLOCK",
+    "LABEL_CERTIFICATION",
+    "LABEL_MANAGED",
+    "LABEL_RACK",
+    "LABEL_STATE",
+    "MANAGED_FALSE",
+    "PREFIX",
+    "TAINT_UNHEALTHY",
+    "TAINT_UNHEALTHY_EFFECT",
+    "Certification",
+    "NodeState",
+    "is_managed",
+]
+
+PREFIX: Final = "dsx.dev/"
+
+LABEL_CERTIFICATION: Final = "dsx.dev/certification"
+LABEL_STATE: Final = "dsx.dev/state"
+LABEL_MANAGED: Final = "dsx.dev/managed"
+MANAGED_FALSE: Final = "false"
+
+LABEL_RACK: Final = "topology.dsx.dev/rack"
+LABEL_BLOCK: Final = "topology.dsx.dev/block"
+
+TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
+TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
+
+ANNOTATION_CORDONED_BY: Final = "dsx.dev/cordoned-by"
+ANNOTATION_CORDON_REASON: Final = "dsx.dev/cordon-reason"
+ANNOTATION_CORDONED_BEFORE: Final = "dsx.dev/cordoned-before-dsx"
+CORDON_ANNOTATIONS: Final = (ANNOTATION_CORDONED_BY, ANNOTATION_CORDON_REASON, ANNOTATION_CORDONED_BEFORE)
+
+CONDITION_GPU_XID: Final = "DsxGpuXid"
+CONDITION_GPU_FAILED: Final = "DsxGpuFailed"
+CONDITION_NIC_DEGRADED: Final = "DsxNicDegraded"
+CONDITION_NOT_CERTIFIED: Final = "DsxNotCertified"
+
+
+class Certification(enum.StrEnum):
+    """Values of the ``dsx.dev/certification`` label."""
+
+    passed = "passed"
+    failed = "failed"
+    pending = "pending"
+
+
+class NodeState(enum.StrEnum):
+    """Values of the ``dsx.dev/state`` label, in the order remediation moves through them."""
+
+    quarantined = "quarantined"
+    draining = "draining"
+    awaiting_repair = "awaiting-repair"
+    recertifying = "recertifying"
+    escalated = "escalated"
+
+
+def is_managed(labels: dict[str, str]) -> bool:
+    """Whether dsx may act on a node with these labels (``dsx.dev/managed=false`` opts it out)."""
+    return labels.get(LABEL_MANAGED, "").lower() != MANAGED_FALSE

@@ -1,0 +1,114 @@
+"""The two adapters side by side, built on the same simulated fleet, with the same fault controls."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import RetryPolicy, load_fleet
+from steps.cluster.base import PortBase
+from steps.cluster.kube import KubeCluster, load_api_client
+from steps.cluster.sim import MemoryStore, SimCluster
+from steps.cluster.sim.model import Fleet
+from tests.k8s_emulator import Emulator, write_kubeconfig
+
+FLEET = "sim:nodes=6,gpu=h100,racks=2"
+FAST = RetryPolicy(attempts=6, base_delay=0.0, max_delay=0.0, jitter=0.0)
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)
+
+
+@dataclass
+class Backend:
+    """A port and the levers a test pulls on the server behind it."""
+
+    kind: str
+    port: PortBase
+    clock: Clock
+    new_port: Callable[[], PortBase]
+    inject_errors: Callable[[int], None]
+    inject_conflicts: Callable[[int], None]
+    forbid: Callable[[str, str], None]
+    injected: Callable[[], int]
+
+
+def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Backend:
+    emulator.seed(fleet.manifests())
+    config = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
+
+    def new_port() -> PortBase:
+        api_client, _ = load_api_client(str(config))
+        return KubeCluster(api_client, retry=FAST, clock=clock)
+
+    return Backend(
+        kind="kube",
+        port=new_port(),
+        clock=clock,
+        new_port=new_port,
+        inject_errors=lambda n: emulator.fail(n, 500),
+        inject_conflicts=emulator.conflict,
+        forbid=emulator.forbid,
+        injected=lambda: sum(1 for r in emulator.requests if r.status in (409, 500)),
+    )
+
+
+def _sim(fleet: Fleet, clock: Clock) -> Backend:
+    store = MemoryStore(fleet)
+    port = SimCluster(store, retry=FAST, clock=clock)
+
+    def forbid(verb: str, resource: str) -> None:
+        port.inject_api(forbid=[*port.fleet().api.forbidden, f"{verb} {resource}"])
+
+    return Backend(
+        kind="sim",
+        port=port,
+        clock=clock,
+        new_port=lambda: SimCluster(store, retry=FAST, clock=clock),
+        inject_errors=lambda n: port.inject_api(errors=n),
+        inject_conflicts=lambda n: port.inject_api(conflicts=n),
+        forbid=forbid,
+        injected=lambda: sum(1 for r in port.calls() if r.method.startswith("api:")),
+    )
+
+
+@pytest.fixture(params=["kube", "sim"])
+def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Backend]]:
+    """Builds backends of the parametrized kind on a fresh copy of a fleet (default :data:`FLEET`)."""
+    emulators: list[Emulator] = []
+
+    def make(spec: str = FLEET) -> Backend:
+        fleet = load_fleet(spec)
+        clock = Clock()
+        if request.param == "sim":
+            return _sim(fleet, clock)
+        emulator = Emulator()
+        emulator.start()
+        emulators.append(emulator)
+        folder = tmp_path / f"kube{len(emulators)}"
+        folder.mkdir()
+        return _kube(fleet, folder, emulator, clock)
+
+    yield make
+    for emulator in emulators:
+        emulator.stop()
+
+
+@pytest.fixture
+def backend(make_backend: Callable[..., Backend]) -> Backend:
+    """One backend on the default fleet."""
+    return make_backend()

@@ -1,0 +1,43 @@
+"""Choosing the cluster: ``--cluster`` specs, ``DSX_CLUSTER``, and what is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import ClusterConfigError, ClusterPort, connect
+from steps.cluster.sim import SimCluster
+
+
+def test_environment_names_the_cluster_when_no_spec_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSX_CLUSTER", "sim:nodes=3,gpu=a100")
+    port = connect()
+    assert isinstance(port, SimCluster)
+    assert isinstance(port, ClusterPort)
+    assert port.endpoint == "sim:nodes=3,gpu=a100"
+    assert [n.gpu_product for n in port.list_nodes()] == ["NVIDIA-A100-SXM4-80GB"] * 3
+
+
+def test_plain_sim_gives_the_default_fleet() -> None:
+    assert len(connect("sim:").list_nodes()) == 8
+
+
+@pytest.mark.parametrize("spec", ["kubernetes", "sim:fleet.json", "cluster.txt"])
+def test_unknown_spec_forms_are_refused_with_the_accepted_ones(spec: str) -> None:
+    with pytest.raises(ClusterConfigError, match="expected sim:KEY=VALUE"):
+        connect(spec)
+
+
+def test_kubeconfig_options_do_not_apply_to_a_simulated_fleet() -> None:
+    with pytest.raises(ClusterConfigError, match="--kubeconfig and --context apply to a real cluster"):
+        connect("sim:nodes=2", kubeconfig="some/config")
+
+
+def test_missing_fleet_state_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ClusterConfigError, match=r"fleet state .*gone.json does not exist"):
+        connect(f"state:{tmp_path / 'gone.json'}")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ClusterConfigError, match="is unreadable"):
+        connect(f"state:{broken}").list_nodes()

@@ -1,0 +1,117 @@
+"""Contract: pods, evictions under PodDisruptionBudgets, controllers that replace pods, events."""
+
+from __future__ import annotations
+
+import pytest
+
+from steps.cluster import Pod
+from steps.errors import InputError
+from tests.steps.cluster.conftest import Backend
+
+
+def _all_pods(backend: Backend) -> dict[str, Pod]:
+    return {p.ref: p for p in (Pod.from_manifest(o) for o in backend.port.list_objects("v1", "Pod"))}
+
+
+def test_contract_pods_on_a_node_with_their_owners(backend: Backend) -> None:
+    pods = backend.port.pods_on("node-01")
+    assert [p.ref for p in pods] == [
+        "default/debug-shell",
+        "gpu-operator/nvidia-dcgm-exporter-1",
+        "gpu-operator/nvidia-device-plugin-daemonset-1",
+        "serving/gateway-7f6d5b-0",
+    ]
+    owners = {p.name: (p.owner_kind, p.owner_name) for p in pods}
+    assert owners["debug-shell"] == ("", "")
+    assert owners["nvidia-dcgm-exporter-1"] == ("DaemonSet", "nvidia-dcgm-exporter")
+    assert owners["gateway-7f6d5b-0"] == ("ReplicaSet", "gateway-7f6d5b")
+    assert all(p.node == "node-01" and p.phase == "Running" for p in pods)
+    (job_pod,) = [p for p in backend.port.pods_on("node-03") if not p.daemonset]
+    assert (job_pod.name, job_pod.owner_kind, job_pod.owner_name) == (
+        "pretrain-llama-1",
+        "Job",
+        "pretrain-llama",
+    )
+    assert sum(p.daemonset for p in pods) == 2
+
+
+def test_contract_evicting_a_bare_pod_removes_it_for_good(backend: Backend) -> None:
+    port = backend.port
+    result = port.evict("default/debug-shell")
+    assert (result.pod, result.outcome) == ("default/debug-shell", "evicted")
+    assert "default/debug-shell" not in _all_pods(backend)
+    assert port.evict("default/debug-shell").outcome == "gone"
+    assert port.delete_pod("default/debug-shell") is False
+
+
+def test_contract_budget_allows_one_disruption_and_the_replica_set_replaces_the_pod(backend: Backend) -> None:
+    port = backend.port
+    port.cordon("node-00", "drain test")
+    (victim,) = [p for p in port.pods_on("node-00") if p.owner_name == "inference-5d8f7c"]
+    result = port.evict(victim, grace_seconds=30)
+    assert result.outcome == "evicted"
+    pods = _all_pods(backend)
+    assert victim.ref not in pods
+    replacement = pods["serving/inference-5d8f7c-3"]
+    assert replacement.owner_name == "inference-5d8f7c"
+    assert replacement.node not in ("node-00", "")  # never back on the cordoned node
+    assert replacement.phase == "Running"
+    # With the replacement running the budget allows the next disruption again.
+    assert port.evict("serving/inference-5d8f7c-1").outcome == "evicted"
+
+
+def test_contract_budget_that_allows_no_disruption_blocks_with_the_api_message(backend: Backend) -> None:
+    result = backend.port.evict("serving/gateway-7f6d5b-0")
+    assert result.outcome == "blocked"
+    assert result.message == (
+        "Cannot evict pod as it would violate the pod's disruption budget. "
+        "The disruption budget gateway needs 2 healthy pods and has 2 currently"
+    )
+    assert "serving/gateway-7f6d5b-0" in _all_pods(backend)
+
+
+def test_contract_two_budgets_on_one_pod_block_eviction(backend: Backend) -> None:
+    backend.port.create_object(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "inference-too", "namespace": "serving"},
+            "spec": {"selector": {"matchLabels": {"app": "inference"}}, "maxUnavailable": 1},
+        }
+    )
+    result = backend.port.evict("serving/inference-5d8f7c-0")
+    assert result.outcome == "blocked"
+    assert "more than one PodDisruptionBudget" in result.message
+
+
+def test_contract_daemonset_pod_comes_back_on_its_node(backend: Backend) -> None:
+    port = backend.port
+    assert port.evict("gpu-operator/nvidia-dcgm-exporter-2").outcome == "evicted"
+    again = [p for p in port.pods_on("node-02") if p.owner_name == "nvidia-dcgm-exporter"]
+    assert [(p.name, p.node) for p in again] == [("nvidia-dcgm-exporter-6", "node-02")]
+
+
+def test_contract_replacement_waits_pending_when_no_node_is_schedulable(backend: Backend) -> None:
+    port = backend.port
+    for node in port.list_nodes():
+        port.add_taint(node.name)
+    assert port.delete_pod("research/pretrain-llama-0") is True
+    pending = _all_pods(backend)["research/pretrain-llama-4"]
+    assert (pending.node, pending.phase) == ("", "Pending")
+
+
+def test_contract_events_are_recorded_about_the_node(backend: Backend) -> None:
+    port = backend.port
+    port.record_event("node-03", "DsxCordoned", "cordoned: xid 79", "Warning")
+    events = port.list_objects("v1", "Event", port.namespace)
+    assert len(events) == 1
+    event = events[0]
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "node-03"}
+    assert (event["reason"], event["message"], event["type"]) == (
+        "DsxCordoned",
+        "cordoned: xid 79",
+        "Warning",
+    )
+    assert event["firstTimestamp"] == "2025-03-01T12:00:00Z"
+    with pytest.raises(InputError, match="Normal or Warning"):
+        port.record_event("node-03", "X", "y", "Error")

@@ -1,0 +1,130 @@
+"""The kubernetes-client adapter against the emulated API server: configuration, HTTP, retries."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import (
+    ApiUnavailableError,
+    ClusterConfigError,
+    ForbiddenError,
+    RetryPolicy,
+    connect,
+    load_fleet,
+)
+from steps.cluster.kube import KubeCluster, load_api_client
+from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.steps.cluster.conftest import FAST
+
+
+@pytest.fixture
+def port(k8s_emulator: Emulator, kubeconfig: Path) -> KubeCluster:
+    k8s_emulator.seed(load_fleet("sim:nodes=4,gpu=b200").manifests())
+    result = connect("kube", kubeconfig=str(kubeconfig), retry=FAST)
+    assert isinstance(result, KubeCluster)
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_kubeconfig_and_context_are_honoured(k8s_emulator: Emulator, tmp_path: Path) -> None:
+    k8s_emulator.seed(load_fleet("sim:nodes=2").manifests())
+    config = write_kubeconfig(tmp_path / "config", k8s_emulator.url, context="lab")
+    port = connect("kube", kubeconfig=str(config), context="lab", retry=FAST)
+    assert port.endpoint == k8s_emulator.url
+    assert [n.name for n in port.list_nodes()] == ["node-00", "node-01"]
+    with pytest.raises(ClusterConfigError, match="context 'prod'"):
+        connect("kube", kubeconfig=str(config), context="prod")
+
+
+def test_kubeconfig_from_the_environment(
+    k8s_emulator: Emulator, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("DSX_NAMESPACE", "ops")
+    monkeypatch.delenv("DSX_CLUSTER", raising=False)
+    port = connect()
+    assert port.endpoint == k8s_emulator.url
+    assert port.namespace == "ops"
+
+
+def test_missing_kubeconfig_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ClusterConfigError) as caught:
+        connect("kube", kubeconfig=str(tmp_path / "nope"))
+    assert str(caught.value).startswith(f"connect: kubeconfig {tmp_path / 'nope'} does not exist")
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [")
+    with pytest.raises(ClusterConfigError, match="broken"):
+        connect("kube", kubeconfig=str(broken))
+
+
+def test_unreachable_api_is_retried_then_named(tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    config = write_kubeconfig(tmp_path / "config", f"http://127.0.0.1:{_free_port()}")
+    api_client, _ = load_api_client(str(config))
+    port = KubeCluster(
+        api_client, retry=RetryPolicy(attempts=3, base_delay=0.1, jitter=0.0, sleep=sleeps.append)
+    )
+    with pytest.raises(ApiUnavailableError) as caught:
+        port.get_node("node-00")
+    message = str(caught.value)
+    assert message.startswith("get_node node/node-00: cannot reach the Kubernetes API at http://127.0.0.1:")
+    assert "gave up after 3 tries" in message
+    assert sleeps == [0.1, 0.2]  # capped exponential backoff
+
+
+def test_backoff_is_capped_and_jittered() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=4.0, jitter=0.5)
+    for retry in range(8):
+        delay = policy.delay(retry)
+        assert min(4.0, 2.0**retry) * 0.5 <= delay <= min(4.0, 2.0**retry)
+    assert RetryPolicy(base_delay=0.1, max_delay=2.0, jitter=0.0).delay(0, retry_after=1.0) == 1.0
+
+
+def test_wrong_credentials_are_reported_as_unauthorized(k8s_emulator: Emulator, tmp_path: Path) -> None:
+    config = write_kubeconfig(tmp_path / "config", k8s_emulator.url, token="stale")
+    port = connect("kube", kubeconfig=str(config), retry=FAST)
+    with pytest.raises(ForbiddenError, match=r"^list_nodes nodes: unauthorized \(401\)"):
+        port.list_nodes()
+
+
+def test_slow_answer_times_out_and_is_retried(k8s_emulator: Emulator, kubeconfig: Path) -> None:
+    k8s_emulator.seed(load_fleet("sim:nodes=2").manifests())
+    api_client, _ = load_api_client(str(kubeconfig))
+    port = KubeCluster(api_client, retry=FAST, timeout=(1.0, 0.2))
+    k8s_emulator.slow(0.6, count=1, method="GET")
+    assert port.get_node("node-01").name == "node-01"
+    assert k8s_emulator.count("GET", "/api/v1/nodes/node-01") == 2
+
+
+def test_throttling_is_retried_but_a_budget_refusal_is_not(port: KubeCluster, k8s_emulator: Emulator) -> None:
+    k8s_emulator.fail(2, status=429)
+    assert len(port.list_nodes()) == 4
+    result = port.evict("serving/gateway-7f6d5b-0")
+    assert result.outcome == "blocked"
+    assert k8s_emulator.count("POST", "/eviction") == 1
+
+
+def test_requests_use_the_api_server_conventions(port: KubeCluster, k8s_emulator: Emulator) -> None:
+    port.set_labels("node-01", {"dsx.dev/certification": "passed"})
+    port.cordon("node-01", "x")
+    port.set_condition("node-01", "DsxNicDegraded", True, "SlowLink", "mlx5_0 at 100 Gb/s")
+    port.pods_on("node-01")
+    seen = [(r.method, r.path, r.content_type, r.query) for r in k8s_emulator.requests]
+    assert ("PATCH", "/api/v1/nodes/node-01", "application/merge-patch+json", {}) in seen
+    assert ("PATCH", "/api/v1/nodes/node-01/status", "application/strategic-merge-patch+json", {}) in seen
+    assert ("GET", "/api/v1/pods", "application/json", {"fieldSelector": "spec.nodeName=node-01"}) in seen
+
+
+def test_read_modify_write_sends_the_resource_version(port: KubeCluster, k8s_emulator: Emulator) -> None:
+    k8s_emulator.conflict(1)
+    port.add_taint("node-02")
+    statuses = [r.status for r in k8s_emulator.requests if r.method == "PATCH"]
+    assert statuses == [409, 200]  # the stale version was refused, the re-read one accepted

@@ -1,0 +1,206 @@
+"""The simulated fleet: specs, GPU labels, topology, faults, the call log, shared state files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import NotFoundError, connect, load_fleet, shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.sim import GPU_MODELS, SimCluster
+from steps.errors import InputError
+from tests.paths import REPO
+
+
+def _sim(spec: str) -> SimCluster:
+    port = connect(spec)
+    assert isinstance(port, SimCluster)
+    return port
+
+
+def test_short_spec_builds_named_racked_gpu_nodes() -> None:
+    port = _sim("sim:nodes=64,gpu=h100,racks=8,blocks=2")
+    nodes = port.list_nodes()
+    assert [n.name for n in nodes][:3] == ["node-00", "node-01", "node-02"]
+    assert nodes[-1].name == "node-63"
+    racks = [n.labels[vocab.LABEL_RACK] for n in nodes]
+    assert sorted(set(racks)) == [f"rack-{r:02d}" for r in range(8)]
+    assert racks.count("rack-03") == 8
+    assert {n.labels[vocab.LABEL_BLOCK] for n in nodes} == {"block-00", "block-01"}
+    assert (
+        nodes[0].labels[vocab.LABEL_BLOCK] == "block-00" and nodes[-1].labels[vocab.LABEL_BLOCK] == "block-01"
+    )
+    assert [n.name for n in _sim("sim:nodes=101").list_nodes()][-1] == "node-100"
+    assert _sim("sim:nodes=101").list_nodes()[0].name == "node-000"
+
+
+@pytest.mark.parametrize("key", sorted(GPU_MODELS))
+def test_gpu_models_carry_the_labels_gpu_feature_discovery_sets(key: str) -> None:
+    model = GPU_MODELS[key]
+    node = _sim(f"sim:nodes=2,gpu={key}").get_node("node-01")
+    assert node.labels["nvidia.com/gpu.product"] == model.product
+    assert node.labels["nvidia.com/gpu.count"] == str(model.count)
+    assert node.labels["nvidia.com/gpu.memory"] == str(model.memory_mib)
+    assert node.labels["nvidia.com/cuda.driver.major"] == model.driver.split(".")[0]
+    assert node.labels["nvidia.com/cuda.runtime.major"] == model.cuda.split(".")[0]
+    assert node.labels["kubernetes.io/arch"] == model.arch
+    assert node.gpu_count == model.count
+    assert node.capacity["nvidia.com/gpu"] == str(model.count)
+
+
+def test_spec_sets_versions_and_gpus_per_node() -> None:
+    node = _sim("sim:nodes=2,gpu=gb200,gpus=2,kubelet=v1.32.1,kernel=6.8.0-1015-nvidia").get_node("node-00")
+    assert node.gpu_count == 2 and node.labels["nvidia.com/gpu.count"] == "2"
+    assert node.node_info.kubelet_version == "v1.32.1"
+    assert node.node_info.kernel_version == "6.8.0-1015-nvidia"
+    assert node.node_info.os_image.startswith("Ubuntu")
+
+
+def test_faults_change_the_health_the_other_parts_read() -> None:
+    port = _sim(
+        "sim:nodes=8,gpu=h100,faults=node-01:slow-nic;node-02:xid=79@3;node-02:xid=48;"
+        "node-03:failing-gpu=5;node-04:not-ready;node-05:slow-nic=100;node-06:reading:pcie_gen=3;"
+        "node-07:slow-nvlink=50@2;node-07:ecc=4@1"
+    )
+    assert port.health("node-00").healthy
+    assert port.health("node-01").link_gbps == 800.0  # a quarter of 3200
+    assert port.health("node-05").link_gbps == 100.0
+    gpus = port.health("node-02").gpus
+    assert (gpus[3].xids, gpus[0].xids) == ([79], [48])
+    assert port.health("node-02").faults == ["xid=79@3", "xid=48"]
+    assert not port.health("node-03").gpus[5].healthy
+    assert port.get_node("node-03").gpu_count == 7  # the device plugin stops offering it
+    assert not port.get_node("node-04").ready and not port.health("node-04").ready
+    assert port.health("node-06").readings == {"pcie_gen": 3.0}
+    assert port.health("node-07").gpus[2].nvlink_gbps == 50.0
+    assert port.health("node-07").gpus[1].ecc_uncorrectable == 4
+    port.inject("node-00", "xid=94@1")
+    assert port.health("node-00").gpus[1].xids == [94]
+
+
+def test_node_scoped_api_errors_hit_only_that_node() -> None:
+    port = _sim("sim:nodes=4,faults=node-02:api-errors=2")
+    port.get_node("node-01")
+    port.get_node("node-02")  # retried past the two failures
+    failures = [c for c in port.calls() if c.method.startswith("api:")]
+    assert [(c.args["name"], c.error) for c in failures] == [
+        ("node-02", "injected 500 for node node-02"),
+        ("node-02", "injected 500 for node node-02"),
+    ]
+
+
+def test_cordoned_nodes_in_the_spec_were_cordoned_before_dsx() -> None:
+    port = _sim("sim:nodes=4,cordoned=node-01;node-03")
+    assert [n.name for n in port.list_nodes() if n.unschedulable] == ["node-01", "node-03"]
+    assert port.cordon("node-03", "x").annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("sim:nodes=4,colour=blue", "unknown key 'colour'"),
+        ("sim:nodes=4,gpu=v100", "unknown GPU 'v100'"),
+        ("sim:nodes=zero", "nodes"),
+        ("sim:nodes=4,faults=node-09:xid=79", "node 'node-09' is not in the fleet"),
+        ("sim:nodes=4,faults=node-01:melted", "expected one of slow-nic"),
+        ("sim:nodes=4,faults=node-01:xid", "xid needs a value"),
+        ("sim:nodes=4,faults=node-01:xid=79@9", "GPUs 0..7"),
+        ("sim:nodes=4,faults=xid=79", "is not NODE:FAULT"),
+        ("sim:nodes=4,racks", "is not key=value"),
+    ],
+)
+def test_bad_specs_are_input_errors_naming_the_problem(spec: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        connect(spec)
+
+
+def test_fleet_file_is_read_with_file_and_line_in_errors(tmp_path: Path) -> None:
+    good = tmp_path / "fleet.yaml"
+    good.write_text(
+        textwrap.dedent("""\
+        nodes: 4
+        gpu: h200
+        racks: 2
+        faults:
+          node-01: [slow-nic, xid=79]
+        api-errors: 1
+    """)
+    )
+    port = _sim(str(good))
+    assert port.get_node("node-00").gpu_product == "NVIDIA-H200"
+    assert port.health("node-01").faults == ["slow-nic", "xid=79"]
+    assert _sim(f"sim:{good}").list_nodes()[3].labels[vocab.LABEL_RACK] == "rack-01"
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes: 4\ngpu: h100\ncolour: blue\n")
+    with pytest.raises(InputError, match=r"bad.yaml:3: unknown key 'colour'"):
+        connect(str(bad))
+    bad.write_text("nodes: 4\nracks: many\n")
+    with pytest.raises(InputError, match=r"bad.yaml:2: racks"):
+        connect(str(bad))
+    bad.write_text("nodes: 4\nfaults: [\n")
+    with pytest.raises(InputError, match=r"bad.yaml:3: not valid YAML"):
+        connect(str(bad))
+    with pytest.raises(InputError, match="cannot read the fleet file"):
+        connect(str(tmp_path / "missing.yaml"))
+
+
+def test_the_same_spec_gives_the_same_fleet() -> None:
+    spec = "sim:nodes=16,gpu=b200,racks=4,faults=node-03:xid=79"
+    assert load_fleet(spec).model_dump_json() == load_fleet(spec).model_dump_json()
+
+
+def test_every_call_is_logged_with_arguments_and_result() -> None:
+    port = _sim("sim:nodes=4")
+    port.cordon("node-01", "xid 79", by="sentinel")
+    port.evict("serving/gateway-7f6d5b-0")
+    port.update_state("s", lambda d: {"a": "1"})
+    with pytest.raises(NotFoundError):
+        port.get_node("node-99")
+    calls = port.calls()
+    assert [c.method for c in calls] == ["cordon", "evict", "update_state", "get_node"]
+    assert calls[0].args == {"node": "node-01", "reason": "xid 79", "by": "sentinel"}
+    assert calls[0].result == {"node": "node-01", "unschedulable": True, "taints": []}
+    assert calls[1].result["outcome"] == "blocked"
+    assert calls[2].args == {"name": "s", "change": "<function>"}
+    assert calls[3].error is not None and calls[3].error.startswith("get_node node/node-99: not found")
+    assert [c.seq for c in calls] == [1, 2, 3, 4]
+
+
+def test_shareable_fleet_is_one_fleet_for_many_processes(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=8,gpu=h100", tmp_path)
+    assert spec == f"state:{tmp_path.resolve() / 'fleet.json'}"
+    assert shareable(spec, tmp_path / "other") == spec
+    assert shareable("kube", tmp_path) == "kube"
+    worker = textwrap.dedent("""\
+        import sys
+        from steps.cluster import connect, RetryPolicy
+        port = connect(sys.argv[1], retry=RetryPolicy(base_delay=0.0))
+        index = int(sys.argv[2])
+        port.cordon(f"node-0{index}", f"worker {index}")
+        for _ in range(10):
+            port.update_state("counter", lambda d: {"count": str(int(d.get("count", "0")) + 1)})
+    """)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", worker, spec, str(i)], cwd=REPO, stderr=subprocess.PIPE, text=True
+        )
+        for i in range(4)
+    ]
+    for proc in workers:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    port = connect(spec)
+    assert port.get_state("counter") == {"count": "40"}
+    assert [n.name for n in port.list_nodes() if n.unschedulable] == [
+        "node-00",
+        "node-01",
+        "node-02",
+        "node-03",
+    ]
+    assert isinstance(port, SimCluster)
+    assert sum(1 for c in port.calls() if c.method == "update_state") == 40

@@ -1,0 +1,143 @@
+"""``dsx cluster``: the operator's levers on nodes (list, cordon, uncordon, taint), through the same
+cluster port the workflows use, against a real cluster or a simulated fleet."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import typer
+
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+
+CLUSTER_OPTION = typer.Option(
+    None,
+    "--cluster",
+    help="kube (kubeconfig or in-cluster), sim:KEY=VALUE,... (a simulated fleet), a fleet .yaml file, "
+    "or state:PATH (a persisted fleet). Default: $DSX_CLUSTER, else kube.",
+)
+KUBECONFIG_OPTION = typer.Option(
+    None, "--kubeconfig", help="Kubeconfig file (default $KUBECONFIG, ~/.kube/config)."
+)
+CONTEXT_OPTION = typer.Option(None, "--context", help="Kubeconfig context (default the current one).")
+DEFAULT_TAINT = "dsx.dev/unhealthy:NoSchedule"
+
+
+def _port(cluster: str | None, kubeconfig: str | None, context: str | None) -> Any:
+    from steps.cluster import connect
+
+    return connect(cluster, kubeconfig, context)
+
+
+def _nodes_table(nodes: list[Any]) -> None:
+    from steps.cluster import vocabulary as vocab
+
+    rows = []
+    for node in nodes:
+        gpu = f"{node.gpu_count}x {node.gpu_product}" if node.gpu_product else "-"
+        rows.append(
+            [
+                node.name,
+                "Ready" if node.ready else "NotReady",
+                "no (cordoned)" if node.unschedulable else "yes",
+                gpu,
+                node.labels.get(vocab.LABEL_RACK, "-"),
+                node.labels.get(vocab.LABEL_CERTIFICATION, "-"),
+                node.labels.get(vocab.LABEL_STATE, "-") if node.managed else "unmanaged",
+                ", ".join(str(t) for t in node.taints) or "-",
+            ]
+        )
+    print_table(
+        None, ["node", "ready", "schedulable", "gpus", "rack", "certification", "state", "taints"], rows
+    )
+
+
+def _parse_taint(text: str) -> tuple[str, str, str, bool]:
+    """``key[=value]:Effect`` with an optional trailing ``-`` (remove): ``(key, value, effect, remove)``."""
+    from steps.errors import InputError
+
+    remove = text.endswith("-")
+    body = text[:-1] if remove else text
+    key_value, sep, effect = body.rpartition(":")
+    if not sep:
+        key_value, effect = body, "NoSchedule"
+    if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise InputError(f"taint {text!r}: the effect must be NoSchedule, PreferNoSchedule or NoExecute")
+    key, _, value = key_value.partition("=")
+    if not key:
+        raise InputError(f"taint {text!r}: expected KEY[=VALUE]:EFFECT")
+    return key, value, effect, remove
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``cluster`` command group."""
+    group = typer.Typer(
+        name="cluster",
+        help="List nodes and cordon, uncordon or taint them, on a real cluster or a simulated fleet.",
+        no_args_is_help=True,
+    )
+
+    @group.command("nodes")
+    def nodes_cmd(
+        selector: str | None = typer.Option(
+            None, "--selector", "-l", help="Label selector, e.g. topology.dsx.dev/rack=rack-01."
+        ),
+        cluster: str | None = CLUSTER_OPTION,
+        kubeconfig: str | None = KUBECONFIG_OPTION,
+        context: str | None = CONTEXT_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """List nodes with their GPUs, rack, certification, state and taints."""
+        found = _port(cluster, kubeconfig, context).list_nodes(selector)
+        emit(found, output, _nodes_table)
+
+    @group.command("cordon")
+    def cordon_cmd(
+        node: str = typer.Argument(..., help="Node name."),
+        reason: str = typer.Option("cordoned by hand", "--reason", help="Why, recorded on the node."),
+        by: str = typer.Option(
+            os.environ.get("USER") or "operator", "--by", help="Who, recorded on the node."
+        ),
+        cluster: str | None = CLUSTER_OPTION,
+        kubeconfig: str | None = KUBECONFIG_OPTION,
+        context: str | None = CONTEXT_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Mark a node unschedulable, recording who, why, and whether it was cordoned before."""
+        result = _port(cluster, kubeconfig, context).cordon(node, reason, by=by)
+        emit(result, output, lambda n: _nodes_table([n]))
+
+    @group.command("uncordon")
+    def uncordon_cmd(
+        node: str = typer.Argument(..., help="Node name."),
+        cluster: str | None = CLUSTER_OPTION,
+        kubeconfig: str | None = KUBECONFIG_OPTION,
+        context: str | None = CONTEXT_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Make a node schedulable again and clear dsx's cordon annotations."""
+        result = _port(cluster, kubeconfig, context).uncordon(node)
+        emit(result, output, lambda n: _nodes_table([n]))
+
+    @group.command("taint")
+    def taint_cmd(
+        node: str = typer.Argument(..., help="Node name."),
+        taint: str = typer.Argument(
+            DEFAULT_TAINT, help="KEY[=VALUE]:EFFECT; a trailing '-' removes it (as kubectl taint)."
+        ),
+        remove: bool = typer.Option(False, "--remove", help="Remove the taint instead of adding it."),
+        cluster: str | None = CLUSTER_OPTION,
+        kubeconfig: str | None = KUBECONFIG_OPTION,
+        context: str | None = CONTEXT_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Add a taint to a node (default dsx.dev/unhealthy:NoSchedule), or remove it."""
+        key, value, effect, trailing_dash = _parse_taint(taint)
+        port = _port(cluster, kubeconfig, context)
+        if remove or trailing_dash:
+            result = port.remove_taint(node, key, effect)
+        else:
+            result = port.add_taint(node, key, value, effect)
+        emit(result, output, lambda n: _nodes_table([n]))
+
+    app.add_typer(group, name="cluster")
