@@ -81,7 +81,14 @@ def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "container":
         return kind, " ".join(str(c) for c in [*(body.get("command") or []), *(body.get("args") or [])])
     if kind == "resource":
-        return kind, f"{body.get('action')} {(body.get('manifest') or '').split(chr(10))[0:1]}".strip()
+        import yaml
+
+        try:
+            manifest = yaml.safe_load(str(body.get("manifest") or "")) or {}
+        except yaml.YAMLError:
+            manifest = {}
+        target = f"{manifest.get('kind', '?')}/{(manifest.get('metadata') or {}).get('name', '?')}"
+        return kind, f"{body.get('action')} {target}"
     if kind == "dag":
         return kind, f"{len(body.get('tasks') or [])} tasks"
     if kind == "steps":
@@ -200,21 +207,27 @@ def run(
         cluster = _shareable(options.cluster, run_dir)
         engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
         outcome: dict[str, Any] = {}
+        finished = threading.Event()
 
         def work() -> None:
             try:
                 outcome["nodes"] = engine.run(entrypoint)
             except BaseException as exc:  # surfaced in the calling thread
                 outcome["error"] = exc
+            finally:
+                finished.set()
 
-        worker = threading.Thread(target=work, name="dsx-run", daemon=True)
-        worker.start()
+        threading.Thread(target=work, name="dsx-run", daemon=True).start()
         try:
-            while worker.is_alive():
-                worker.join(0.2)
-        except KeyboardInterrupt:
-            engine.stop.set()
-            worker.join()
+            try:
+                while not finished.wait(0.2):
+                    pass
+            except KeyboardInterrupt:
+                engine.stop.set()
+                while not finished.wait(0.2):
+                    pass
+        finally:
+            engine.kill_all()
         if "error" in outcome:
             raise outcome["error"]
         root, exit_node = outcome["nodes"]

@@ -191,7 +191,10 @@ class Engine:
         self.folders: set[str] = set()
         self.globals = self._globals()
         self.launcher = Launcher(self._preload())
+        if self.launcher.needed:
+            threading.Thread(target=self.launcher.warm, name="dsx-warm", daemon=True).start()
         self._port: Any = None
+        self.processes: set[Any] = set()
         self._port_lock = threading.Lock()
         roots = [os.getcwd(), str(Path(__file__).resolve().parents[2])]
         self.sys_path = list(dict.fromkeys(roots))
@@ -242,13 +245,14 @@ class Engine:
         return None
 
     def _preload(self) -> list[str]:
+        """The step modules the run can reach, for the zygote to import once."""
         modules: list[str] = []
-        for scope in [self.library.entry_scope, *self.library.documents.values()]:
-            for template in scope.templates.values():
-                script = template.get("script") or {}
-                entry = hera_entrypoint(script.get("command") or [], script.get("args") or [])
-                if entry and ":" in entry:
-                    modules.append(entry.split(":", 1)[0])
+        start = str(self.options.entrypoint or self.spec.get("entrypoint"))
+        for scope, name in self.library.reachable(start):
+            script = scope.templates[name].get("script") or {}
+            entry = hera_entrypoint(script.get("command") or [], script.get("args") or [])
+            if entry and ":" in entry:
+                modules.append(entry.split(":", 1)[0])
         return sorted(set(modules))
 
     # -- nodes --------------------------------------------------------------------------------------
@@ -443,17 +447,16 @@ class Engine:
             attempt_local["node.name"] = child_name
             if kind in ("script", "container", "resource"):
                 attempt_local["pod.name"] = pod_name(self.workflow, child_name, template.get("name"))
-            deadline = None
+            deadlines = [ctx.deadline] if ctx.deadline is not None else []
             if backoff.get("maxDuration") is not None and first_start is not None:
-                deadline = time.monotonic() + (
-                    first_start + parse_duration(backoff["maxDuration"]) - time.time()
-                )
+                remaining = first_start + parse_duration(backoff["maxDuration"]) - time.time()
+                deadlines.append(time.monotonic() + remaining)
             child_ctx = replace(
                 ctx,
                 parent_id=node.id,
                 display=f"{ctx.display}({attempt})",
                 sort_key=(attempt,),
-                deadline=deadline if ctx.deadline is None else min(x for x in (deadline, ctx.deadline) if x),
+                deadline=min(deadlines) if deadlines else None,
             )
             child = self.execute_body(
                 child_name, template, scope, holder, inputs, attempt_local, child_ctx, kind
@@ -544,6 +547,8 @@ class Engine:
             self.finish(node, Phase.Failed, STOPPED_MESSAGE)
         except NodeError as exc:
             self.finish(node, Phase.Error, str(exc))
+        except Exception as exc:  # a runner bug must not leave the node running for ever
+            self.finish(node, Phase.Error, f"local runner error: {type(exc).__name__}: {exc}")
         return node
 
     # -- leaves -------------------------------------------------------------------------------------
@@ -606,15 +611,21 @@ class Engine:
             script=script,
             sys_path=self.sys_path,
         )
-        deadline, _ = self._deadline(body, ctx)
+        for log in (process_spec.stdout, process_spec.stderr):
+            log.touch()
         try:
             process = self.launcher.start(process_spec)
         except OSError as exc:
             self.finish(node, Phase.Error, f"failed to start {argv[0]!r}: {exc}")
             return
+        deadline, _ = self._deadline(body, ctx)
+        with self.lock:
+            self.processes.add(process)
         try:
             code, why = wait_for(process, deadline, self.stop)
         finally:
+            with self.lock:
+                self.processes.discard(process)
             process.close()
         stdout = (folder / "stdout.log").read_bytes().decode("utf-8", errors="replace")
         outputs: dict[str, Any] = {"result": _trim_newline(stdout)}
@@ -1326,6 +1337,13 @@ class Engine:
         self.finish(node, Phase.Succeeded, "")
 
     # -- the workflow -------------------------------------------------------------------------------
+
+    def kill_all(self) -> None:
+        """Kill every step process still running (the run is over or being abandoned)."""
+        with self.lock:
+            running = list(self.processes)
+        for process in running:
+            process.kill()
 
     def run(self, entrypoint: str) -> tuple[NodeStatus, NodeStatus | None]:
         """Run the entrypoint, then the workflow's ``onExit``; returns the root and exit handler nodes."""

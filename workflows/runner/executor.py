@@ -186,6 +186,12 @@ class Launcher:
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
         self.preload = [*_PRELOAD, *preload]
+        self.needed = bool(preload)
+
+    def warm(self) -> None:
+        """Start the zygote now (it imports Hera, about a second) so the first step does not wait."""
+        with contextlib.suppress(OSError):
+            self._ready()
 
     def _ready(self) -> _Zygote:
         with Launcher._lock:

@@ -167,8 +167,14 @@ class LiveReporter:
         with self.lock:
             nodes = dict(self.nodes)
         table = Table(box=None, pad_edge=False, show_edge=False)
-        for column in ("STEP", "TEMPLATE", "PHASE", "DURATION", "MESSAGE"):
-            table.add_column(column, overflow="ellipsis", no_wrap=True)
+        for column, width in (
+            ("STEP", None),
+            ("TEMPLATE", None),
+            ("PHASE", 9),
+            ("DURATION", 8),
+            ("MESSAGE", None),
+        ):
+            table.add_column(column, overflow="ellipsis", no_wrap=True, min_width=width)
         rows = tree_rows(nodes)
         height = max(5, self.console.size.height - 4)
         if len(rows) > height:

@@ -59,7 +59,8 @@ def flaky(state: str, failures: int = 2) -> str:
     count = int(path.read_text()) if path.exists() else 0
     path.write_text(str(count + 1))
     if count < failures:
-        print(f"attempt {count}: failing on purpose", file=sys.stderr)
+        retries = os.environ.get("DSX_RETRIES", "?")
+        print(f"attempt {count} (retries={retries}): failing on purpose", file=sys.stderr)
         raise SystemExit(3)
     return f"succeeded after {count} failures"
 

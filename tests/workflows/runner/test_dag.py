@@ -47,6 +47,7 @@ def test_depends_runs_error_handlers_and_omits_the_rest(run_fixture: RunFixture)
         "F": Phase.Succeeded,  # dependencies: [E], allowed by E's continueOn
     }
     assert result.node("C").message == "omitted: depends condition not met"
+    assert result.node("D").outputs["result"] == "B Succeeded, C Omitted"  # {{tasks.X.status}}
     # A's failure is handled by B and E's by continueOn: the DAG succeeds, as in Argo
     assert result.phase is Phase.Succeeded
 

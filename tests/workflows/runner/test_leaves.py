@@ -18,7 +18,9 @@ def test_a_step_that_fails_twice_succeeds_under_retries(run_fixture: RunFixture,
     assert [a.display_name for a in attempts] == ["flaky(0)", "flaky(1)", "flaky(2)"]
     assert [a.phase for a in attempts] == [Phase.Failed, Phase.Failed, Phase.Succeeded]
     assert attempts[0].message == "Error (exit code 3)"
-    assert "failing on purpose" in (result.run_dir / str(attempts[0].folder) / "stderr.log").read_text()
+    for number, attempt in enumerate(attempts[:2]):  # {{retries}} is the attempt number
+        stderr = (result.run_dir / str(attempt.folder) / "stderr.log").read_text()
+        assert f"attempt {number} (retries={number}): failing on purpose" in stderr
     assert flaky.outputs["result"] == "succeeded after 2 failures"
     assert state.read_text() == "3"
     # backoff: 50ms, then 100ms (factor 2) between attempts
