@@ -393,7 +393,7 @@ class PortBase(abc.ABC):
             new = change(dict(old))
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in new.items()):
                 raise InputError(f"{call} {target}: state keys and values must be strings")
-            if current is not None and new == old:
+            if new == old and (current is not None or not new):
                 return new
             try:
                 if current is None:

@@ -70,6 +70,8 @@ class ApiStatusError(Exception):
 
 def classify(call: str, target: str, status: int, detail: str) -> ClusterError:
     """The :class:`ClusterError` for an HTTP status, its message naming the call and target."""
+    if status == 0:  # no HTTP answer at all, e.g. a TLS handshake that failed
+        return ApiUnavailableError(call, target, detail, status)
     if status in (401, 403):
         word = "unauthorized" if status == 401 else "forbidden"
         return ForbiddenError(call, target, f"{word} ({status}): {detail}", status)

@@ -142,7 +142,10 @@ class KubeCluster(PortBase):
                 0, f"cannot reach the Kubernetes API at {self.endpoint}: {_reason(exc)}", sent=False
             ) from None
         except ApiException as exc:  # TLS failures surface as status 0
-            raise ApiStatusError(exc.status or 0, f"{self.endpoint}: {exc.reason}") from None
+            detail = (
+                f"cannot talk to the Kubernetes API at {self.endpoint}: {_one_line(Exception(exc.reason))}"
+            )
+            raise ApiStatusError(exc.status or 0, detail) from None
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:

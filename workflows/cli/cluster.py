@@ -34,12 +34,12 @@ def _nodes_table(nodes: list[Any]) -> None:
 
     rows = []
     for node in nodes:
-        gpu = f"{node.gpu_count}x {node.gpu_product}" if node.gpu_product else "-"
+        gpu = f"{node.gpu_count}x {node.gpu_product.removeprefix('NVIDIA-')}" if node.gpu_product else "-"
         rows.append(
             [
                 node.name,
                 "Ready" if node.ready else "NotReady",
-                "no (cordoned)" if node.unschedulable else "yes",
+                "yes" if node.unschedulable else "no",
                 gpu,
                 node.labels.get(vocab.LABEL_RACK, "-"),
                 node.labels.get(vocab.LABEL_CERTIFICATION, "-"),
@@ -47,9 +47,7 @@ def _nodes_table(nodes: list[Any]) -> None:
                 ", ".join(str(t) for t in node.taints) or "-",
             ]
         )
-    print_table(
-        None, ["node", "ready", "schedulable", "gpus", "rack", "certification", "state", "taints"], rows
-    )
+    print_table(None, ["node", "ready", "cordoned", "gpus", "rack", "certified", "state", "taints"], rows)
 
 
 def _parse_taint(text: str) -> tuple[str, str, str, bool]:

@@ -45,6 +45,7 @@ class Backend:
     inject_conflicts: Callable[[int], None]
     forbid: Callable[[str, str], None]
     injected: Callable[[], int]
+    conflicts: Callable[[], int]
 
 
 def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Backend:
@@ -64,6 +65,7 @@ def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Bac
         inject_conflicts=emulator.conflict,
         forbid=emulator.forbid,
         injected=lambda: sum(1 for r in emulator.requests if r.status in (409, 500)),
+        conflicts=lambda: sum(1 for r in emulator.requests if r.status == 409),
     )
 
 
@@ -83,6 +85,7 @@ def _sim(fleet: Fleet, clock: Clock) -> Backend:
         inject_conflicts=lambda n: port.inject_api(conflicts=n),
         forbid=forbid,
         injected=lambda: sum(1 for r in port.calls() if r.method.startswith("api:")),
+        conflicts=lambda: sum(1 for r in port.calls() if r.error == "injected 409"),
     )
 
 

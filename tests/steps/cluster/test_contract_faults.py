@@ -92,5 +92,6 @@ def test_contract_cordon_evict_uncordon_under_errors_and_conflicts_ends_as_witho
     assert _end_state(stormy) == _end_state(calm)
     assert calm.injected() == 0
     assert stormy.injected() >= 12  # the storm really hit: 500s and 409s were answered
+    assert stormy.conflicts() >= 4
     node = stormy.port.get_node("node-04")
     assert not node.unschedulable and "dsx.dev/cordoned-by" not in node.annotations

@@ -14,6 +14,8 @@ def _bump(data: dict[str, str]) -> dict[str, str]:
 def test_contract_state_starts_empty_and_keeps_what_is_written(backend: Backend) -> None:
     port = backend.port
     assert port.get_state("dsx-remediation") == {}
+    assert port.update_state("dsx-remediation", dict) == {}
+    assert port.get_object("v1", "ConfigMap", "dsx-remediation", port.namespace) is None  # nothing to keep
     assert port.update_state("dsx-remediation", lambda d: {**d, "node-03": "draining"}) == {
         "node-03": "draining"
     }

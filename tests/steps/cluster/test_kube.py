@@ -128,3 +128,13 @@ def test_read_modify_write_sends_the_resource_version(port: KubeCluster, k8s_emu
     port.add_taint("node-02")
     statuses = [r.status for r in k8s_emulator.requests if r.method == "PATCH"]
     assert statuses == [409, 200]  # the stale version was refused, the re-read one accepted
+
+
+def test_tls_failure_is_named_and_not_mistaken_for_a_refusal(k8s_emulator: Emulator, tmp_path: Path) -> None:
+    https = k8s_emulator.url.replace("http://", "https://")
+    config = write_kubeconfig(tmp_path / "config", https)
+    port = connect("kube", kubeconfig=str(config), retry=FAST)
+    with pytest.raises(
+        ApiUnavailableError, match=rf"^get_node node/node-00: cannot talk to the Kubernetes API at {https}"
+    ):
+        port.get_node("node-00")
