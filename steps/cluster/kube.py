@@ -28,10 +28,10 @@ _RETRYABLE = (429, 500, 502, 503, 504)
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str | None]:
-    """A configured ``kubernetes.client.ApiClient`` and the namespace the configuration names.
+    """A configured ``kubernetes.client.ApiClient``, and the pod's namespace when running in a cluster.
 
     With no ``kubeconfig`` it uses ``$KUBECONFIG`` or ``~/.kube/config`` when present, else the
-    in-cluster service account.
+    in-cluster service account (whose namespace is returned; ``None`` otherwise).
 
     Raises:
         ClusterConfigError: the kubeconfig is missing or unreadable, or the context is unknown.
