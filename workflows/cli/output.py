@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,7 +46,9 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         table.add_column(column)
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
-    Console().print(table)
+    # A pipe or a CI log has no width of its own: do not wrap rows at rich's default of 80 columns.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
+    Console(width=width).print(table)
 
 
 def emit(data: Any, fmt: OutputFormat, table: Callable[[Any], None] | None = None) -> None:
