@@ -42,3 +42,26 @@ def test_a_resource_template_without_a_cluster_fails_saying_so(
     assert create.phase is Phase.Error
     assert "needs a cluster" in create.message
     assert result.phase is Phase.Failed
+
+
+def test_every_step_shares_one_simulated_fleet(tmp_path: Path) -> None:
+    from workflows.runner import RunOptions, run
+
+    doc = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "fleet-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "container": {"image": "x", "command": ["sh", "-c"], "args": ["echo $DSX_CLUSTER"]},
+                },
+            ],
+        },
+    }
+    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", cluster="sim:"))
+    spec = result.nodes[result.root_id].outputs["result"]
+    assert spec == f"state:{result.run_dir / 'fleet.json'}"
+    assert (result.run_dir / "fleet.json").exists()

@@ -212,3 +212,18 @@ def test_the_dsx_process_exits_with_the_phase(tmp_path: Path) -> None:
     )
     assert failed.returncode == 1
     assert "Phase:      Failed" in failed.stdout
+
+
+def test_names_are_looked_up_among_dsxs_compiled_workflows() -> None:
+    from workflows.compiler import compiled_documents
+
+    kinds = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
+    known = sorted(
+        str(d["metadata"]["name"]) for d in compiled_documents().values() if d.get("kind") in kinds
+    )
+    code, _, err = _invoke("run", "no-such-workflow", "--local")
+    assert code == 2
+    assert (
+        f"no workflow named 'no-such-workflow' in dsx's workflows (known: {', '.join(known) or 'none'})"
+        in err
+    )

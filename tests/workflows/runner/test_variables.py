@@ -120,3 +120,43 @@ def test_exit_handler_failure_fails_a_successful_workflow(tmp_path: Path) -> Non
     result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
     assert result.nodes[result.root_id].phase is Phase.Succeeded
     assert (result.phase, result.message) == (Phase.Failed, "Error (exit code 4)")
+
+
+def test_a_skipped_output_without_defaults_leaves_the_input_unsupplied(tmp_path: Path) -> None:
+    doc = _workflow(
+        [
+            {
+                "name": "main",
+                "dag": {
+                    "tasks": [
+                        {"name": "a", "template": "ok", "when": "1 > 2"},
+                        {
+                            "name": "b",
+                            "template": "show",
+                            "depends": "a",
+                            "arguments": {
+                                "parameters": [{"name": "x", "value": "{{tasks.a.outputs.result}}"}]
+                            },
+                        },
+                    ]
+                },
+            },
+            _shell("ok", "echo never"),
+            _shell("show", "echo {{inputs.parameters.x}}", inputs={"parameters": [{"name": "x"}]}),
+        ]
+    )
+    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    assert result.node("a").phase is Phase.Skipped
+    b = result.node("b")
+    assert (b.phase, b.message) == (Phase.Error, "inputs.parameters.x was not supplied")
+
+
+def test_steps_get_their_output_folder_and_the_cluster_settings(tmp_path: Path) -> None:
+    doc = _workflow(
+        [_shell("main", "echo $DSX_OUTPUT_DIR $hera__outputs_directory $KUBECONFIG $DSX_KUBE_CONTEXT")]
+    )
+    options = RunOptions(out_dir=tmp_path / "run", workflow_name="wf", kubeconfig="/k/config", context="lab")
+    result = run(doc, [], {}, options)
+    root = result.nodes[result.root_id]
+    artifacts = str(result.run_dir / str(root.folder) / "artifacts")
+    assert root.outputs["result"] == f"{artifacts} {artifacts} /k/config lab"
