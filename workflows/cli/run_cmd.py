@@ -78,38 +78,49 @@ def register(app: typer.Typer) -> None:
 
     @app.command("run")
     def run_cmd(
-        name: str = typer.Argument(..., help="The workflow's name (metadata.name, with or without 'dsx-')."),
+        name: str = typer.Argument(
+            ..., metavar="NAME", help="The workflow's name (metadata.name, with or without 'dsx-')."
+        ),
         local: bool = typer.Option(
             False, "--local", help="Run on this machine instead of submitting to Argo."
         ),
         parameter: list[str] = typer.Option(
-            [], "--parameter", "-p", help="A workflow parameter, KEY=VALUE (repeatable)."
+            [], "--parameter", "-p", metavar="KEY=VALUE", help="A workflow parameter (repeatable)."
         ),
         file: Path | None = typer.Option(
             None,
             "--file",
             "-f",
+            metavar="PATH",
             help="Run a workflow from this YAML file; its WorkflowTemplates join the library.",
         ),
         entry: str | None = typer.Option(
-            None, "--entry", help="Run this template instead of the entrypoint."
+            None, "--entry", metavar="TEMPLATE", help="Run this template instead of the entrypoint."
         ),
         out: Path | None = typer.Option(
-            None, "--out", help="Run folder (default ./dsx-runs/<workflow>-<time>-<id>)."
+            None, "--out", metavar="DIR", help="Run folder (default ./dsx-runs/<workflow>-<time>-<id>)."
         ),
         approve: list[str] = typer.Option(
             [],
             "--approve",
+            metavar="NAME",
             help="Resume this suspend step (task, step or template name) at once (repeatable).",
         ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Show the plan (parameters, templates) and exit."
         ),
         cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster for the steps: sim:..., a fleet file, state:PATH or kube."
+            None,
+            "--cluster",
+            metavar="SPEC",
+            help="Cluster for the steps: sim:..., a fleet file, state:PATH, kube.",
         ),
-        kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="Kubeconfig of a real cluster."),
-        context: str | None = typer.Option(None, "--context", help="Kubeconfig context of a real cluster."),
+        kubeconfig: str | None = typer.Option(
+            None, "--kubeconfig", metavar="PATH", help="Kubeconfig of a real cluster."
+        ),
+        context: str | None = typer.Option(
+            None, "--context", metavar="CONTEXT", help="Kubeconfig context of a real cluster."
+        ),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
         """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
