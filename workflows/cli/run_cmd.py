@@ -61,6 +61,25 @@ def _pick(name: str, docs: list[dict[str, Any]], where: str) -> dict[str, Any]:
     return (exact or found)[0]
 
 
+def _referenced(docs: list[dict[str, Any]]) -> set[str]:
+    """Names of the WorkflowTemplates the documents' ``templateRef`` fields name."""
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("templateRef")
+            if isinstance(ref, dict) and ref.get("name") and not ref.get("clusterScope"):
+                names.add(str(ref["name"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(docs)
+    return names
+
+
 def _submit_hint(entry: dict[str, Any], params: dict[str, str], file: Path | None) -> str:
     name = sorted(_names(entry))[0]
     kind = entry.get("kind")
@@ -174,6 +193,16 @@ def _run(
         for d in docs
         if d is not chosen and d.get("kind") in ("WorkflowTemplate", "ClusterWorkflowTemplate")
     ]
+    if file is not None:
+        present = {n for d in docs for n in _names(d)}
+        if _referenced(docs) - present:  # a file may call dsx's own templates through templateRef
+            from workflows.compiler import compiled_documents
+
+            library += [
+                d
+                for d in compiled_documents().values()
+                if d.get("kind") == "WorkflowTemplate" and not _names(d) & present
+            ]
     if not local and not dry_run:
         typer.echo(
             "dsx run submits nothing by itself: on a cluster, Argo runs the workflow. Submit it with the "

@@ -227,3 +227,24 @@ def test_names_are_looked_up_among_dsxs_compiled_workflows() -> None:
         f"no workflow named 'no-such-workflow' in dsx's workflows (known: {', '.join(known) or 'none'})"
         in err
     )
+
+
+def test_a_file_may_reference_templates_it_does_not_hold(tmp_path: Path) -> None:
+    workflow = tmp_path / "uses.yaml"
+    workflow.write_text(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: {generateName: uses-dsx-}\nspec:\n"
+        "  entrypoint: main\n  templates:\n  - name: main\n    dag:\n      tasks:\n      - name: x\n"
+        "        templateRef: {name: dsx-no-such-template, template: t}\n"
+    )
+    code, _, err = _invoke("run", "uses-dsx", "--local", "-f", str(workflow))
+    assert code == 2
+    assert "templateRef names WorkflowTemplate 'dsx-no-such-template', which is not in the library" in err
+    assert "template 'main', spec.templates[0].dag.tasks[0]" in err
+
+
+def test_a_file_that_is_not_yaml_names_the_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Workflow\nmetadata: {name: x\n")
+    code, _, err = _invoke("run", "x", "--local", "-f", str(broken))
+    assert code == 2
+    assert f"{broken}:" in err and "not valid YAML" in err
