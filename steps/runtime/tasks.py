@@ -17,7 +17,15 @@ from steps.runtime.criteria import parse_criteria
 from steps.runtime.resolve import RecipeResult, resolve
 from steps.runtime.yamlio import dump_yaml
 
-__all__ = ["BundleSummary", "RecipeSummary", "bundle_recipe", "output_dir", "resolve_recipe"]
+__all__ = [
+    "BundleSummary",
+    "DriftSummary",
+    "RecipeSummary",
+    "bundle_recipe",
+    "detect_drift",
+    "output_dir",
+    "resolve_recipe",
+]
 
 
 class RecipeSummary(BaseModel):
@@ -132,4 +140,74 @@ def bundle_recipe(
         folder=str(folder),
         files=len(files),
         checksumsSha256=hashlib.sha256(files[CHECKSUMS]).hexdigest(),
+    )
+
+
+class DriftSummary(BaseModel):
+    """What ``detect_drift`` returns: whether the cluster drifted, where, and which nodes it labelled."""
+
+    digest: str
+    drifted: bool
+    critical: int
+    warning: int
+    driftedNodes: list[str]
+    driftedComponents: list[str]
+    labelled: list[str]
+    files: list[str]
+
+
+def detect_drift(
+    cluster: str = "",
+    scope: str = "all",
+    label: str = "",
+    service: str = "any",
+    accelerator: str = "any",
+    os: str = "any",  # the criterion, named as on the command line
+    intent: str = "any",
+    platform: str = "any",
+    nodes: str = "any",
+    recipes: str = "",
+) -> DriftSummary:
+    """Snapshot the cluster, compare it with the recipe, write ``snapshot.json`` and ``drift.json``
+    under ``$DSX_OUTPUT_DIR/drift``; with ``label``, set ``label=true`` on drifted nodes and remove it
+    from nodes that conform again.
+
+    Args:
+        cluster: cluster spec (empty: ``DSX_CLUSTER`` or the in-cluster account).
+        scope: ``all``, ``nodes`` or ``components``.
+        label: node label key marking drifted nodes (empty: label nothing).
+    """
+    from steps.cluster import connect
+    from steps.errors import InputError
+    from steps.runtime.drift import compare
+    from steps.runtime.snapshot import take_snapshot
+
+    scopes = {"all": ("nodes", "components"), "nodes": ("nodes",), "components": ("components",)}
+    if scope not in scopes:
+        raise InputError(f"scope: unknown value {scope!r}; allowed: all, nodes, components")
+    result = _resolve(service, accelerator, os, intent, platform, nodes, recipes)
+    port = connect(cluster or None)
+    snapshot = take_snapshot(port, cluster=cluster)
+    report = compare(snapshot, result, scopes[scope])
+    folder = output_dir("drift")
+    _write(folder / "snapshot.json", snapshot.model_dump_json(indent=2) + "\n")
+    _write(folder / "drift.json", report.model_dump_json(indent=2) + "\n")
+    labelled: list[str] = []
+    if label and "nodes" in scopes[scope]:
+        drifted = set(report.driftedNodes)
+        for node in port.list_nodes(None):
+            if node.name in drifted and node.labels.get(label) != "true":
+                port.set_labels(node.name, {label: "true"})
+                labelled.append(node.name)
+            elif node.name not in drifted and label in node.labels:
+                port.set_labels(node.name, {label: None})
+    return DriftSummary(
+        digest=result.digest,
+        drifted=report.drifted,
+        critical=report.summary["critical"],
+        warning=report.summary["warning"],
+        driftedNodes=report.driftedNodes,
+        driftedComponents=report.driftedComponents,
+        labelled=labelled,
+        files=["drift.json", "snapshot.json"],
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.runtime.tasks import bundle_recipe, resolve_recipe
+from steps.runtime.tasks import bundle_recipe, detect_drift, resolve_recipe
 
 CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
 
@@ -36,3 +36,13 @@ def test_bundle_step_writes_a_verifiable_bundle(tmp_path: Path, monkeypatch: pyt
     assert check.returncode == 0, check.stdout
     again = bundle_recipe("flux", **CRITERIA)
     assert again.checksumsSha256 == summary.checksumsSha256
+
+
+def test_drift_step_reports_and_labels_drifted_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
+    summary = detect_drift("sim:nodes=4,gpu=h100", scope="nodes", label="dsx.dev/drift", **CRITERIA)
+    assert summary.drifted and summary.critical == 4
+    assert summary.driftedNodes == summary.labelled == ["node-00", "node-01", "node-02", "node-03"]
+    report = json.loads((tmp_path / "drift" / "drift.json").read_text())
+    assert {f["field"] for f in report["findings"]} == {"driverVersion"}
+    assert len(json.loads((tmp_path / "drift" / "snapshot.json").read_text())["nodes"]) == 4

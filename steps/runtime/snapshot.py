@@ -1,0 +1,266 @@
+"""Snapshot: what the live cluster runs, read through the cluster port.
+
+Per node: OS image, kernel, kubelet and container runtime versions (``status.nodeInfo``); GPU product,
+count, driver and CUDA versions from the labels GPU Feature Discovery sets. Per Helm release: chart,
+chart version and status, decoded from the release secrets Helm 3 and 4 keep. Per workload
+(Deployment, DaemonSet, StatefulSet) in a namespace holding a release: its container images.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from steps.errors import InputError
+from steps.runtime.yamlio import line_of, load_yaml
+
+if TYPE_CHECKING:
+    from steps.cluster.port import ClusterPort, Node
+
+__all__ = [
+    "GFD_LABELS",
+    "NodeSnapshot",
+    "ReleaseSnapshot",
+    "Snapshot",
+    "WorkloadImage",
+    "decode_helm_release",
+    "node_snapshot",
+    "read_snapshot",
+    "take_snapshot",
+]
+
+GFD_LABELS = {
+    "product": "nvidia.com/gpu.product",
+    "count": "nvidia.com/gpu.count",
+    "present": "nvidia.com/gpu.present",
+    "driver_full": "nvidia.com/cuda.driver-version.full",
+    "driver_major": "nvidia.com/cuda.driver.major",
+    "driver_minor": "nvidia.com/cuda.driver.minor",
+    "driver_rev": "nvidia.com/cuda.driver.rev",
+    "cuda_full": "nvidia.com/cuda.runtime-version.full",
+    "cuda_major": "nvidia.com/cuda.runtime.major",
+    "cuda_minor": "nvidia.com/cuda.runtime.minor",
+}
+"""GPU Feature Discovery labels read (newer ``*-version.full`` labels first, then the split ones)."""
+
+_WORKLOAD_KINDS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeSnapshot(_Model):
+    """One node's software as the cluster reports it (empty strings where nothing is reported)."""
+
+    name: str
+    osImage: str = ""
+    kernelVersion: str = ""
+    kubeletVersion: str = ""
+    containerRuntimeVersion: str = ""
+    architecture: str = ""
+    gpuProduct: str = ""
+    gpuCount: int = 0
+    driverVersion: str = ""
+    cudaVersion: str = ""
+
+
+class ReleaseSnapshot(_Model):
+    """The deployed revision of one Helm release."""
+
+    name: str
+    namespace: str
+    chart: str
+    version: str
+    appVersion: str = ""
+    status: str = ""
+    revision: int = 0
+
+
+class WorkloadImage(_Model):
+    """One container image of one workload."""
+
+    namespace: str
+    kind: str
+    name: str
+    container: str
+    image: str
+
+
+class Snapshot(_Model):
+    """A cluster snapshot (kind ClusterSnapshot): nodes, Helm releases, workload images."""
+
+    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    kind: Literal["ClusterSnapshot"] = "ClusterSnapshot"
+    cluster: str = ""
+    nodes: list[NodeSnapshot] = Field(default_factory=list)
+    releases: list[ReleaseSnapshot] = Field(default_factory=list)
+    images: list[WorkloadImage] = Field(default_factory=list)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _joined(labels: Mapping[str, str], *keys: str) -> str:
+    parts = [labels.get(GFD_LABELS[k], "") for k in keys]
+    while parts and not parts[-1]:
+        parts.pop()
+    return ".".join(parts) if parts and all(parts) else ""
+
+
+def node_snapshot(node: Node) -> NodeSnapshot:
+    """The software facts of one node, from its nodeInfo and GPU Feature Discovery labels."""
+    labels = node.labels
+    info = node.node_info
+    count = _int(labels.get(GFD_LABELS["count"], "")) or node.gpu_count
+    driver = labels.get(GFD_LABELS["driver_full"]) or _joined(
+        labels, "driver_major", "driver_minor", "driver_rev"
+    )
+    cuda = labels.get(GFD_LABELS["cuda_full"]) or _joined(labels, "cuda_major", "cuda_minor")
+    return NodeSnapshot(
+        name=node.name,
+        osImage=info.os_image,
+        kernelVersion=info.kernel_version,
+        kubeletVersion=info.kubelet_version,
+        containerRuntimeVersion=info.container_runtime_version,
+        architecture=info.architecture or labels.get("kubernetes.io/arch", ""),
+        gpuProduct=labels.get(GFD_LABELS["product"], ""),
+        gpuCount=count,
+        driverVersion=driver,
+        cudaVersion=cuda,
+    )
+
+
+def _b64(data: str | bytes) -> bytes:
+    return base64.b64decode(data, validate=False)
+
+
+def decode_helm_release(secret: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The release JSON inside a Helm release secret (``type: helm.sh/release.v1``), or None.
+
+    The API returns the secret's ``data.release`` base64-encoded; Helm's own payload inside is
+    base64 of gzipped JSON (plain JSON in very old releases).
+    """
+    data = (secret.get("data") or {}).get("release")
+    if not data:
+        return None
+    try:
+        payload = _b64(_b64(data))
+        if payload[:2] == b"\x1f\x8b":
+            payload = gzip.decompress(payload)
+        decoded = json.loads(payload)
+    except (binascii.Error, ValueError, OSError, EOFError):
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _release(secret: Mapping[str, Any]) -> ReleaseSnapshot | None:
+    meta = secret.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    release = decode_helm_release(secret)
+    chart_meta = ((release or {}).get("chart") or {}).get("metadata") or {}
+    name = labels.get("name") or (release or {}).get("name") or ""
+    if not name:
+        return None
+    return ReleaseSnapshot(
+        name=str(name),
+        namespace=str(meta.get("namespace") or (release or {}).get("namespace") or ""),
+        chart=str(chart_meta.get("name", "")),
+        version=str(chart_meta.get("version", "")),
+        appVersion=str(chart_meta.get("appVersion", "")),
+        status=str(labels.get("status") or ((release or {}).get("info") or {}).get("status", "")),
+        revision=_int(str(labels.get("version") or (release or {}).get("version") or 0)),
+    )
+
+
+def _latest_releases(secrets: Iterable[Mapping[str, Any]]) -> list[ReleaseSnapshot]:
+    latest: dict[tuple[str, str], ReleaseSnapshot] = {}
+    for secret in secrets:
+        if secret.get("type") not in (None, "helm.sh/release.v1"):
+            continue
+        release = _release(secret)
+        if release is None:
+            continue
+        key = (release.namespace, release.name)
+        current = latest.get(key)
+        deployed = release.status == "deployed"
+        if current is None or (deployed, release.revision) > (current.status == "deployed", current.revision):
+            latest[key] = release
+    return [latest[key] for key in sorted(latest)]
+
+
+def _images(objects: Iterable[Mapping[str, Any]], kind: str) -> list[WorkloadImage]:
+    found: list[WorkloadImage] = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        pod_spec = (((obj.get("spec") or {}).get("template") or {}).get("spec")) or {}
+        for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+            found.append(
+                WorkloadImage(
+                    namespace=str(meta.get("namespace", "")),
+                    kind=kind,
+                    name=str(meta.get("name", "")),
+                    container=str(container.get("name", "")),
+                    image=str(container.get("image", "")),
+                )
+            )
+    return found
+
+
+def take_snapshot(port: ClusterPort, cluster: str = "", selector: str | None = None) -> Snapshot:
+    """Read nodes, Helm releases and workload images through the cluster port.
+
+    Args:
+        port: a connected cluster.
+        cluster: how the snapshot names the cluster (the ``--cluster`` spec).
+        selector: label selector restricting the nodes read.
+    """
+    nodes = [node_snapshot(node) for node in port.list_nodes(selector)]
+    secrets = port.list_objects("v1", "Secret", None, "owner=helm")
+    releases = _latest_releases(secrets)
+    images: list[WorkloadImage] = []
+    for namespace in sorted({r.namespace for r in releases}):
+        for api_version, kind in _WORKLOAD_KINDS:
+            images.extend(_images(port.list_objects(api_version, kind, namespace, None), kind))
+    images.sort(key=lambda i: (i.namespace, i.kind, i.name, i.container))
+    return Snapshot(
+        cluster=cluster, nodes=sorted(nodes, key=lambda n: n.name), releases=releases, images=images
+    )
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """Load a snapshot written by ``dsx snapshot -o json|yaml``.
+
+    Raises:
+        InputError: unreadable, or not a ClusterSnapshot (with the line).
+    """
+    path = Path(path)
+    raw: Any = None
+    if path.suffix == ".json":
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    else:
+        raw = load_yaml(path, str(path))
+    try:
+        return Snapshot.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        line = line_of(raw, first["loc"])
+        where = f"{path}:{line}" if line else str(path)
+        loc = ".".join(str(p) for p in first["loc"]) or "(document)"
+        raise InputError(f"{where}: not a ClusterSnapshot: {loc}: {first['msg']}") from exc
