@@ -7,6 +7,7 @@ module must not use ``from __future__ import annotations``: Hera reads the annot
 
 from os import environ, replace
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -29,9 +30,13 @@ __all__ = [
 
 
 class RecipeSummary(BaseModel):
-    """What ``resolve_recipe`` returns: the digest, the order and the pinned versions."""
+    """What ``resolve_recipe`` returns: the digest, the order, the pinned versions, and the recipe's
+    criteria, constraints and thresholds (what readiness judges against)."""
 
     digest: str
+    criteria: dict[str, Any]
+    constraints: dict[str, Any]
+    thresholds: dict[str, Any]
     appliedOverlays: list[str]
     deploymentOrder: list[str]
     tiers: list[list[str]]
@@ -106,6 +111,9 @@ def resolve_recipe(
         _write(folder / name, text)
     return RecipeSummary(
         digest=result.digest,
+        criteria=result.criteria,
+        constraints=result.constraints,
+        thresholds=result.thresholds,
         appliedOverlays=[o.name for o in result.appliedOverlays],
         deploymentOrder=result.deploymentOrder,
         tiers=result.tiers,

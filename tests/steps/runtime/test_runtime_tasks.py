@@ -22,6 +22,8 @@ def test_resolve_step_writes_the_recipe_and_its_graph(
     recipe = yaml.safe_load((folder / "recipe.yaml").read_text())
     assert recipe["digest"] == summary.digest
     assert summary.versions["gpu-operator"] == "v25.3.4"
+    assert summary.thresholds == recipe["thresholds"] and summary.criteria["accelerator"] == "h100"
+    assert summary.thresholds["nccl"]["allReduce"][0] == {"size": "1GiB", "busBwGBps": 360, "scope": "node"}
     assert json.loads((folder / "graph.json").read_text())["deploymentOrder"] == summary.deploymentOrder
     assert (folder / "graph.dot").read_text().startswith("digraph recipe {")
     assert json.loads(summary.model_dump_json())["tiers"] == summary.tiers
