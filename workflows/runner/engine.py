@@ -110,12 +110,16 @@ def _trim_newline(text: str) -> str:
 
 
 def _params_json(params: Iterable[Mapping[str, Any]]) -> str:
-    """A parameter list as Argo marshals it (Go field order: name, default, value, enum, description)."""
+    """A parameter list as Argo marshals it (Go field order: name, default, value, enum, description).
+
+    ``default``, ``value`` and ``description`` are pointers in Argo's types, so an empty string is kept
+    (``omitempty`` drops only nil); ``enum`` is a slice, dropped when empty.
+    """
     out = []
     for param in params:
         entry = {"name": param.get("name")}
         for key in ("default", "value", "enum", "description"):
-            if param.get(key) not in (None, "", []):
+            if param.get(key) is not None and param.get(key) != []:
                 entry[key] = param[key]
         out.append(entry)
     return _json(out)
