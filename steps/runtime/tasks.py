@@ -24,6 +24,7 @@ __all__ = [
     "RecipeSummary",
     "bundle_recipe",
     "detect_drift",
+    "drift_gate",
     "output_dir",
     "resolve_recipe",
 ]
@@ -218,4 +219,23 @@ def detect_drift(
         driftedComponents=report.driftedComponents,
         labelled=labelled,
         files=["drift.json", "snapshot.json"],
+    )
+
+
+def drift_gate(summary: DriftSummary) -> str:
+    """End the workflow Failed when the cluster drifted, naming the nodes and components."""
+    from steps.errors import DsxError
+
+    if not summary.drifted:
+        return f"no drift from recipe {summary.digest}"
+    parts = []
+    if summary.driftedNodes:
+        shown = ", ".join(summary.driftedNodes[:20])
+        more = f" and {len(summary.driftedNodes) - 20} more" if len(summary.driftedNodes) > 20 else ""
+        parts.append(f"nodes {shown}{more}")
+    if summary.driftedComponents:
+        parts.append(f"components {', '.join(summary.driftedComponents)}")
+    raise DsxError(
+        f"drift from recipe {summary.digest}: {summary.critical} critical, {summary.warning} warning; "
+        + "; ".join(parts)
     )

@@ -1,0 +1,74 @@
+"""The runtime workflows compile cleanly and run on this machine with the local runner."""
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workflows import compiler
+from workflows.runner import RunOptions, run
+
+CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
+
+
+def _compiled() -> dict[str, dict[str, Any]]:
+    return {
+        f.manifest["metadata"]["name"]: f.manifest
+        for f in compiler.compile_objects(["workflows.templates.runtime"])
+    }
+
+
+def _artifacts(out: Path, step: str, name: str) -> Path:
+    (folder,) = (out / "nodes").glob(f"{step}*/artifacts/{name}")
+    return folder
+
+
+def test_the_three_runtime_workflows_compile() -> None:
+    manifests = _compiled()
+    assert {name: m["kind"] for name, m in manifests.items()} == {
+        "dsx-recipe": "WorkflowTemplate",
+        "dsx-bundle": "WorkflowTemplate",
+        "dsx-drift": "CronWorkflow",
+    }
+    cron = manifests["dsx-drift"]["spec"]
+    assert cron["schedules"] == ["0 6 * * *"] and cron["concurrencyPolicy"] == "Forbid"
+
+
+def test_recipe_and_bundle_workflows_leave_their_artifacts(tmp_path: Path) -> None:
+    manifests = _compiled()
+    recipe = run(manifests["dsx-recipe"], (), CRITERIA, RunOptions(out_dir=tmp_path / "recipe"))
+    assert recipe.phase == "Succeeded", recipe.message
+    folder = _artifacts(tmp_path / "recipe", "resolve", "recipe")
+    assert sorted(p.name for p in folder.iterdir()) == ["graph.dot", "graph.json", "graph.mmd", "recipe.yaml"]
+    assert yaml.safe_load((folder / "recipe.yaml").read_text())["kind"] == "RecipeResult"
+
+    parameters = {**CRITERIA, "format": "argocd", "repo-url": "https://git.example.org/gitops.git"}
+    bundle = run(manifests["dsx-bundle"], (), parameters, RunOptions(out_dir=tmp_path / "bundle"))
+    assert bundle.phase == "Succeeded", bundle.message
+    folder = _artifacts(tmp_path / "bundle", "bundle", "bundle")
+    check = subprocess.run(["sha256sum", "-c", "checksums.txt"], cwd=folder, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    assert (folder / "app-of-apps.yaml").is_file()
+
+
+def test_drift_workflow_labels_drifted_nodes_and_fails(tmp_path: Path) -> None:
+    cron = _compiled()["dsx-drift"]
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "dsx-drift-run"},
+        "spec": cron["spec"]["workflowSpec"],
+    }
+    options = RunOptions(out_dir=tmp_path / "drift", cluster="sim:nodes=4,gpu=h100")
+    result = run(workflow, (), {**CRITERIA, "scope": "nodes"}, options)
+    assert result.phase == "Failed"  # the simulated fleet runs another driver than the recipe pins
+    folder = _artifacts(tmp_path / "drift", "drift", "drift")
+    report = json.loads((folder / "drift.json").read_text())
+    assert report["driftedNodes"] == ["node-00", "node-01", "node-02", "node-03"]
+    assert {f["field"] for f in report["findings"]} == {"driverVersion"}
+    (stdout,) = (tmp_path / "drift" / "nodes").glob("drift*/stdout.log")
+    assert json.loads(stdout.read_text().strip().splitlines()[-1])["labelled"] == report["driftedNodes"]
+    (gate,) = (tmp_path / "drift" / "nodes").glob("gate*/stderr.log")
+    assert "nodes node-00, node-01, node-02, node-03" in gate.read_text()

@@ -1,0 +1,160 @@
+"""The runtime workflows: ``dsx-recipe``, ``dsx-bundle`` and the daily ``dsx-drift`` CronWorkflow.
+
+``dsx-recipe``: resolve the recipe for the criteria; the recipe and its dependency graph (dot, mermaid,
+JSON) are the ``recipe`` artifact. ``dsx-bundle``: resolve and render a Helm, Argo CD or Flux bundle,
+the ``bundle`` artifact. ``dsx-drift``: every day, snapshot the cluster, compare it with the recipe,
+keep ``snapshot.json`` and ``drift.json`` as the ``drift`` artifact, label drifted nodes, and end Failed
+when the cluster drifted.
+"""
+
+from typing import Any
+
+from hera.workflows import DAG, Artifact, CronWorkflow
+
+from steps.cluster import vocabulary as vocab
+from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
+from workflows.templates._base import (
+    DESCRIPTION_ANNOTATION,
+    OUTPUT_DIR,
+    PART_OF,
+    SERVICE_ACCOUNT,
+    param,
+    step,
+    workflow_template,
+)
+
+__all__ = ["DRIFT_LABEL", "templates"]
+
+DRIFT_LABEL = f"{vocab.PREFIX}drift"
+"""Label put on nodes that drifted from the recipe (``true``), removed when they conform again."""
+
+_CRITERIA = (
+    ("service", "Where the cluster runs.", ["any", "eks", "gke", "aks", "oke", "bare-metal", "local"]),
+    ("accelerator", "GPU of the nodes (cpu: none).", ["any", "h100", "h200", "b200", "gb200", "a100", "cpu"]),
+    ("os", "Operating system of the nodes.", ["any", "ubuntu", "rhel"]),
+    ("intent", "What the cluster is for.", ["any", "training", "inference"]),
+    ("platform", "Platform on top (kubeflow adds Kubeflow Trainer).", ["any", "kubeflow", "none"]),
+)
+
+
+def _criteria_params() -> list[Any]:
+    params = [param(name, description, "any", enum=values) for name, description, values in _CRITERIA]
+    params.append(param("nodes", "Number of nodes (selects multi-node overlays), or any.", "any"))
+    return params
+
+
+def _criteria_arguments() -> dict[str, str]:
+    names = [name for name, _, _ in _CRITERIA] + ["nodes"]
+    return {name: f"{{{{workflow.parameters.{name}}}}}" for name in names}
+
+
+def _recipe_template() -> Any:
+    resolve = step(
+        resolve_recipe,
+        name="resolve",
+        timeout="5m",
+        retries=2,
+        outputs=[Artifact(name="recipe", path=f"{OUTPUT_DIR}/recipe")],
+    )
+    with (
+        workflow_template(
+            "dsx-recipe",
+            "Resolve the runtime recipe for a cluster: which components, at which pinned versions, in which "
+            "order. The result lists the digest, order and versions; the 'recipe' artifact holds the "
+            "resolved recipe (recipe.yaml) and its dependency graph (graph.dot, graph.mmd, graph.json).",
+            "main",
+            _criteria_params(),
+        ) as wt,
+        DAG(name="main"),
+    ):
+        resolve(name="resolve", arguments=_criteria_arguments())
+    return wt
+
+
+def _bundle_template() -> Any:
+    bundle = step(
+        bundle_recipe,
+        name="bundle",
+        timeout="5m",
+        retries=2,
+        outputs=[Artifact(name="bundle", path=f"{OUTPUT_DIR}/bundle")],
+    )
+    with (
+        workflow_template(
+            "dsx-bundle",
+            "Resolve the runtime recipe and render it as a bundle for a GitOps repository: Helm (install "
+            "script), Argo CD (app of apps, sync waves by tier) or Flux (HelmReleases with dependsOn). "
+            "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
+            "main",
+            [
+                param("format", "Bundle format.", "helm", enum=["helm", "argocd", "flux"]),
+                param("repo-url", "Git repository the bundle is committed to (required for argocd).", ""),
+                param("revision", "Git revision Argo CD tracks.", "main"),
+                param("repo-path", "Folder of the bundle inside that repository.", "."),
+                *_criteria_params(),
+            ],
+        ) as wt,
+        DAG(name="main"),
+    ):
+        bundle(
+            name="bundle",
+            arguments={
+                "format": "{{workflow.parameters.format}}",
+                "repo_url": "{{workflow.parameters.repo-url}}",
+                "revision": "{{workflow.parameters.revision}}",
+                "repo_path": "{{workflow.parameters.repo-path}}",
+                **_criteria_arguments(),
+            },
+        )
+    return wt
+
+
+def _drift_cron() -> Any:
+    drift = step(
+        detect_drift,
+        name="drift",
+        timeout="30m",
+        retries=2,
+        outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
+    )
+    gate = step(drift_gate, name="gate", timeout="1m")
+    with (
+        CronWorkflow(
+            name="dsx-drift",
+            schedules=["0 6 * * *"],
+            concurrency_policy="Forbid",
+            starting_deadline_seconds=3600,
+            successful_jobs_history_limit=7,
+            failed_jobs_history_limit=7,
+            entrypoint="main",
+            annotations={
+                DESCRIPTION_ANNOTATION: "Every day at 06:00: snapshot the cluster (node software, GPU "
+                "Feature Discovery labels, Helm releases, images) and compare it with the runtime recipe. "
+                f"The 'drift' artifact holds snapshot.json and drift.json; drifted nodes get {DRIFT_LABEL}="
+                "true; the workflow ends Failed when anything drifted."
+            },
+            labels=dict(PART_OF),
+            service_account_name=SERVICE_ACCOUNT,
+            arguments=[
+                param("scope", "What to compare.", "all", enum=["all", "nodes", "components"]),
+                param("label", "Node label marking drifted nodes; empty: label nothing.", DRIFT_LABEL),
+                *_criteria_params(),
+            ],
+        ) as cron,
+        DAG(name="main"),
+    ):
+        checked = drift(
+            name="drift",
+            arguments={
+                "scope": "{{workflow.parameters.scope}}",
+                "label": "{{workflow.parameters.label}}",
+                **_criteria_arguments(),
+            },
+        )
+        checked >> gate(name="gate", arguments={"summary": "{{tasks.drift.outputs.result}}"})
+    return cron
+
+
+def templates() -> list[Any]:
+    """The runtime part's WorkflowTemplates and CronWorkflow."""
+    return [_recipe_template(), _bundle_template(), _drift_cron()]
