@@ -125,6 +125,16 @@ def _params_json(params: Iterable[Mapping[str, Any]]) -> str:
     return _json(out)
 
 
+def _last_line(path: Path) -> str:
+    """The last non-blank line of a log file, at most 500 characters ("" when there is none)."""
+    try:
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return last[:500]
+
+
 class _Dropped(Exception):
     """A reference to an output of a skipped or omitted task that declares no default."""
 
@@ -651,7 +661,15 @@ class Engine:
         if succeeded:
             self.finish(node, Phase.Succeeded, "")
         else:
-            self.finish(node, Phase.Failed, f"Error (exit code {code})")
+            message = f"Error (exit code {code})"
+            container = body.get("script") or body.get("container") or {}
+            if container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                # Kubernetes then takes the container's termination message from the end of its log, and
+                # Argo appends it to the node's message; the last line carries the step's error.
+                tail = _last_line(folder / "stderr.log") or _last_line(folder / "stdout.log")
+                if tail:
+                    message = f"{message}: {tail}"
+            self.finish(node, Phase.Failed, message)
 
     def collect_outputs(
         self, node: NodeStatus, body: Mapping[str, Any], artifacts: Path, strict: bool

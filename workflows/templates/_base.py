@@ -86,6 +86,8 @@ def step(
         retry_strategy=RetryStrategy(limit=retries) if retries else None,
         outputs=outputs,
         env=environment,
+        # The end of the step's log (its error) becomes the node's message in the Argo UI.
+        termination_message_policy="FallbackToLogsOnError",
     )
 
 

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tests.workflows.runner.conftest import RunFixture
+from tests.workflows.runner.conftest import RunFixture, by_name
 from workflows.runner import Phase
 from workflows.runner.engine import DEADLINE_MESSAGE
 
@@ -36,11 +36,24 @@ def test_retries_run_out(run_fixture: RunFixture) -> None:
     assert result.phase is Phase.Failed
 
 
+def test_a_failed_step_names_its_error_when_its_log_is_its_termination_message(
+    run_fixture: RunFixture,
+) -> None:
+    result = run_fixture("retry.yaml", "dsx-fixture-retry", entrypoint="not-retried")
+    assert result.node("fails-once").message == "Error (exit code 1): RuntimeError: failing on purpose"
+    # Without FallbackToLogsOnError Argo has only the exit code to show.
+    exhausted = run_fixture("retry.yaml", "dsx-fixture-retry", entrypoint="exhausted")
+    assert [c.message for c in by_name(exhausted, "always-fails(0)")] == ["Error (exit code 1)"]
+
+
 def test_retry_policy_on_error_does_not_retry_failures(run_fixture: RunFixture) -> None:
     result = run_fixture("retry.yaml", "dsx-fixture-retry", entrypoint="not-retried")
     node = result.node("fails-once")
     assert len(node.children) == 1
-    assert (node.phase, node.message) == (Phase.Failed, "Error (exit code 1)")
+    assert (node.phase, node.message) == (
+        Phase.Failed,
+        "Error (exit code 1): RuntimeError: failing on purpose",
+    )
 
 
 def test_a_task_that_runs_past_its_timeout_is_killed(run_fixture: RunFixture) -> None:
