@@ -33,6 +33,9 @@ import enum
 from typing import Final
 
 __all__ = [
+    "ANNOTATION_CERTIFICATION_REASON",
+    "ANNOTATION_CERTIFICATION_RECIPE",
+    "ANNOTATION_CERTIFIED_AT",
     "ANNOTATION_CORDONED_BEFORE",
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
@@ -71,6 +74,9 @@ TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
 ANNOTATION_CORDONED_BY: Final = "dsx.dev/cordoned-by"
 ANNOTATION_CORDON_REASON: Final = "dsx.dev/cordon-reason"
 ANNOTATION_CORDONED_BEFORE: Final = "dsx.dev/cordoned-before-dsx"
+ANNOTATION_CERTIFIED_AT: Final = "dsx.dev/certified-at"
+ANNOTATION_CERTIFICATION_RECIPE: Final = "dsx.dev/certification-recipe"
+ANNOTATION_CERTIFICATION_REASON: Final = "dsx.dev/certification-reason"
 CORDON_ANNOTATIONS: Final = (ANNOTATION_CORDONED_BY, ANNOTATION_CORDON_REASON, ANNOTATION_CORDONED_BEFORE)
 
 CONDITION_GPU_XID: Final = "DsxGpuXid"

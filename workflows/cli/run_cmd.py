@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ import typer
 
 from steps.errors import DsxError, InputError
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit
+
+DEFAULT_LOCAL_FLEET = "sim:nodes=4,gpu=h100,racks=2"
+"""The cluster of a local run given none: a small simulated fleet of two racks."""
 
 _WORKFLOW_KINDS = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
 
@@ -132,7 +136,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--cluster",
             metavar="SPEC",
-            help="Cluster for the steps: sim:..., a fleet file, state:PATH, kube.",
+            help="Cluster for the steps: sim:..., a fleet file, state:PATH, kube "
+            f"(default with --local: the simulated fleet {DEFAULT_LOCAL_FLEET}).",
         ),
         kubeconfig: str | None = typer.Option(
             None, "--kubeconfig", metavar="PATH", help="Kubeconfig of a real cluster."
@@ -214,6 +219,15 @@ def _run(
 
     from workflows import runner
     from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
+
+    if cluster is None and kubeconfig is None and not os.environ.get("DSX_CLUSTER") and not dry_run:
+        # A rehearsal on this machine never reaches a real cluster unless asked to.
+        cluster = DEFAULT_LOCAL_FLEET
+        typer.echo(
+            f"no --cluster given: steps act on a simulated fleet ({cluster}); "
+            "use --cluster kube (or --kubeconfig) for a real one",
+            err=True,
+        )
 
     if dry_run:
         plan = runner.plan(chosen, library, params, entry)

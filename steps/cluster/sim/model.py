@@ -31,6 +31,7 @@ class GpuHealth(_Model):
     ecc_uncorrectable: int = 0
     temperature_c: float = 42.0
     nvlink_gbps: float = 0.0
+    nominal_nvlink_gbps: float = 0.0
 
 
 class NodeHealth(_Model):

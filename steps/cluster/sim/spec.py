@@ -253,7 +253,12 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
             link_gbps=model.link_gbps,
             nominal_link_gbps=model.link_gbps,
             gpus=[
-                GpuHealth(index=g, uuid=_gpu_uuid(name, g), nvlink_gbps=model.nvlink_gbps)
+                GpuHealth(
+                    index=g,
+                    uuid=_gpu_uuid(name, g),
+                    nvlink_gbps=model.nvlink_gbps,
+                    nominal_nvlink_gbps=model.nvlink_gbps,
+                )
                 for g in range(count)
             ],
         )

@@ -1,0 +1,205 @@
+"""The certification pipeline's steps on a simulated fleet: plan, local checks, labels, gate, group jobs."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
+from steps.errors import DsxError, InputError
+from steps.readiness import certify
+from steps.readiness.checks import SweepRequest
+from steps.readiness.jobs import render_group_job, run_sweep_job, settings_for
+from steps.readiness.models import Subject
+from steps.readiness.nccl_tests import parse_nccl_tests_file
+
+LOGS = Path(__file__).parent / "logs"
+LOCAL_RECIPE = {
+    "digest": "sha256:feed",
+    "thresholds": {"nccl": {"allReduce": [], "relative": {"madFactor": 3.5, "minGroups": 3}}},
+}
+H100_RECIPE = {
+    "digest": "sha256:beef",
+    "thresholds": {"nccl": {"allReduce": [{"size": "2MiB", "busBwGBps": 60, "scope": "multi-node"}]}},
+}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Point the steps at a shared simulated fleet built from a spec; returns a function to do so."""
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
+
+    def use(spec: str) -> None:
+        monkeypatch.setenv("DSX_CLUSTER", shareable(spec, tmp_path))
+
+    return use
+
+
+def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=6,gpu=h100,racks=2,faults=node-05:not-ready")
+    port = connect()
+    port.set_labels("node-04", {vocab.LABEL_MANAGED: "false"})
+    plan = certify.plan_certification()
+    assert plan.launcher == "local"  # a simulated fleet cannot run pods
+    assert plan.criteria == {"service": "local", "accelerator": "cpu", "os": "ubuntu"}
+    assert plan.nodes == ["node-00", "node-01", "node-02", "node-03"]
+    assert [(e.node, e.reason) for e in plan.excluded] == [("node-05", "node is not Ready")]
+    assert [(g.name, g.members) for g in plan.groups] == [
+        ("all", ["node-00", "node-01", "node-02", "node-03"]),
+        ("rack-00", ["node-00", "node-01", "node-02"]),
+    ]
+    params = tmp_path / "out" / "params"
+    assert json.loads((params / "nodes").read_text()) == plan.nodes
+    assert json.loads((params / "groups").read_text()) == ["all", "rack-00"]
+    assert (params / "accelerator").read_text() == "cpu"
+
+
+def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h200")
+    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
+    assert plan.criteria["accelerator"] == "h200"
+    assert plan.gpus_per_node == 8
+    assert (plan.min_bytes, plan.max_bytes) == (1 << 20, 8 << 30)
+
+
+def test_plan_refuses_what_it_cannot_certify(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    with pytest.raises(InputError, match="selector 'pool=none' matches no managed node"):
+        certify.plan_certification(selector="pool=none")
+    with pytest.raises(InputError, match="certify option launcher"):
+        certify.plan_certification(launcher="ssh")
+    with pytest.raises(InputError, match="min-bytes 8388608 is larger than max-bytes 1024"):
+        certify.plan_certification(min_bytes="8MiB", max_bytes="1KiB")
+
+
+def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic;node-02:failing-gpu")
+    port = connect()
+    assert certify.local_injections(port, "node-01", 1, "group") == ["1:delay=30ms"]
+    assert certify.local_injections(port, "node-01", 0, "node") == []
+    assert certify.local_injections(port, "node-02", 0, "node") == ["0:fail"]
+    assert certify.local_injections(port, "node-00", 0, "group") == []
+
+
+def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
+    plan = certify.plan_certification(max_bytes="256KiB", iters=8)
+    assert plan.injected == {"node-01": ["delay=30ms"]}
+    nodes = [certify.certify_node(n, plan, LOCAL_RECIPE) for n in plan.nodes]
+    assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # its NVLink is fine
+    groups = [certify.certify_group(g.name, plan, LOCAL_RECIPE) for g in plan.groups]
+    (whole,) = groups
+    assert whole.status == "fail"
+    (straggler,) = [v for v in whole.verdicts if v.status == "fail"]
+    assert straggler.node == "node-01"
+    smoke = certify.certify_smoke(plan, LOCAL_RECIPE, nodes, groups)
+    assert smoke.subject.members == ["node-00", "node-02"]
+    summary = certify.finish_certification(plan, LOCAL_RECIPE, nodes, groups, smoke)
+    assert summary.status == "failed"
+    assert summary.passed == ["node-00", "node-02"]
+    assert list(summary.failed) == ["node-01"]
+    assert {"report.json", "report.md", "busbw.png", "step-time.png"} <= set(summary.report_files)
+    port = connect()
+    labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
+    assert labels == {"node-00": "passed", "node-01": "failed", "node-02": "passed"}
+    failed = port.get_node("node-01")
+    assert failed.annotations[vocab.ANNOTATION_CERTIFICATION_RECIPE] == "sha256:feed"
+    assert "straggler" in failed.annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
+    assert vocab.ANNOTATION_CERTIFIED_AT in port.get_node("node-00").annotations
+    with pytest.raises(DsxError, match=r"certification failed: node-01: .*straggler"):
+        certify.certification_gate(summary)
+
+
+def test_group_job_is_pinned_to_exactly_the_groups_nodes(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=3,gpu=h100")
+    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1", namespace="gpu-ops")
+    group = Subject(kind="group", name="rack-00", members=["node-02", "node-00"])
+    job = render_group_job(
+        "sweep", group, "steps.readiness.sweep", ["--max-bytes", "8GiB"], settings_for(plan), 600
+    )
+    spec = job.job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["activeDeadlineSeconds"] == 600 and spec["backoffLimit"] == 0
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == job.name == job.service["metadata"]["name"]
+    assert job.service["spec"]["clusterIP"] == "None"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms[0]["matchExpressions"][0]["values"] == ["node-00", "node-02"]
+    assert (
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]
+        == "kubernetes.io/hostname"
+    )
+    assert {t["key"] for t in pod["tolerations"]} >= {
+        vocab.TAINT_UNHEALTHY,
+        "node.kubernetes.io/unschedulable",
+    }
+    container = pod["containers"][0]
+    assert container["image"] == "registry.example/dsx:1"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    script = container["command"][2]
+    assert "--nnodes=2 --nproc-per-node=8 --node-rank=$JOB_COMPLETION_INDEX" in script
+    assert f"--master-addr={job.name}-0.{job.name}" in script
+    assert f"python -m steps.readiness.jobs publish {job.name}" in script
+    with pytest.raises(InputError, match="group jobs need an image"):
+        settings_for(certify.plan_certification(launcher="job"))
+
+
+def _play_job_controller(port, namespace: str, result: str | None) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """Wait for a Job to be created, then finish it as the Job controller and rank 0 would."""
+
+    def play() -> None:
+        for _ in range(200):
+            jobs = port.list_objects("batch/v1", "Job", namespace)
+            if jobs:
+                name = jobs[0]["metadata"]["name"]
+                if result is not None:
+                    port.update_state(name, lambda _: {"result.json": result, "exit-code": "0"})
+                    port.patch_object("batch/v1", "Job", name, {"status": {"succeeded": 2}}, namespace)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_group_job_is_judged_on_rank_zeros_result_and_cleaned_up(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    monkeypatch.setenv("DSX_JOB_POLL_S", "0.05")
+    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
+    port = connect()
+    group = Subject(kind="group", name="all", members=["node-00", "node-01"])
+    run = parse_nccl_tests_file(LOGS / "new_layout_clean.txt")
+    player = _play_job_controller(port, "dsx", run.model_dump_json())
+    request = SweepRequest(
+        subject=group,
+        thresholds=H100_RECIPE["thresholds"],
+        scope="multi-node",
+        timeout_s=30,
+        max_bytes="4MiB",
+    )
+    outcome = run_sweep_job(request, plan, port)
+    player.join()
+    assert outcome.run is not None and outcome.run.hosts == ["node-a", "node-b"]
+    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+    assert port.list_objects("batch/v1", "Job", "dsx") == []
+    assert port.list_objects("v1", "Service", "dsx") == []
+    assert port.get_state(outcome.evidence[0].rsplit("/", 1)[1]) == {}
+
+
+def test_a_group_job_that_never_finishes_is_a_hang(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    monkeypatch.setenv("DSX_JOB_POLL_S", "0.05")
+    monkeypatch.setattr("steps.readiness.jobs.REPORT_GRACE_S", 0.0)
+    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
+    port = connect()
+    group = Subject(kind="group", name="all", members=["node-00", "node-01"])
+    outcome = run_sweep_job(SweepRequest(subject=group, timeout_s=0.3), plan, port)
+    assert outcome.status == "hang"
+    assert "did not finish within its deadline" in outcome.verdicts[0].message
+    assert port.list_objects("batch/v1", "Job", "dsx") == []

@@ -1,0 +1,64 @@
+"""`dsx run certify --local`: real all-reduce among local ranks, a simulated fleet, verdicts on the nodes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from steps.cluster import connect
+from steps.cluster import vocabulary as vocab
+from tests.paths import REPO
+
+SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
+
+
+def _certify(tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster", spec]
+    result = subprocess.run(
+        [*cmd, *SMALL, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    return result, out
+
+
+def _labels(out: Path) -> dict[str, str]:
+    port = connect(f"state:{out / 'fleet.json'}")
+    return {n.name: n.labels.get(vocab.LABEL_CERTIFICATION, "") for n in port.list_nodes()}
+
+
+def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
+    result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert json.loads(result.stdout)["phase"] == "Succeeded"
+    assert _labels(out) == {"node-00": "passed", "node-01": "passed", "node-02": "passed"}
+    report = json.loads((out / "nodes" / "report(0)" / "artifacts" / "report.json").read_text())
+    assert report["status"] == "passed"
+    assert {"report.md", "busbw.png", "step-time.png"} <= set(report["files"])
+
+
+def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
+    result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1,faults=node-01:slow-nic")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    status = json.loads(result.stdout)
+    assert status["phase"] == "Failed"
+    workflow = json.loads((out / "workflow.json").read_text())
+    gate = next(n for n in workflow["status"]["nodes"].values() if n["displayName"] == "gate")
+    assert "certification failed: node-01" in gate["message"]
+    assert "straggler" in gate["message"]
+    assert _labels(out) == {"node-00": "passed", "node-01": "failed", "node-02": "passed"}
+    markdown = (out / "nodes" / "report(0)" / "artifacts" / "report.md").read_text()
+    assert "| node-01 | failed |" in markdown
+    assert "injected" in markdown
+
+
+def test_certify_template_explains_itself_in_the_argo_ui() -> None:
+    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    params = {p["name"]: p for p in doc["spec"]["arguments"]["parameters"]}
+    assert set(params) >= {"nodes", "launcher", "accelerator", "min-bytes", "max-bytes"}
+    assert params["launcher"]["enum"] == ["auto", "job", "local"]
+    assert all(p["description"] for p in params.values())
+    steps = {t["name"]: t for t in doc["spec"]["templates"]}
+    assert steps["gate"]["script"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert steps["report"]["outputs"]["artifacts"] == [{"name": "report", "path": "/tmp/dsx-out"}]
