@@ -1,6 +1,6 @@
 """How long `dsx --help` takes, against the goal of a median under 0.5 s.
 
-    python benchmarks/cli_startup.py [RUNS]
+python benchmarks/cli_startup.py [RUNS]
 """
 
 import statistics
@@ -21,7 +21,10 @@ def main() -> None:
         subprocess.run(cmd, capture_output=True, check=True)
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    print(f"dsx --help   median {median * 1000:7.1f} ms   goal {GOAL_S * 1000:.0f} ms   ratio {median / GOAL_S:.2f}")
+    print(
+        f"dsx --help   median {median * 1000:7.1f} ms   goal {GOAL_S * 1000:.0f} ms   "
+        f"ratio {median / GOAL_S:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -99,6 +99,9 @@ def lint(manifest: dict[str, Any], source: str) -> list[str]:
         for parameter in spec.get("arguments", {}).get("parameters", []):
             if not parameter.get("description"):
                 problems.append(f"{where}: parameter {parameter.get('name')!r} has no description")
+        names = [t.get("name") for t in spec.get("templates", [])]
+        for twice in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"{where}: two templates are named {twice!r} (a task would call the wrong one)")
     for path, text in _walk_strings(manifest, ""):
         if "{{=" in text:
             problems.append(f"{where}: expression tag '{{{{=' at {path.lstrip('.')} (not allowed in dsx)")

@@ -46,6 +46,7 @@ __all__ = [
     "CORDON_ANNOTATIONS",
     "LABEL_BLOCK",
     "LABEL_CERTIFICATION",
+    "LABEL_DRIFT",
     "LABEL_MANAGED",
     "LABEL_RACK",
     "LABEL_STATE",
@@ -65,6 +66,7 @@ LABEL_STATE: Final = "dsx.dev/state"
 LABEL_MANAGED: Final = "dsx.dev/managed"
 MANAGED_FALSE: Final = "false"
 
+LABEL_DRIFT: Final = "dsx.dev/drift"
 LABEL_RACK: Final = "topology.dsx.dev/rack"
 LABEL_BLOCK: Final = "topology.dsx.dev/block"
 

@@ -20,7 +20,9 @@ def test_starting_the_cli_imports_no_heavy_library() -> None:
         "import sys, workflows.cli.main as m; "
         f"print(sorted({{n.split('.')[0] for n in sys.modules}} & set({HEAVY!r})))"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert result.stdout.strip() == "[]"
 
 
@@ -50,3 +52,10 @@ def test_usage_errors_exit_2() -> None:
     result = _dsx("version", "-o", "xml")
     assert result.returncode == 2
     assert "xml" in result.stderr
+
+
+def test_a_cron_workflow_runs_once_by_name() -> None:
+    result = _dsx("run", "drift", "--local", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "dsx-drift" in result.stdout
+    assert "steps.runtime.tasks:detect_drift" in result.stdout

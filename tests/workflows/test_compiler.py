@@ -106,3 +106,14 @@ def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None
     stale = subprocess.run([*cli, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
     assert stale.returncode == 1
     assert expected in stale.stderr
+
+
+def test_lint_rejects_two_templates_with_one_name() -> None:
+    manifest = {
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "dsx-x", "annotations": {"workflows.argoproj.io/description": "x"}},
+        "spec": {"templates": [{"name": "greet", "dag": {"tasks": []}}, {"name": "greet", "script": {}}]},
+    }
+    assert compiler.lint(manifest, "mod") == [
+        "mod: WorkflowTemplate dsx-x: two templates are named 'greet' (a task would call the wrong one)"
+    ]

@@ -11,9 +11,9 @@ import sys
 # Command output still uses rich tables.
 os.environ.setdefault("TYPER_USE_RICH", "0")
 
-import typer  # noqa: E402
+import typer
 
-from steps.errors import DsxError  # noqa: E402
+from steps.errors import DsxError
 
 __all__ = ["app", "main"]
 

@@ -55,7 +55,7 @@ def _names(doc: dict[str, Any]) -> set[str]:
 
 
 def _pick(name: str, docs: list[dict[str, Any]], where: str) -> dict[str, Any]:
-    workflows = [d for d in docs if d.get("kind") in _WORKFLOW_KINDS]
+    workflows = [d for d in docs if d.get("kind") in (*_WORKFLOW_KINDS, "CronWorkflow")]
     wanted = {name, f"dsx-{name}"}
     found = [d for d in workflows if _names(d) & wanted]
     if not found:
@@ -63,6 +63,21 @@ def _pick(name: str, docs: list[dict[str, Any]], where: str) -> dict[str, Any]:
         raise InputError(f"no workflow named {name!r} in {where} (known: {', '.join(known) or 'none'})")
     exact = [d for d in found if name in _names(d)]
     return (exact or found)[0]
+
+
+def _scheduled_run(cron: dict[str, Any]) -> dict[str, Any]:
+    """The Workflow a CronWorkflow starts on its schedule, to run once now."""
+    metadata = cron.get("metadata") or {}
+    return {
+        "apiVersion": cron.get("apiVersion", "argoproj.io/v1alpha1"),
+        "kind": "Workflow",
+        "metadata": {
+            "name": metadata.get("name", "cron"),
+            "annotations": dict(metadata.get("annotations") or {}),
+            "labels": dict(metadata.get("labels") or {}),
+        },
+        "spec": dict((cron.get("spec") or {}).get("workflowSpec") or {}),
+    }
 
 
 def _referenced(docs: list[dict[str, Any]]) -> set[str]:
@@ -219,6 +234,9 @@ def _run(
 
     from workflows import runner
     from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
+
+    if chosen.get("kind") == "CronWorkflow":
+        chosen = _scheduled_run(chosen)
 
     if cluster is None and kubeconfig is None and not os.environ.get("DSX_CLUSTER") and not dry_run:
         # A rehearsal on this machine never reaches a real cluster unless asked to.

@@ -100,8 +100,14 @@ def templates() -> list[Any]:
                     "auto",
                     enum=["auto", "any", "ubuntu", "rhel"],
                 ),
-                param("min-bytes", "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.", "auto"),
-                param("max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", "auto"),
+                param(
+                    "min-bytes",
+                    "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.",
+                    "auto",
+                ),
+                param(
+                    "max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", "auto"
+                ),
                 param("iters", "Timed iterations per message size.", "20"),
             ],
         ) as wt,

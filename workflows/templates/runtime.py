@@ -25,7 +25,7 @@ from workflows.templates._base import (
 
 __all__ = ["DRIFT_LABEL", "templates"]
 
-DRIFT_LABEL = f"{vocab.PREFIX}drift"
+DRIFT_LABEL = vocab.LABEL_DRIFT
 """Label put on nodes that drifted from the recipe (``true``), removed when they conform again."""
 
 _CRITERIA = (
