@@ -217,7 +217,7 @@ def test_the_dsx_process_exits_with_the_phase(tmp_path: Path) -> None:
 def test_names_are_looked_up_among_dsxs_compiled_workflows() -> None:
     from workflows.compiler import compiled_documents
 
-    kinds = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
+    kinds = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow")
     known = sorted(
         str(d["metadata"]["name"]) for d in compiled_documents().values() if d.get("kind") in kinds
     )
