@@ -5,7 +5,8 @@ Spec forms:
 - ``kube`` (or nothing, with ``DSX_CLUSTER`` unset): a real cluster, through ``--kubeconfig`` and
   ``--context``, ``$KUBECONFIG``, ``~/.kube/config`` or, inside a pod, the service account.
 - ``sim:KEY=VALUE,...``: a simulated fleet held in this process (see :mod:`steps.cluster.sim.spec`);
-  ``sim:`` alone gives the default fleet, ``sim:PATH.yaml`` reads a fleet file.
+  ``sim:`` alone gives the default fleet, ``sim:PATH.yaml`` reads a fleet file, and
+  ``sim:PATH.yaml,KEY=VALUE,...`` reads one and replaces some of its keys.
 - ``PATH.yaml`` / ``PATH.yml``: a fleet file.
 - ``state:PATH``: a simulated fleet persisted as JSON, shared by every process that opens it.
 

@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from tests.paths import REPO
 
 CRITERIA = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]
+FLEET = REPO / "recipes" / "fleets" / "eks-h100-training.yaml"
+"""A simulated fleet running exactly what the packaged recipe pins for CRITERIA."""
 
 
 def _dsx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -75,63 +78,23 @@ def test_graph_and_list_outputs(tmp_path: Path) -> None:
     assert {"base", "eks", "h100", "local-cpu-training"} <= names
 
 
-def _snapshot_file(path: Path, recipe: dict[str, Any], old_driver_on: str | None) -> Path:
-    driver = next(c for c in recipe["components"] if c["name"] == "gpu-operator")["values"]["driver"][
-        "version"
-    ]
-    nodes = [
-        {
-            "name": f"node-{i:02d}",
-            "osImage": "Ubuntu 22.04.5 LTS",
-            "kernelVersion": "5.15.0-130-generic",
-            "kubeletVersion": "v1.31.4",
-            "containerRuntimeVersion": "containerd://1.7.24",
-            "gpuProduct": "NVIDIA-H100-80GB-HBM3",
-            "gpuCount": 8,
-            "driverVersion": "570.124.06" if f"node-{i:02d}" == old_driver_on else driver,
-        }
-        for i in range(8)
-    ]
-    releases = [
-        {"name": c["release"], "namespace": c["namespace"], "chart": c["chart"], "version": c["version"]}
-        for c in recipe["components"]
-    ]
-    images = [
-        {
-            "namespace": c["namespace"],
-            "kind": "Deployment",
-            "name": c["name"],
-            "container": role,
-            "image": image,
-        }
-        for c in recipe["components"]
-        for role, image in c["images"].items()
-    ]
-    snapshot = {
-        "kind": "ClusterSnapshot",
-        "cluster": "fleet",
-        "nodes": nodes,
-        "releases": releases,
-        "images": images,
-    }
-    path.write_text(json.dumps(snapshot))
-    return path
-
-
 def test_drift_names_the_node_on_an_older_driver_and_exits_1(tmp_path: Path) -> None:
-    recipe = json.loads(_dsx("recipe", "resolve", *CRITERIA, "-o", "json", cwd=tmp_path).stdout)
-    drifted = _snapshot_file(tmp_path / "drifted.json", recipe, old_driver_on="node-03")
-    run = _dsx("drift", "--snapshot", str(drifted), *CRITERIA, "-o", "json", cwd=tmp_path)
+    conforming = _dsx("drift", "--cluster", f"sim:{FLEET}", *CRITERIA, "-o", "json", cwd=tmp_path)
+    assert conforming.returncode == 0, conforming.stdout + conforming.stderr
+    report = json.loads(conforming.stdout)
+    assert not report["drifted"] and report["findings"] == []
+    assert report["checked"]["gpuNodes"] == 8 and report["checked"]["components"] == 7
+
+    older = f"sim:{FLEET},faults=node-03:driver=570.124.06"
+    run = _dsx("drift", "--cluster", older, *CRITERIA, "-o", "json", cwd=tmp_path)
     assert run.returncode == 1, run.stderr
     report = json.loads(run.stdout)
-    assert report["driftedNodes"] == ["node-03"]
-    assert [(f["subject"], f["field"], f["severity"]) for f in report["findings"]] == [
-        ("node-03", "driverVersion", "critical")
-    ]
-    table = _dsx("drift", "--snapshot", str(drifted), *CRITERIA, cwd=tmp_path)
-    assert table.returncode == 1 and "node-03" in table.stdout and "driverVersion" in table.stdout
+    assert report["driftedNodes"] == ["node-03"] and report["driftedComponents"] == []
+    assert [
+        (f["subject"], f["field"], f["expected"], f["actual"], f["severity"]) for f in report["findings"]
+    ] == [("node-03", "driverVersion", "580.82.07", "570.124.06", "critical")]
 
-    conforming = _snapshot_file(tmp_path / "conforming.json", recipe, old_driver_on=None)
-    clean = _dsx("drift", "--snapshot", str(conforming), *CRITERIA, cwd=tmp_path)
-    assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "no drift" in clean.stdout
+    table = _dsx("drift", "--cluster", older, *CRITERIA, cwd=tmp_path)
+    assert table.returncode == 1 and "node-03" in table.stdout and "driverVersion" in table.stdout
+    clean = _dsx("drift", "--cluster", f"sim:{FLEET}", *CRITERIA, cwd=tmp_path)
+    assert clean.returncode == 0 and "no drift" in clean.stdout

@@ -61,14 +61,15 @@ def test_drift_workflow_labels_drifted_nodes_and_fails(tmp_path: Path) -> None:
         "metadata": {"name": "dsx-drift-run"},
         "spec": cron["spec"]["workflowSpec"],
     }
-    options = RunOptions(out_dir=tmp_path / "drift", cluster="sim:nodes=4,gpu=h100")
+    fleet = "sim:nodes=4,gpu=h100,faults=node-00:driver=570.124.06;node-02:driver=570.124.06"
+    options = RunOptions(out_dir=tmp_path / "drift", cluster=fleet)
     result = run(workflow, (), {**CRITERIA, "scope": "nodes"}, options)
-    assert result.phase == "Failed"  # the simulated fleet runs another driver than the recipe pins
+    assert result.phase == "Failed"  # two nodes run an older driver than the recipe pins
     folder = _artifacts(tmp_path / "drift", "drift", "drift")
     report = json.loads((folder / "drift.json").read_text())
-    assert report["driftedNodes"] == ["node-00", "node-01", "node-02", "node-03"]
+    assert report["driftedNodes"] == ["node-00", "node-02"]
     assert {f["field"] for f in report["findings"]} == {"driverVersion"}
     (stdout,) = (tmp_path / "drift" / "nodes").glob("drift*/stdout.log")
     assert json.loads(stdout.read_text().strip().splitlines()[-1])["labelled"] == report["driftedNodes"]
     (gate,) = (tmp_path / "drift" / "nodes").glob("gate*/stderr.log")
-    assert "nodes node-00, node-01, node-02, node-03" in gate.read_text()
+    assert "nodes node-00, node-02" in gate.read_text()

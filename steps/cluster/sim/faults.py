@@ -9,20 +9,51 @@
 ``not-ready``             the kubelet stops posting ready status (Ready condition False)
 ``api-errors=N``          the next N API requests about this node fail with HTTP 500
 ``reading:NAME=VALUE``    any further figure another part models (kept in ``health.readings``)
+``driver=VERSION``        the node runs driver VERSION: GPU Feature Discovery's driver labels (both
+                          forms) say so, and its CUDA labels give that driver branch's CUDA version
+``kernel=VERSION``        the kubelet reports kernel VERSION (``status.nodeInfo.kernelVersion``)
+``kubelet=VERSION``       the node's kubelet is VERSION (``v1.30.8``)
+``os=IMAGE``              the node's OS image (``Ubuntu 20.04.6 LTS``)
+``runtime=VERSION``       the node's container runtime (``containerd://1.7.20``)
 ========================  ==============================================================================
+
+The last five are software-version skews, as a patched or a replaced node shows them: they change only
+what the node reports (its labels and ``status.nodeInfo``), not its physical health, so they are not
+listed in ``health.faults``.
 """
 
 from __future__ import annotations
 
 import re
 
-from steps.cluster.port import GPU_RESOURCE, Condition
+from steps.cluster.port import GPU_RESOURCE, Condition, Node
+from steps.cluster.sim.gpus import cuda_for_driver, driver_labels
 from steps.cluster.sim.model import Fleet, NodeHealth
 from steps.errors import InputError
 
-__all__ = ["FAULT_KINDS", "apply_fault"]
+__all__ = ["FAULT_KINDS", "VERSION_FAULTS", "apply_fault"]
 
-FAULT_KINDS = ("slow-nic", "slow-nvlink", "xid", "failing-gpu", "ecc", "not-ready", "api-errors", "reading")
+VERSION_FAULTS = ("driver", "kernel", "kubelet", "os", "runtime")
+"""Faults that set a software version the node reports (``KIND=VERSION``)."""
+
+FAULT_KINDS = (
+    "slow-nic",
+    "slow-nvlink",
+    "xid",
+    "failing-gpu",
+    "ecc",
+    "not-ready",
+    "api-errors",
+    "reading",
+    *VERSION_FAULTS,
+)
+
+_NODE_INFO_FIELDS = {
+    "kernel": "kernel_version",
+    "kubelet": "kubelet_version",
+    "os": "os_image",
+    "runtime": "container_runtime_version",
+}
 
 _FAULT = re.compile(
     r"^(?P<kind>[a-z-]+)(?::(?P<name>[A-Za-z0-9_.-]+))?(?:=(?P<value>[0-9.]+))?(?:@(?P<gpu>\d+))?$"
@@ -35,6 +66,23 @@ def _gpu(health: NodeHealth, index: int, node: str, fault: str) -> int:
     return index
 
 
+def _set_version(fleet: Fleet, state: Node, kind: str, value: str, fault: str) -> None:
+    """Apply a :data:`VERSION_FAULTS` fault: the node reports ``value``."""
+    if not value:
+        raise InputError(f"fault {fault!r} on {state.name}: {kind} needs a value ({kind}=VERSION)")
+    if kind == "driver":
+        if state.labels.get("nvidia.com/gpu.present") != "true":
+            raise InputError(f"fault {fault!r} on {state.name}: the node has no GPUs, so no driver labels")
+        try:
+            cuda = cuda_for_driver(value)
+        except InputError as exc:
+            raise InputError(f"fault {fault!r} on {state.name}: {exc}") from None
+        state.labels.update(driver_labels(value, cuda))
+    else:
+        setattr(state.node_info, _NODE_INFO_FIELDS[kind], value)
+    state.resource_version = fleet.next_revision()
+
+
 def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """Inject one fault into ``node``.
 
@@ -43,6 +91,10 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """
     if node not in fleet.nodes:
         raise InputError(f"fault {fault!r}: node {node!r} is not in the fleet")
+    kind, sep, version = fault.strip().partition("=")
+    if kind in VERSION_FAULTS:
+        _set_version(fleet, fleet.nodes[node], kind, version.strip() if sep else "", fault)
+        return
     match = _FAULT.match(fault.strip())
     kind = match.group("kind") if match else ""
     if not match or kind not in FAULT_KINDS:

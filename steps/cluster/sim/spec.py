@@ -7,12 +7,18 @@ Short spec (``--cluster sim:...``), comma-separated ``key=value``:
 Keys (``-`` and ``_`` are the same): ``nodes``, ``gpu`` (a100, h100, h200, b200, gb200),
 ``gpus`` (per node, default the model's count), ``racks``, ``blocks``, ``prefix`` (``node-``),
 ``width`` (digits of the node number), ``workloads`` (true/false: the sample pods and budgets),
-``kubelet``, ``os``, ``kernel``, ``runtime``, ``faults`` (``NODE:FAULT`` separated by ``;``, see
-:mod:`steps.cluster.sim.faults`), ``cordoned`` (nodes cordoned before dsx came, ``;``-separated),
-``api-errors``, ``api-conflicts``, ``api-latency-ms``, ``forbid`` (``VERB RESOURCE`` pairs,
-``;``-separated, e.g. ``patch nodes;create pods/eviction``).
+``kubelet``, ``os``, ``kernel``, ``runtime``, ``driver`` (every GPU node's driver, default the GPU
+model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separated by ``;``, see
+:mod:`steps.cluster.sim.faults`; ``node-03:driver=570.124.06`` puts one node on another driver),
+``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``releases`` (deployed Helm releases,
+``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
+``api-conflicts``, ``api-latency-ms``, ``forbid`` (``VERB RESOURCE`` pairs, ``;``-separated, e.g.
+``patch nodes;create pods/eviction``).
 
-The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults.
+The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
+``releases`` a list of releases, each a mapping (with ``chart``, ``status``, ``images``...) or the
+short form. A short spec may start with a fleet file and change some of its keys:
+``sim:fleet.yaml,faults=node-03:driver=570.124.06`` is that fleet with one node on an older driver.
 
 Nodes are named ``PREFIX`` + the zero-padded number; node ``i`` of ``n`` sits in rack
 ``i * racks // n`` (label ``topology.dsx.dev/rack=rack-RR``) and racks are grouped evenly into blocks
@@ -37,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from steps.cluster import vocabulary as vocab
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
 from steps.cluster.sim.faults import apply_fault
-from steps.cluster.sim.gpus import GPU_MODELS, gpu_model
+from steps.cluster.sim.gpus import GPU_MODELS, cuda_for_driver, gpu_model
+from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, GpuHealth, NodeHealth, Pdb, owner_key
 from steps.errors import InputError
 
@@ -59,11 +66,13 @@ class FleetSpec(BaseModel):
     prefix: str = "node-"
     width: int | None = Field(None, ge=1, le=8)
     workloads: bool = True
-    kubelet: str = "v1.31.4"
+    kubelet: str = "v1.33.4"
     os: str = "Ubuntu 22.04.5 LTS"
     kernel: str = "5.15.0-130-generic"
     runtime: str = "containerd://1.7.24"
+    driver: str | None = None
     faults: dict[str, list[str]] = Field(default_factory=dict)
+    releases: list[Release] = Field(default_factory=list)
     cordoned: list[str] = Field(default_factory=list)
     api_errors: int = Field(0, ge=0, alias="api-errors")
     api_conflicts: int = Field(0, ge=0, alias="api-conflicts")
@@ -76,6 +85,33 @@ class FleetSpec(BaseModel):
         if value.lower() not in GPU_MODELS:
             raise ValueError(f"unknown GPU {value!r}: choose one of {', '.join(sorted(GPU_MODELS))}")
         return value.lower()
+
+    @field_validator("driver")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                cuda_for_driver(value)  # a driver version of a known branch
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("releases", mode="before")
+    @classmethod
+    def _releases(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(";") if v.strip()]
+        return value
+
+    @field_validator("releases")
+    @classmethod
+    def _unique_releases(cls, value: list[Release]) -> list[Release]:
+        seen: set[tuple[str, str]] = set()
+        for release in value:
+            if (release.namespace, release.name) in seen:
+                raise ValueError(f"release {release.namespace}/{release.name} is given twice")
+            seen.add((release.namespace, release.name))
+        return value
 
     @field_validator("faults", mode="before")
     @classmethod
@@ -120,15 +156,22 @@ def _spec_error(where: str, exc: ValidationError) -> InputError:
 
 
 def parse_short_spec(text: str) -> FleetSpec:
-    """Read ``key=value,...`` (the part after ``sim:``).
+    """Read ``key=value,...`` (the part after ``sim:``), which may start with a fleet file whose keys the
+    ones that follow replace (``fleet.yaml,faults=node-03:driver=570.124.06``).
 
     Raises:
-        InputError: an unknown key, a bad value, or a term that is not ``key=value``.
+        InputError: an unknown key, a bad value, or a term that is not ``key=value``; for a fleet file,
+            what :func:`load_spec_file` raises.
     """
+    terms = [t.strip() for t in text.split(",") if t.strip()]
+    base: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    path: Path | None = None
+    if terms and "=" not in terms[0] and terms[0].endswith((".yaml", ".yml")):
+        path = Path(terms.pop(0))
+        base, lines = _read_spec_file(path)
     values: dict[str, Any] = {}
-    for term in (t.strip() for t in text.split(",")):
-        if not term:
-            continue
+    for term in terms:
         key, sep, value = term.partition("=")
         key = key.strip().replace("_", "-")
         if not sep:
@@ -139,16 +182,20 @@ def parse_short_spec(text: str) -> FleetSpec:
             raise InputError(f"sim:{text}: unknown key {key!r} (known: {known})")
         values[field] = value.strip()
     try:
-        return FleetSpec.model_validate(values)
+        return FleetSpec.model_validate({**base, **values})
     except ValidationError as exc:
+        first = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        if path is not None and first in base and first not in values:
+            raise _spec_error(f"{path}:{lines.get(first, 1)}", exc) from None
         raise _spec_error(f"sim:{text}", exc) from None
 
 
-def load_spec_file(path: Path) -> FleetSpec:
-    """Read a fleet YAML file.
+def _read_spec_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The keys of a fleet file (``-`` read as ``_``) and the line of each.
 
     Raises:
-        InputError: the file is missing, is not YAML, or holds a bad value (with file and line).
+        InputError: the file is missing, is not YAML, is not a mapping or has an unknown key (with file
+            and line).
     """
     try:
         text = path.read_text()
@@ -171,6 +218,16 @@ def load_spec_file(path: Path) -> FleetSpec:
     unknown = sorted(set(data) - set(FleetSpec.model_fields))
     if unknown:
         raise InputError(f"{path}:{lines.get(unknown[0], 1)}: unknown key {unknown[0]!r}")
+    return data, lines
+
+
+def load_spec_file(path: Path) -> FleetSpec:
+    """Read a fleet YAML file.
+
+    Raises:
+        InputError: the file is missing, is not YAML, or holds a bad value (with file and line).
+    """
+    data, lines = _read_spec_file(path)
     try:
         return FleetSpec.model_validate(data)
     except ValidationError as exc:
@@ -206,7 +263,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
             "node.kubernetes.io/instance-type": f"dgx-{model.key}",
             vocab.LABEL_RACK: f"rack-{rack:02d}",
             vocab.LABEL_BLOCK: f"block-{rack // racks_per_block:02d}",
-            **(model.labels(count) if count else {}),
+            **(model.labels(count, spec.driver) if count else {}),
         }
         resources = {
             "cpu": str(model.cpu),
@@ -267,6 +324,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
             raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
     if spec.workloads:
         _add_workloads(fleet, names)
+    install_releases(fleet, spec.releases, _EPOCH)
     for node, faults in sorted(spec.faults.items()):
         for fault in faults:
             apply_fault(fleet, node, fault)

@@ -16,7 +16,7 @@ def test_contract_list_nodes_sorted_with_gpu_and_topology_labels(backend: Backen
     first = nodes[0]
     assert first.gpu_product == "NVIDIA-H100-80GB-HBM3"
     assert first.labels["nvidia.com/gpu.count"] == "8"
-    assert first.labels["nvidia.com/cuda.driver.major"] == "550"
+    assert first.labels["nvidia.com/cuda.driver.major"] == "580"
     assert first.gpu_count == 8
     assert first.ready
     assert first.node_info.kubelet_version.startswith("v1.")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from steps.cluster import ConflictError, NotFoundError
+from steps.cluster import ConflictError, NotFoundError, load_fleet
 from tests.steps.cluster.conftest import Backend
 
 WORKFLOW = {
@@ -82,3 +84,22 @@ def test_contract_nodes_and_pods_are_objects_too(backend: Backend) -> None:
     assert len(port.list_objects("v1", "Node", label_selector="topology.dsx.dev/rack=rack-00")) == 3
     pdbs = port.list_objects("policy/v1", "PodDisruptionBudget", "serving")
     assert [p["metadata"]["name"] for p in pdbs] == ["gateway", "inference"]
+
+
+def test_contract_helm_release_secrets_of_a_simulated_fleet_list_alike(
+    make_backend: Callable[..., Backend],
+) -> None:
+    backend = make_backend(
+        "sim:nodes=2,releases=cert-manager@v1.18.2;monitoring/kube-prometheus-stack@75.15.0"
+    )
+    secrets = backend.port.list_objects("v1", "Secret", None, "owner=helm")
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in secrets] == [
+        ("cert-manager", "sh.helm.release.v1.cert-manager.v1"),
+        ("monitoring", "sh.helm.release.v1.kube-prometheus-stack.v1"),
+    ]
+    assert {s["type"] for s in secrets} == {"helm.sh/release.v1"}
+    stored = {
+        o["metadata"]["name"]: o
+        for o in load_fleet("sim:nodes=2,releases=cert-manager@v1.18.2").objects.values()
+    }
+    assert secrets[0]["data"] == stored["sh.helm.release.v1.cert-manager.v1"]["data"]

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from steps.cluster import NotFoundError, connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import GPU_MODELS, SimCluster
+from steps.cluster.sim.gpus import cuda_for_driver
 from steps.errors import InputError
 from tests.paths import REPO
 
@@ -47,6 +52,8 @@ def test_gpu_models_carry_the_labels_gpu_feature_discovery_sets(key: str) -> Non
     assert node.labels["nvidia.com/gpu.memory"] == str(model.memory_mib)
     assert node.labels["nvidia.com/cuda.driver.major"] == model.driver.split(".")[0]
     assert node.labels["nvidia.com/cuda.runtime.major"] == model.cuda.split(".")[0]
+    assert node.labels["nvidia.com/cuda.driver-version.full"] == model.driver
+    assert node.labels["nvidia.com/cuda.runtime-version.full"] == model.cuda == cuda_for_driver(model.driver)
     assert node.labels["kubernetes.io/arch"] == model.arch
     assert node.gpu_count == model.count
     assert node.capacity["nvidia.com/gpu"] == str(model.count)
@@ -111,6 +118,13 @@ def test_cordoned_nodes_in_the_spec_were_cordoned_before_dsx() -> None:
         ("sim:nodes=4,faults=node-01:xid=79@9", "GPUs 0..7"),
         ("sim:nodes=4,faults=xid=79", "is not NODE:FAULT"),
         ("sim:nodes=4,racks", "is not key=value"),
+        ("sim:nodes=4,faults=node-01:driver=latest", "expected a driver version such as 580.82.07"),
+        ("sim:nodes=4,faults=node-01:kernel", "kernel needs a value"),
+        ("sim:nodes=4,gpus=0,faults=node-01:driver=570.124.06", "the node has no GPUs"),
+        ("sim:nodes=4,driver=390.157", "older than every branch the simulation knows"),
+        ("sim:nodes=4,releases=gpu-operator", "is not \\[NAMESPACE/\\]NAME@VERSION"),
+        ("sim:nodes=4,releases=a@1;a@2", "release a/a is given twice"),
+        ("sim:nodes=4,releases=GPU_Operator@1", "is not a valid name"),
     ],
 )
 def test_bad_specs_are_input_errors_naming_the_problem(spec: str, message: str) -> None:
@@ -204,3 +218,148 @@ def test_shareable_fleet_is_one_fleet_for_many_processes(tmp_path: Path) -> None
     ]
     assert isinstance(port, SimCluster)
     assert sum(1 for c in port.calls() if c.method == "update_state") == 40
+
+
+def test_version_faults_change_what_one_node_reports_as_gpu_feature_discovery_and_the_kubelet_would() -> None:
+    port = _sim(
+        "sim:nodes=4,gpu=h100,faults=node-03:driver=570.124.06;node-02:kernel=5.15.0-91-generic;"
+        "node-02:kubelet=v1.30.8;node-01:os=Ubuntu 20.04.6 LTS;node-01:runtime=containerd://1.6.28"
+    )
+    old = port.get_node("node-03").labels
+    assert {k: v for k, v in old.items() if k.startswith("nvidia.com/cuda.")} == {
+        "nvidia.com/cuda.driver-version.full": "570.124.06",
+        "nvidia.com/cuda.driver-version.major": "570",
+        "nvidia.com/cuda.driver-version.minor": "124",
+        "nvidia.com/cuda.driver-version.revision": "06",
+        "nvidia.com/cuda.driver.major": "570",
+        "nvidia.com/cuda.driver.minor": "124",
+        "nvidia.com/cuda.driver.rev": "06",
+        "nvidia.com/cuda.runtime-version.full": "12.8",
+        "nvidia.com/cuda.runtime-version.major": "12",
+        "nvidia.com/cuda.runtime-version.minor": "8",
+        "nvidia.com/cuda.runtime.major": "12",
+        "nvidia.com/cuda.runtime.minor": "8",
+    }
+    assert port.get_node("node-00").labels["nvidia.com/cuda.driver-version.full"] == "580.82.07"
+    assert port.get_node("node-00").labels["nvidia.com/cuda.runtime-version.full"] == "13.0"
+    info = port.get_node("node-02").node_info
+    assert (info.kernel_version, info.kubelet_version) == ("5.15.0-91-generic", "v1.30.8")
+    info = port.get_node("node-01").node_info
+    assert (info.os_image, info.container_runtime_version) == ("Ubuntu 20.04.6 LTS", "containerd://1.6.28")
+    assert port.get_node("node-00").node_info.kubelet_version == "v1.33.4"
+    # A version skew is not a health fault: the hardware is as healthy as before.
+    assert all(port.health(n).healthy for n in ("node-01", "node-02", "node-03"))
+
+    before = port.get_node("node-00").resource_version
+    port.inject("node-00", "driver=575.57.08")
+    after = port.get_node("node-00")
+    assert after.resource_version != before
+    assert after.labels["nvidia.com/cuda.driver-version.full"] == "575.57.08"
+    assert after.labels["nvidia.com/cuda.runtime-version.full"] == "12.9"
+
+
+def test_fleet_wide_driver_sets_every_gpu_node_and_its_cuda_labels() -> None:
+    nodes = _sim("sim:nodes=3,gpu=b200,driver=570.172.08").list_nodes()
+    assert {n.labels["nvidia.com/cuda.driver-version.full"] for n in nodes} == {"570.172.08"}
+    assert {n.labels["nvidia.com/cuda.driver.rev"] for n in nodes} == {"08"}
+    assert {n.labels["nvidia.com/cuda.runtime.minor"] for n in nodes} == {"8"}
+    assert cuda_for_driver("590.10.01") == "13.0"  # a branch newer than the table: the newest known
+
+
+def _helm_release(secret: dict[str, Any]) -> dict[str, Any]:
+    """What ``helm get`` reads: the Secret's data is base64 on the wire, holding base64 of gzipped JSON."""
+    data = secret["data"]
+    assert isinstance(data, dict)
+    decoded: dict[str, object] = json.loads(
+        gzip.decompress(base64.b64decode(base64.b64decode(data["release"])))
+    )
+    return decoded
+
+
+def test_releases_are_helm_release_secrets_in_their_namespaces(tmp_path: Path) -> None:
+    port = _sim("sim:nodes=2,releases=cert-manager@v1.18.2;monitoring/kube-prometheus-stack@75.15.0")
+    secrets = port.list_objects("v1", "Secret", None, "owner=helm")
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"], s["type"]) for s in secrets] == [
+        ("cert-manager", "sh.helm.release.v1.cert-manager.v1", "helm.sh/release.v1"),
+        ("monitoring", "sh.helm.release.v1.kube-prometheus-stack.v1", "helm.sh/release.v1"),
+    ]
+    labels = secrets[1]["metadata"]["labels"]
+    assert {k: labels[k] for k in ("name", "owner", "status", "version")} == {
+        "name": "kube-prometheus-stack",
+        "owner": "helm",
+        "status": "deployed",
+        "version": "1",
+    }
+    release = _helm_release(secrets[1])
+    assert release["name"] == "kube-prometheus-stack" and release["namespace"] == "monitoring"
+    assert release["version"] == 1
+    assert release["info"]["status"] == "deployed"
+    assert release["chart"]["metadata"]["version"] == "75.15.0"
+    assert port.list_objects("v1", "Secret", "monitoring", "owner=helm,status=deployed") == [secrets[1]]
+    assert port.list_objects("apps/v1", "Deployment", None, None) == []  # no images given: no workloads
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        textwrap.dedent("""\
+        nodes: 2
+        releases:
+          - name: operator
+            namespace: gpu-operator
+            chart: gpu-operator
+            version: v25.3.1
+            status: failed
+            revision: 3
+            images:
+              - nvcr.io/nvidia/gpu-operator:v25.3.1
+              - nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04
+          - argo-events@2.4.21
+    """)
+    )
+    port = _sim(f"sim:{fleet}")
+    (secret,) = port.list_objects("v1", "Secret", "gpu-operator", "owner=helm")
+    assert secret["metadata"]["name"] == "sh.helm.release.v1.operator.v3"
+    assert (secret["metadata"]["labels"]["status"], secret["metadata"]["labels"]["version"]) == (
+        "failed",
+        "3",
+    )
+    release = _helm_release(secret)
+    assert release["chart"]["metadata"]["name"] == "gpu-operator"
+    (deployment,) = port.list_objects("apps/v1", "Deployment", "gpu-operator", None)
+    assert deployment["metadata"]["annotations"]["meta.helm.sh/release-name"] == "operator"
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert [(c["name"], c["image"]) for c in containers] == [
+        ("gpu-operator", "nvcr.io/nvidia/gpu-operator:v25.3.1"),
+        ("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
+    ]
+    assert [s["metadata"]["namespace"] for s in port.list_objects("v1", "Secret", None, "owner=helm")] == [
+        "argo-events",
+        "gpu-operator",
+    ]
+
+    fleet.write_text("nodes: 2\nreleases:\n  - {name: x, version: '1', status: broken}\n")
+    with pytest.raises(
+        InputError, match=r"fleet.yaml:2: releases.0.status: status 'broken' is not a Helm status"
+    ):
+        connect(str(fleet))
+
+
+def test_a_short_spec_may_start_with_a_fleet_file_and_change_its_keys(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("nodes: 4\ngpu: h200\nreleases: [gpu-operator@v25.3.4]\n")
+    port = _sim(f"sim:{fleet},faults=node-03:driver=570.124.06,kubelet=v1.32.9")
+    nodes = port.list_nodes()
+    assert [n.labels["nvidia.com/cuda.driver-version.full"] for n in nodes] == ["580.82.07"] * 3 + [
+        "570.124.06"
+    ]
+    assert {n.gpu_product for n in nodes} == {"NVIDIA-H200"}
+    assert {n.node_info.kubelet_version for n in nodes} == {"v1.32.9"}
+    assert len(port.list_objects("v1", "Secret", None, "owner=helm")) == 1
+    assert port.endpoint == f"sim:{fleet},faults=node-03:driver=570.124.06,kubelet=v1.32.9"
+
+    with pytest.raises(InputError, match=r"sim:.*fleet.yaml,nodes=many: nodes"):
+        connect(f"sim:{fleet},nodes=many")
+    fleet.write_text("nodes: 4\ngpu: h200\nracks: many\n")
+    with pytest.raises(InputError, match=r"fleet.yaml:3: racks"):
+        connect(f"sim:{fleet},nodes=2")
+    with pytest.raises(InputError, match="cannot read the fleet file"):
+        connect(f"sim:{tmp_path / 'missing.yaml'},nodes=2")

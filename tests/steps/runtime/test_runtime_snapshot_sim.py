@@ -1,18 +1,23 @@
 """Snapshot and drift through the cluster port, on the simulated fleet."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+import pytest
 
 from steps.cluster import connect
-from steps.runtime.catalogue import default_catalogue_dir
+from steps.cluster.sim import GPU_MODELS
+from steps.runtime.catalogue import load_catalogue
+from steps.runtime.criteria import parse_criteria
+from steps.runtime.drift import compare
+from steps.runtime.resolve import RecipeResult, resolve
 from steps.runtime.snapshot import take_snapshot
+from tests.paths import REPO
 
 H100 = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]
+CONFORMING = REPO / "recipes" / "fleets" / "eks-h100-training.yaml"
 
 
 def _dsx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -21,43 +26,71 @@ def _dsx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _recipe(accelerator: str) -> RecipeResult:
+    query = {"service": "eks", "accelerator": accelerator, "os": "ubuntu", "intent": "training"}
+    return resolve(load_catalogue(), parse_criteria(query))
+
+
 def test_snapshot_reads_node_software_and_gpu_labels() -> None:
     snapshot = take_snapshot(connect("sim:nodes=4,gpu=h100"), cluster="sim")
     assert [n.name for n in snapshot.nodes] == ["node-00", "node-01", "node-02", "node-03"]
     node = snapshot.nodes[0]
     assert node.gpuProduct == "NVIDIA-H100-80GB-HBM3"
     assert node.gpuCount == 8
-    assert node.driverVersion.count(".") == 2
+    assert (node.driverVersion, node.cudaVersion) == ("580.82.07", "13.0")
     assert node.kubeletVersion.startswith("v1.")
     assert node.osImage.startswith("Ubuntu")
     assert node.kernelVersion and node.containerRuntimeVersion.startswith("containerd://")
+    assert snapshot.releases == [] and snapshot.images == []
+
+
+@pytest.mark.parametrize("accelerator", sorted(GPU_MODELS))
+def test_every_simulated_gpu_node_runs_what_the_packaged_recipe_pins(accelerator: str) -> None:
+    snapshot = take_snapshot(connect(f"sim:nodes=2,gpu={accelerator}"))
+    report = compare(snapshot, _recipe(accelerator), ("nodes",))
+    assert report.findings == [] and report.checked["gpuNodes"] == 2
+
+
+def test_snapshot_reads_the_simulated_helm_releases_and_their_images() -> None:
+    snapshot = take_snapshot(connect(f"sim:{CONFORMING}"))
+    recipe = _recipe("h100")
+    assert {(r.namespace, r.name, r.chart, r.version, r.status) for r in snapshot.releases} == {
+        (c.namespace, c.release, c.chart, c.version, "deployed") for c in recipe.components
+    }
+    assert {i.image for i in snapshot.images} == {i for c in recipe.components for i in c.images.values()}
+    assert compare(snapshot, recipe).findings == []
+
+
+def test_component_drift_on_the_simulated_fleet_names_the_release() -> None:
+    fleet = "sim:nodes=2,gpu=h100,releases=gpu-operator@v25.3.1;cert-manager/cm@v1.18.2"
+    report = compare(take_snapshot(connect(fleet)), _recipe("h100"), ("components",))
+    found = [(f.subject, f.field, f.actual, f.severity) for f in report.findings]
+    assert ("gpu-operator", "chartVersion", "v25.3.1", "critical") in found
+    assert ("gpu-operator", "image.operator", "(not running)", "warning") in found
+    # cert-manager was released under another name; the rest were never installed.
+    absent = sorted(subject for subject, field, _, _ in found if field == "release")
+    assert absent == sorted(c.name for c in _recipe("h100").components if c.name != "gpu-operator")
+    assert len(found) == len(absent) + 2
 
 
 def test_drift_against_the_fleet_names_nodes_and_exits_by_result(tmp_path: Path) -> None:
     fleet = "sim:nodes=8,gpu=h100"
-    driver = take_snapshot(connect(fleet)).nodes[0].driverVersion
-
-    drifted = _dsx("drift", "--cluster", fleet, *H100, "--scope", "nodes", "-o", "json", cwd=tmp_path)
-    assert drifted.returncode == 1, drifted.stderr
-    report = json.loads(drifted.stdout)
-    assert report["driftedNodes"] == [f"node-{i:02d}" for i in range(8)]
-    assert {(f["field"], f["actual"]) for f in report["findings"]} == {("driverVersion", driver)}
-
-    # The same fleet against a catalogue pinning the driver it runs: no drift, exit 0.
-    catalogue = tmp_path / "my-recipes"
-    shutil.copytree(default_catalogue_dir(), catalogue, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    values = catalogue / "components" / "gpu-operator" / "values.yaml"
-    data = yaml.safe_load(values.read_text())
-    data["driver"]["version"] = driver
-    values.write_text(yaml.safe_dump(data))
-    clean = _dsx(
-        "drift", "--cluster", fleet, *H100, "--recipes", str(catalogue), "--scope", "nodes", cwd=tmp_path
-    )
+    clean = _dsx("drift", "--cluster", fleet, *H100, "--scope", "nodes", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "no drift" in clean.stdout
 
+    skewed = f"{fleet},faults=node-03:driver=570.124.06;node-05:kernel=5.4.0-216-generic"
+    drifted = _dsx("drift", "--cluster", skewed, *H100, "--scope", "nodes", "-o", "json", cwd=tmp_path)
+    assert drifted.returncode == 1, drifted.stderr
+    report = json.loads(drifted.stdout)
+    assert report["driftedNodes"] == ["node-03", "node-05"]
+    assert [(f["subject"], f["field"], f["expected"], f["actual"]) for f in report["findings"]] == [
+        ("node-03", "driverVersion", "580.82.07", "570.124.06"),
+        ("node-05", "kernel", ">= 5.15", "5.4.0-216-generic"),
+    ]
+
     snapshot_file = tmp_path / "snapshot.json"
-    written = _dsx("snapshot", "--cluster", fleet, "-o", "json", cwd=tmp_path)
+    written = _dsx("snapshot", "--cluster", skewed, "-o", "json", cwd=tmp_path)
     assert written.returncode == 0, written.stderr
     snapshot_file.write_text(written.stdout)
     offline = _dsx(

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.runtime.tasks import bundle_recipe, detect_drift, resolve_recipe
+from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
+from tests.paths import REPO
 
 CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
 
@@ -42,9 +43,20 @@ def test_bundle_step_writes_a_verifiable_bundle(tmp_path: Path, monkeypatch: pyt
 
 def test_drift_step_reports_and_labels_drifted_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
-    summary = detect_drift("sim:nodes=4,gpu=h100", scope="nodes", label="dsx.dev/drift", **CRITERIA)
-    assert summary.drifted and summary.critical == 4
-    assert summary.driftedNodes == summary.labelled == ["node-00", "node-01", "node-02", "node-03"]
+    fleet = "sim:nodes=4,gpu=h100,faults=node-01:driver=570.124.06;node-03:driver=570.124.06"
+    summary = detect_drift(fleet, scope="nodes", label="dsx.dev/drift", **CRITERIA)
+    assert summary.drifted and summary.critical == 2
+    assert summary.driftedNodes == summary.labelled == ["node-01", "node-03"]
     report = json.loads((tmp_path / "drift" / "drift.json").read_text())
-    assert {f["field"] for f in report["findings"]} == {"driverVersion"}
+    assert {(f["field"], f["actual"]) for f in report["findings"]} == {("driverVersion", "570.124.06")}
     assert len(json.loads((tmp_path / "drift" / "snapshot.json").read_text())["nodes"]) == 4
+
+
+def test_drift_step_on_a_conforming_fleet_reports_nothing_and_labels_no_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
+    fleet = f"sim:{REPO / 'recipes' / 'fleets' / 'eks-h100-training.yaml'}"
+    summary = detect_drift(fleet, scope="all", label="dsx.dev/drift", **CRITERIA)
+    assert not summary.drifted and summary.labelled == [] and summary.driftedComponents == []
+    assert drift_gate(summary) == f"no drift from recipe {summary.digest}"
