@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+from workflows.cli.output import console as output_console
 from workflows.cli.recipe import (
     ACCELERATOR,
     INTENT,
@@ -78,9 +79,7 @@ def _snapshot_table(snapshot: Snapshot) -> None:
 
 
 def _report_table(report: DriftReport) -> None:
-    from rich.console import Console
-
-    console = Console()
+    console = output_console()
     checked = report.checked
     console.print(
         f"recipe {report.recipeDigest}: {checked['nodes']} nodes ({checked['gpuNodes']} with GPUs) and "

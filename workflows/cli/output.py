@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-__all__ = ["OUTPUT_OPTION", "OutputFormat", "emit", "print_table", "to_plain"]
+__all__ = ["OUTPUT_OPTION", "OutputFormat", "console", "emit", "print_table", "to_plain"]
 
 
 class OutputFormat(enum.StrEnum):
@@ -36,9 +36,17 @@ def to_plain(data: Any) -> Any:
     return data
 
 
+def console() -> Any:
+    """A rich console on stdout; a pipe or a CI log has no width of its own, so none is imposed (no
+    wrapping at rich's default of 80 columns)."""
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
+    return Console(width=width)
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print rows as a rich table on stdout."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -46,9 +54,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         table.add_column(column)
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
-    # A pipe or a CI log has no width of its own: do not wrap rows at rich's default of 80 columns.
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
-    Console(width=width).print(table)
+    console().print(table)
 
 
 def emit(data: Any, fmt: OutputFormat, table: Callable[[Any], None] | None = None) -> None:

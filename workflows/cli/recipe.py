@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+from workflows.cli.output import console as output_console
 
 if TYPE_CHECKING:
     from steps.runtime.criteria import Criteria
@@ -73,9 +74,7 @@ class GraphFormat(enum.StrEnum):
 
 
 def _print_result(result: Any) -> None:
-    from rich.console import Console
-
-    console = Console()
+    console = output_console()
     criteria = ", ".join(f"{k}={v}" for k, v in result.criteria.items())
     console.print(f"recipe [bold]{result.digest}[/bold]")
     console.print(f"criteria: {criteria}")
