@@ -42,6 +42,8 @@ __all__ = [
     "judge_smoke",
     "run_allreduce_sweep",
     "run_training_smoke",
+    "smoke_config",
+    "sweep_config",
 ]
 
 
@@ -139,18 +141,14 @@ def _rank_files(launch: LaunchResult) -> list[str]:
     return [path for rank in launch.ranks for path in (rank.stdout, rank.stderr)]
 
 
-def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
-    """Run a local all-reduce sweep of ``request.ranks`` processes and judge it.
-
-    Evidence: ``sweep.json`` (the run), ``sweep.txt`` (nccl-tests layout), ``ranks/rank-N.stdout`` and
-    ``.stderr``, and ``outcome.json`` (this outcome).
+def sweep_config(request: SweepRequest) -> SweepConfig:
+    """The sweep program's settings for ``request``.
 
     Raises:
-        InputError: a size, fault or threshold in the request is malformed (nothing is written).
+        InputError: a size or setting is malformed.
     """
-    thresholds = _thresholds(request.thresholds)
     try:
-        config = SweepConfig(
+        return SweepConfig(
             backend=request.backend,
             min_bytes=parse_size(request.min_bytes, "min_bytes"),
             max_bytes=parse_size(request.max_bytes, "max_bytes"),
@@ -162,6 +160,48 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
         )
     except ValidationError as exc:
         raise InputError(f"sweep: {exc.errors()[0]['msg']}") from None
+
+
+def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
+    """The smoke run program's settings for ``request``, its step count and peak from the thresholds.
+
+    Raises:
+        InputError: a model setting is malformed.
+    """
+    training = thresholds.training
+    try:
+        config = SmokeConfig(
+            backend=request.backend,
+            steps=request.steps if request.steps is not None else training.steps,
+            batch_size=request.batch_size,
+            seq_len=request.seq_len,
+            d_model=request.d_model,
+            layers=request.layers,
+            heads=request.heads,
+            vocab=request.vocab,
+            peak_tflops=training.peak_tflops,
+            inject=request.inject,
+            timeout_s=request.timeout_s,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"smoke run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    if config.d_model % config.heads:
+        raise InputError(f"smoke run: d_model {config.d_model} is not a multiple of heads {config.heads}")
+    return config
+
+
+def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
+    """Run a local all-reduce sweep of ``request.ranks`` processes and judge it.
+
+    Evidence: ``sweep.json`` (the run), ``sweep.txt`` (nccl-tests layout), ``ranks/rank-N.stdout`` and
+    ``.stderr``, and ``outcome.json`` (this outcome).
+
+    Raises:
+        InputError: a size, fault or threshold in the request is malformed (nothing is written).
+    """
+    thresholds = _thresholds(request.thresholds)
+    config = sweep_config(request)
     config.sizes()
     parse_injections(request.inject, request.ranks, ("delay", "fail", "hang", "corrupt"))
     folder = output_dir(request.out_dir)
@@ -351,26 +391,7 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
         InputError: a fault, model setting or threshold in the request is malformed (nothing is written).
     """
     thresholds = _thresholds(request.thresholds)
-    training = thresholds.training
-    try:
-        config = SmokeConfig(
-            backend=request.backend,
-            steps=request.steps if request.steps is not None else training.steps,
-            batch_size=request.batch_size,
-            seq_len=request.seq_len,
-            d_model=request.d_model,
-            layers=request.layers,
-            heads=request.heads,
-            vocab=request.vocab,
-            peak_tflops=training.peak_tflops,
-            inject=request.inject,
-            timeout_s=request.timeout_s,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"smoke run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    if config.d_model % config.heads:
-        raise InputError(f"smoke run: d_model {config.d_model} is not a multiple of heads {config.heads}")
+    config = smoke_config(request, thresholds)
     parse_injections(request.inject, request.ranks)
     folder = output_dir(request.out_dir)
     result_file = folder / "smoke.json"

@@ -24,11 +24,19 @@ from typing import Any, Protocol
 from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
-from steps.readiness.checks import SmokeOutcome, SmokeRequest, SweepOutcome, SweepRequest
+from steps.readiness.checks import (
+    SmokeOutcome,
+    SmokeRequest,
+    SweepOutcome,
+    SweepRequest,
+    judge_smoke,
+    smoke_config,
+    sweep_config,
+)
 from steps.readiness.judge import judge_collective
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, worst
-from steps.readiness.smoke import SmokeConfig, SmokeResult, smoke_args
-from steps.readiness.sweep import SweepConfig, sweep_args
+from steps.readiness.smoke import SmokeResult, smoke_args
+from steps.readiness.sweep import sweep_args
 from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
@@ -278,61 +286,63 @@ def _run_job(
         port.delete_object("v1", "ConfigMap", group.name, group.namespace)
 
 
-def _ending_verdict(
-    subject: Subject, test: str, ending: str, state: dict[str, str], name: str
-) -> Verdict | None:
+def _run_group_job(
+    test: str,
+    subject: Subject,
+    module: str,
+    args: list[str],
+    timeout_s: float,
+    plan: _PlanLike,
+    port: ClusterPort,
+) -> tuple[str | None, list[Verdict], list[str], float]:
+    """Run ``module`` as the group job of ``test``; rank 0's result text (or None) and the verdicts so far.
+
+    A Job that outlives its deadline is a ``hang``; one that ends without a result from rank 0 an
+    ``error``. The evidence is where the result was published.
+    """
+    settings = settings_for(plan, port)
+    group = render_group_job(test, subject, module, [*args, "--out", RESULT_FILE], settings, timeout_s)
+    started = time.monotonic()
+    ending, state = _run_job(port, group, timeout_s, settings.poll_s)
+    elapsed = round(time.monotonic() - started, 3)
+    evidence = [f"configmap/{group.namespace}/{group.name}"]
+    where = f"{subject.kind} {subject.name}: job {group.name}"
     if ending == "Timeout":
-        return Verdict(
-            subject=subject,
-            test=test,
-            status="hang",
-            message=f"{subject.kind} {subject.name}: job {name} did not finish within its deadline",
-        )
+        message = f"{where} did not finish within its deadline"
+        return None, [Verdict(subject=subject, test=test, status="hang", message=message)], evidence, elapsed
     if "result.json" not in state:
-        return Verdict(
-            subject=subject,
-            test=test,
-            status="error",
-            message=f"{subject.kind} {subject.name}: job {name} ended {ending} without a result from rank 0",
-        )
-    return None
+        message = f"{where} ended {ending} without a result from rank 0"
+        return None, [Verdict(subject=subject, test=test, status="error", message=message)], evidence, elapsed
+    return state["result.json"], [], evidence, elapsed
+
+
+def _unreadable(subject: Subject, test: str, text: str) -> Verdict:
+    return Verdict(
+        subject=subject,
+        test=test,
+        status="error",
+        message=f"{subject.kind} {subject.name}: rank 0's result is not readable: {text[:200]}",
+    )
 
 
 def run_sweep_job(request: SweepRequest, plan: _PlanLike, port: ClusterPort) -> SweepOutcome:
-    """Run the sweep of ``request`` as a group job and judge rank 0's result."""
-    from steps.readiness.sizes import parse_size
-
-    settings = settings_for(plan, port)
-    config = SweepConfig(
-        backend="nccl",
-        min_bytes=parse_size(request.min_bytes, "min_bytes"),
-        max_bytes=parse_size(request.max_bytes, "max_bytes"),
-        factor=request.factor,
-        warmup=request.warmup,
-        iters=request.iters,
-        timeout_s=request.timeout_s,
+    """Run the sweep of ``request`` as a group job (NCCL) and judge rank 0's result."""
+    config = sweep_config(request.model_copy(update={"backend": "nccl", "inject": []}))
+    text, verdicts, evidence, elapsed = _run_group_job(
+        "allreduce-sweep",
+        request.subject,
+        "steps.readiness.sweep",
+        sweep_args(config),
+        request.timeout_s,
+        plan,
+        port,
     )
-    args = [*sweep_args(config), "--out", RESULT_FILE]
-    group = render_group_job(
-        "sweep", request.subject, "steps.readiness.sweep", args, settings, request.timeout_s
-    )
-    started = time.monotonic()
-    ending, state = _run_job(port, group, request.timeout_s, settings.poll_s)
-    evidence = [f"configmap/{group.namespace}/{group.name}"]
-    verdict = _ending_verdict(request.subject, "allreduce-sweep", ending, state, group.name)
     run: CollectiveRun | None = None
-    if verdict is None:
+    if text is not None:
         try:
-            run = CollectiveRun.model_validate_json(state["result.json"])
+            run = CollectiveRun.model_validate_json(text)
         except ValueError:
-            verdict = Verdict(
-                subject=request.subject,
-                test="allreduce-sweep",
-                status="error",
-                message=f"{request.subject.kind} {request.subject.name}: rank 0's result is not a sweep: "
-                f"{state['result.json'][:200]}",
-            )
-    verdicts = [verdict] if verdict is not None else []
+            verdicts.append(_unreadable(request.subject, "allreduce-sweep", text))
     if run is not None:
         thresholds = load_thresholds(request.thresholds)
         verdicts += judge_collective(run, request.subject, thresholds, request.scope, evidence)
@@ -343,50 +353,29 @@ def run_sweep_job(request: SweepRequest, plan: _PlanLike, port: ClusterPort) -> 
         verdicts=verdicts,
         evidence=evidence,
         out_dir=evidence[0],
-        elapsed_s=round(time.monotonic() - started, 3),
+        elapsed_s=elapsed,
     )
 
 
 def run_smoke_job(request: SmokeRequest, plan: _PlanLike, port: ClusterPort) -> SmokeOutcome:
-    """Run the training smoke run of ``request`` as a group job and judge rank 0's result."""
-    from steps.readiness.checks import judge_smoke
-
-    settings = settings_for(plan, port)
+    """Run the training smoke run of ``request`` as a group job (NCCL) and judge rank 0's result."""
     thresholds = load_thresholds(request.thresholds)
-    config = SmokeConfig(
-        backend="nccl",
-        steps=request.steps or thresholds.training.steps,
-        batch_size=request.batch_size,
-        seq_len=request.seq_len,
-        d_model=request.d_model,
-        layers=request.layers,
-        heads=request.heads,
-        vocab=request.vocab,
-        timeout_s=request.timeout_s,
-        peak_tflops=thresholds.training.peak_tflops,
+    config = smoke_config(request.model_copy(update={"backend": "nccl", "inject": []}), thresholds)
+    text, verdicts, evidence, elapsed = _run_group_job(
+        "training-smoke",
+        request.subject,
+        "steps.readiness.smoke",
+        smoke_args(config),
+        request.timeout_s,
+        plan,
+        port,
     )
-    args = [*smoke_args(config), "--out", RESULT_FILE]
-    group = render_group_job(
-        "smoke", request.subject, "steps.readiness.smoke", args, settings, request.timeout_s
-    )
-    started = time.monotonic()
-    ending, state = _run_job(port, group, request.timeout_s, settings.poll_s)
-    evidence = [f"configmap/{group.namespace}/{group.name}"]
-    verdict = _ending_verdict(request.subject, "training-smoke", ending, state, group.name)
     result: SmokeResult | None = None
-    verdicts = [verdict] if verdict is not None else []
-    if verdict is None:
+    if text is not None:
         try:
-            result = SmokeResult.model_validate_json(state["result.json"])
+            result = SmokeResult.model_validate_json(text)
         except ValueError:
-            verdicts.append(
-                Verdict(
-                    subject=request.subject,
-                    test="training-smoke",
-                    status="error",
-                    message=f"group {request.subject.name}: rank 0's result is not a smoke run",
-                )
-            )
+            verdicts.append(_unreadable(request.subject, "training-smoke", text))
     if result is not None:
         verdicts += judge_smoke(result, request.subject, thresholds, request.min_loss_drop, evidence)
     return SmokeOutcome(
@@ -396,7 +385,7 @@ def run_smoke_job(request: SmokeRequest, plan: _PlanLike, port: ClusterPort) -> 
         verdicts=verdicts,
         evidence=evidence,
         out_dir=evidence[0],
-        elapsed_s=round(time.monotonic() - started, 3),
+        elapsed_s=elapsed,
     )
 
 
