@@ -1,8 +1,10 @@
 """The sweep's own overhead against a bare torch.distributed all_reduce loop on the same sizes.
 
-Both run in the same rank processes, interleaved (sweep, bare, sweep, bare...), over gloo between
-local processes: the sweep's timed loop (with its per-iteration bookkeeping: outside/inside timing
-and the phase marker) against ``for _ in range(iters): dist.all_reduce(buf)``. Goal: under 3%.
+Both run in the same rank processes, interleaved (sweep, bare, bare, sweep...), over gloo between
+local processes: the sweep's own timed loop (``steps.readiness.sweep.timed_loop``, with its
+per-iteration bookkeeping: outside/inside timing and the phase marker) against
+``for _ in range(iters): dist.all_reduce(buf)``. Each round gives a ratio per size; the figure is the
+median ratio over rounds, which a busy machine's outliers do not move. Goal: under 3%.
 
     python benchmarks/sweep_overhead.py [RANKS] [ROUNDS]
 """
@@ -24,6 +26,7 @@ def _rank() -> None:
     import torch.distributed as dist
 
     from steps.readiness.rankenv import PhaseMarker
+    from steps.readiness.sweep import timed_loop
 
     torch.set_num_threads(1)
     rounds = int(os.environ["BENCH_ROUNDS"])
@@ -40,15 +43,8 @@ def _rank() -> None:
             for kind in order:  # alternate which goes first, so neither gains from going second
                 dist.barrier()
                 if kind == "sweep":
-                    outside = 0.0
                     start = time.perf_counter()
-                    for _ in range(ITERS):  # the sweep's timed loop, as in steps.readiness.sweep
-                        before = time.perf_counter()
-                        after = time.perf_counter()
-                        phase.inside()
-                        dist.all_reduce(buf)
-                        phase.outside()
-                        outside += after - before
+                    timed_loop(dist, buf, ITERS, 0.0, phase)
                     sweep_s[size].append(time.perf_counter() - start)
                 else:
                     start = time.perf_counter()
@@ -56,24 +52,49 @@ def _rank() -> None:
                         dist.all_reduce(buf)
                     bare_s[size].append(time.perf_counter() - start)
     if dist.get_rank() == 0:
+        ratios = []
         for size in SIZES:
             sweep, bare = statistics.median(sweep_s[size]), statistics.median(bare_s[size])
+            per_round = [s / b for s, b in zip(sweep_s[size], bare_s[size], strict=True)]
+            ratios += per_round
             print(
                 f"{size:>9} B   sweep {sweep / ITERS * 1e6:9.1f} us   bare {bare / ITERS * 1e6:9.1f} us   "
-                f"overhead {sweep / bare - 1:+7.2%}"
+                f"overhead {statistics.median(per_round) - 1:+7.2%} (median of {len(per_round)} rounds)"
             )
-        total_sweep = sum(statistics.median(v) for v in sweep_s.values())
-        total_bare = sum(statistics.median(v) for v in bare_s.values())
-        overhead = total_sweep / total_bare - 1
+        overhead = statistics.median(ratios) - 1
+        bookkeeping = _bookkeeping_s(phase, timed_loop)
+        smallest = statistics.median(bare_s[SIZES[0]]) / ITERS
+        print(
+            f"bookkeeping alone {bookkeeping * 1e6:.2f} us per iteration = {bookkeeping / smallest:.2%} "
+            f"of the bare all-reduce at {SIZES[0]} B (the cheapest collective measured)"
+        )
         print(f"all sizes   overhead {overhead:+.2%}   goal {GOAL:.0%}   ratio {max(overhead, 0) / GOAL:.2f}")
     dist.destroy_process_group()
+
+
+class _NoCollective:
+    """Stands in for torch.distributed to time the sweep loop's own work alone."""
+
+    @staticmethod
+    def all_reduce(buf: object) -> None:
+        return None
+
+
+def _bookkeeping_s(phase: object, timed_loop: object) -> float:
+    """Seconds per iteration the sweep's timed loop spends on itself (no collective), best of 5."""
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        timed_loop(_NoCollective, None, 10_000, 0.0, phase)  # type: ignore[operator]
+        runs.append((time.perf_counter() - start) / 10_000)
+    return min(runs)
 
 
 def main() -> None:
     from steps.readiness.launch import launch_local
 
     ranks = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    rounds = sys.argv[2] if len(sys.argv) > 2 else "5"
+    rounds = sys.argv[2] if len(sys.argv) > 2 else "15"
     with tempfile.TemporaryDirectory() as work:
         result = launch_local(
             "benchmarks.sweep_overhead",

@@ -52,7 +52,7 @@ from steps.readiness.rankenv import PhaseMarker, RankEnv
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
-__all__ = ["SweepConfig", "bus_factor", "main", "run_rank", "sweep_args"]
+__all__ = ["SweepConfig", "bus_factor", "main", "run_rank", "sweep_args", "timed_loop"]
 
 _ELEMENT_BYTES = 4  # float32
 _PATTERN_PERIOD = 7
@@ -162,6 +162,22 @@ def run_rank(config: SweepConfig, env: RankEnv) -> CollectiveRun | None:
         dist.destroy_process_group()
 
 
+def timed_loop(dist: Any, buf: Any, iters: int, delay: float, phase: PhaseMarker) -> float:
+    """The sweep's timed iterations: ``iters`` all-reduces of ``buf``, each after the rank's own work
+    (an injected ``delay``). Returns the seconds spent outside the collective."""
+    outside = 0.0
+    for _ in range(iters):
+        before = time.perf_counter()
+        if delay:
+            time.sleep(delay)
+        after = time.perf_counter()
+        phase.inside()
+        dist.all_reduce(buf)
+        phase.outside()
+        outside += after - before
+    return outside
+
+
 def _sweep(
     torch: Any,
     dist: Any,
@@ -214,17 +230,8 @@ def _sweep(
         phase.inside()
         dist.barrier()
         phase.outside()
-        outside = 0.0
         start = time.perf_counter()
-        for _ in range(config.iters):
-            before = time.perf_counter()
-            if delay:
-                time.sleep(delay)
-            after = time.perf_counter()
-            phase.inside()
-            dist.all_reduce(buf)
-            phase.outside()
-            outside += after - before
+        outside = timed_loop(dist, buf, config.iters, delay, phase)
         _sync(torch, device)
         total = time.perf_counter() - start
         wrong += int(torch.count_nonzero(buf).item())
