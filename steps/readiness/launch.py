@@ -1,7 +1,7 @@
 """The local launcher: N rank processes on this machine, with the variables torchrun would set.
 
-Ranks are forked from a warm server that has imported torch once (:mod:`steps.readiness.forkserver`),
-or, with ``method="spawn"``, started as fresh interpreters. Either way the launcher never hangs: when a
+Ranks are forked from a warm server that has imported torch once (:mod:`steps.forkserver`), or,
+with ``method="spawn"``, started as fresh interpreters. Either way the launcher never hangs: when a
 rank fails, the others get a short grace period to exit on their own, then are killed; when the run
 outlasts its timeout, every rank still running gets SIGUSR1 (a stack dump into its stderr, kept as
 evidence) and is killed. The rank named as failed is the one whose error came first (each rank notes
@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
-import json
 import os
 import queue
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError, InputError
+from steps.forkserver import ForkedChild, ForkServer
 from steps.readiness.rankenv import read_phase
 
 __all__ = ["LaunchResult", "RankExit", "launch_local", "record_failure", "stderr_tail"]
@@ -37,6 +37,8 @@ RankState = Literal["ok", "failed", "killed", "hung"]
 Method = Literal["forkserver", "spawn"]
 _STACK_DUMP_WAIT_S = 0.5
 _SERVER_START_S = 300.0
+_FORK_ANSWER_S = 30.0
+_PRELOAD = ("torch", "torch.distributed")
 FAIL_FILE_ENV = "DSX_FAIL_FILE"
 
 
@@ -130,75 +132,38 @@ def _state(running: bool, hung: bool, status: int | None) -> RankState:
     return "ok" if status == 0 else "failed"
 
 
-class _ForkServer:
-    """The launcher's side of :mod:`steps.readiness.forkserver`: one per process, started on first use."""
+class _RankServer:
+    """One :class:`~steps.forkserver.ForkServer` per process with torch imported, started on first use."""
 
     _lock = threading.Lock()
-    _instance: _ForkServer | None = None
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self._ids = itertools.count(1)
-        self._queues: dict[int, queue.Queue[dict[str, Any]]] = {}
-        self._write = threading.Lock()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "steps.readiness.forkserver"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None and self.proc.stdin is not None
-        self._out: IO[bytes] = self.proc.stdout
-        self._in: IO[bytes] = self.proc.stdin
-        ready: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=lambda: ready.put(self._out.readline()), daemon=True).start()
-        try:
-            line = ready.get(timeout=_SERVER_START_S)
-        except queue.Empty:
-            line = b""
-        if not line.strip():
-            self.proc.kill()
-            _, err = self.proc.communicate()
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise DsxError(f"the rank fork server did not start: {tail[0]}")
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self._out:
-            message = json.loads(line)
-            target = self._queues.get(message.get("id", -1))
-            if target is not None:
-                target.put(message)
-        for target in list(self._queues.values()):
-            target.put({"dead": True})
-
-    def submit(self, request: dict[str, Any]) -> tuple[int, queue.Queue[dict[str, Any]]]:
-        ident = next(self._ids)
-        inbox: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._queues[ident] = inbox
-        with self._write:
-            self._in.write((json.dumps(dict(request, id=ident)) + "\n").encode())
-            self._in.flush()
-        return ident, inbox
-
-    def done(self, ident: int) -> None:
-        self._queues.pop(ident, None)
-
-    def close(self) -> None:
-        try:
-            self._in.close()
-            self.proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
+    _instance: ForkServer | None = None
 
     @classmethod
-    def get(cls, env: dict[str, str]) -> _ForkServer:
+    def get(cls, env: dict[str, str]) -> ForkServer:
+        """The running server, or a new one once it has imported torch (within ``_SERVER_START_S``).
+
+        Raises:
+            DsxError: the server did not start or could not import torch.
+        """
         with cls._lock:
-            if cls._instance is None or cls._instance.proc.poll() is not None:
-                cls._instance = cls(env)
-                atexit.register(cls._instance.close)
-            return cls._instance
+            if cls._instance is not None and cls._instance.alive:
+                return cls._instance
+            server: ForkServer | None = None
+            with tempfile.TemporaryFile() as log:
+                try:
+                    server = ForkServer(env, stderr=log)
+                    failed = list(server.preload(_PRELOAD, timeout=_SERVER_START_S).values())
+                except OSError as exc:  # the server died (its stderr says why) or did not answer
+                    log.seek(0)
+                    said = log.read().decode(errors="replace").strip().splitlines()
+                    failed = said[-1:] if server is not None and not server.alive and said else [str(exc)]
+                if failed or server is None:
+                    if server is not None:
+                        server.close(timeout=1)
+                    raise DsxError(f"the rank fork server did not start: {failed[0]}")
+            atexit.register(server.close)
+            cls._instance = server
+            return server
 
 
 def _start_spawned(
@@ -230,28 +195,27 @@ def _start_forked(
     specs: list[dict[str, Any]],
     exits: queue.Queue[tuple[int, int, float]],
     server_env: dict[str, str],
-) -> tuple[dict[int, int], _ForkServer, int]:
-    server = _ForkServer.get(server_env)
-    ident, inbox = server.submit({"module": module, "args": args, "ranks": specs})
+) -> dict[int, int]:
+    server = _RankServer.get(server_env)
     pids: dict[int, int] = {}
+    for spec in specs:
+        try:
+            child = server.start(
+                module, args, spec["env"], spec["stdout"], spec["stderr"], timeout=_FORK_ANSWER_S
+            )
+        except OSError:  # the server died or hung: the rank counts as killed
+            exits.put((spec["rank"], -int(signal.SIGKILL), time.monotonic()))
+            continue
+        pids[spec["rank"]] = child.pid
 
-    def pump() -> None:
-        while True:
-            message = inbox.get()
-            if message.get("dead"):
-                for spec in specs:
-                    exits.put((spec["rank"], -int(signal.SIGKILL), time.monotonic()))
-                return
-            if "pid" in message:
-                pids[message["rank"]] = message["pid"]
-            elif "exit" in message:
-                exits.put((message["rank"], message["exit"], message["time"]))
+        def wait(rank: int = spec["rank"], child: ForkedChild = child) -> None:
+            code = child.wait()
+            exits.put(
+                (rank, -int(signal.SIGKILL) if code is None else code, child.ended_at or time.monotonic())
+            )
 
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while len(pids) < len(specs) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return pids, server, ident
+        threading.Thread(target=wait, daemon=True).start()
+    return pids
 
 
 def launch_local(
@@ -329,11 +293,9 @@ def launch_local(
             }
         )
     exits: queue.Queue[tuple[int, int, float]] = queue.Queue()
-    server: _ForkServer | None = None
-    ident = 0
     if method == "forkserver":
         server_env = {k: v for k, v in base.items() if k not in ("RANK", "LOCAL_RANK")}
-        pids, server, ident = _start_forked(module, args, specs, exits, server_env)
+        pids = _start_forked(module, args, specs, exits, server_env)
     else:
         pids = _start_spawned(module, args, specs, exits)
     start = time.monotonic()
@@ -375,8 +337,6 @@ def launch_local(
         for rank in range(world_size):
             if rank not in ended:
                 _signal_group(pids.get(rank), signal.SIGKILL)
-        if server is not None:
-            server.done(ident)
     failures = {rank: _read_failure(files[rank]["failed"]) for rank in range(world_size)}
     noted = sorted((found[0], rank) for rank, found in failures.items() if found is not None)
     first_failure = noted[0][1] if noted else first_exit_failure

@@ -2,27 +2,27 @@
 
 Argo writes a script template's substituted ``source`` to a file and runs ``command + args + [file]``.
 For dsx's steps that is ``python -m hera.workflows.runner -e module:function FILE``; importing Hera costs
-about a second, so those steps are forked from a zygote process (:mod:`workflows.runner.zygote`) that has
-Hera and the workflow's step modules imported already. Each child redirects its stdout and stderr into
-the step's log files, starts its own process group (so a timeout kills everything it started) and runs
-Hera's runner as ``python -m`` would. Any other command runs as an ordinary subprocess.
+about a second, so those steps are forked from a fork server (:mod:`steps.forkserver`) that has Hera
+and the workflow's step modules imported already. Each child writes its stdout and stderr into the
+step's log files, starts its own process group (so a timeout kills everything it started), takes the
+step's environment, working directory and ``sys.path`` entries, and runs Hera's runner as ``python -m``
+would. Any other command runs as an ordinary subprocess.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from steps.forkserver import ForkServer
 
 __all__ = ["HERA_RUNNER", "Launcher", "ProcessSpec", "RunningProcess", "hera_entrypoint", "wait_for"]
 
@@ -75,131 +75,63 @@ class RunningProcess:
         """Release the handle (kept for symmetry; nothing to free)."""
 
 
-class _Zygote:
-    """The parent's side of :mod:`workflows.runner.zygote`: start requests, and a thread reading answers."""
+class _Steps:
+    """Hera runner steps forked from a :class:`~steps.forkserver.ForkServer` that preloaded Hera."""
 
     def __init__(self, preload: Sequence[str]) -> None:
         env = dict(os.environ)
         roots = [str(Path(__file__).resolve().parents[2]), os.getcwd()]
         env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from workflows.runner.zygote import main; main()", *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        self.preloaded = set(preload)
-        self.lock = threading.Lock()
-        self.send_lock = threading.Lock()
-        self.next_id = 0
-        self.started: dict[int, tuple[threading.Event, list[int]]] = {}
-        self.exits: dict[int, tuple[threading.Event, list[int]]] = {}
-        self.reader = threading.Thread(target=self._read, name="dsx-zygote", daemon=True)
-        self.reader.start()
+        self.server = ForkServer(env)
+        self.preloaded: set[str] = set()
+        self.preload(preload)
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            message = json.loads(line)
-            with self.lock:
-                if "id" in message:
-                    event, box = self.started.pop(message["id"])
-                    self.exits[message["pid"]] = (threading.Event(), [])
-                    box.append(message["pid"])
-                    event.set()
-                else:
-                    exit_event, code = self.exits.setdefault(message["pid"], (threading.Event(), []))
-                    code.append(int(message["code"]))
-                    exit_event.set()
-        with self.lock:  # the zygote is gone: nothing more will start or exit
-            for event, _ in self.started.values():
-                event.set()
-            for event, code in self.exits.values():
-                if not code:
-                    code.append(-int(signal.SIGKILL))
-                event.set()
-
-    def _send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        with self.send_lock:
-            self.process.stdin.write(json.dumps(message).encode() + b"\n")
-            self.process.stdin.flush()
+        return self.server.alive
 
     def preload(self, modules: Sequence[str]) -> None:
         missing = [m for m in modules if m not in self.preloaded]
         if missing:
             self.preloaded.update(missing)
-            self._send({"op": "preload", "modules": missing})
+            self.server.preload(missing, wait=False)
 
     def start(self, spec: ProcessSpec) -> RunningProcess:
-        event, box = threading.Event(), list[int]()
-        with self.lock:
-            self.next_id += 1
-            request_id = self.next_id
-            self.started[request_id] = (event, box)
-        try:
-            self._send(
-                {
-                    "op": "start",
-                    "id": request_id,
-                    "entry": spec.hera_entry,
-                    "script": str(spec.script),
-                    "env": spec.env,
-                    "cwd": spec.cwd,
-                    "stdout": str(spec.stdout),
-                    "stderr": str(spec.stderr),
-                    "sys_path": spec.sys_path,
-                }
-            )
-        except OSError as exc:
-            with self.lock:
-                self.started.pop(request_id, None)
-            raise OSError(f"the step launcher is gone ({exc})") from exc
-        event.wait()
-        if not box:
-            raise OSError("the step launcher stopped before starting the step")
-        pid = box[0]
-        with self.lock:
-            exit_event, code = self.exits[pid]
-
-        def waiter(timeout: float | None) -> int | None:
-            if not exit_event.wait(timeout):
-                return None
-            with self.lock:
-                self.exits.pop(pid, None)
-            return code[0]
-
-        return RunningProcess(pid, waiter)
+        """Fork the step; raises OSError when the fork server is gone or cannot fork."""
+        child = self.server.start(
+            HERA_RUNNER,
+            ["-e", str(spec.hera_entry), str(spec.script)],
+            spec.env,
+            spec.stdout,
+            spec.stderr,
+            cwd=spec.cwd,
+            sys_path=spec.sys_path,
+        )
+        return RunningProcess(child.pid, child.wait)
 
 
 class Launcher:
-    """Starts step processes; Hera runner steps are forked from one zygote shared by the process."""
+    """Starts step processes; Hera runner steps are forked from one fork server shared by the process."""
 
     _lock = threading.Lock()
-    _zygote: _Zygote | None = None
+    _steps: _Steps | None = None
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
         self.preload = [*_PRELOAD, *preload]
         self.needed = bool(preload)
 
     def warm(self) -> None:
-        """Start the zygote now (it imports Hera, about a second) so the first step does not wait."""
+        """Start the fork server now (it imports Hera, about a second) so the first step does not wait."""
         with contextlib.suppress(OSError):
             self._ready()
 
-    def _ready(self) -> _Zygote:
+    def _ready(self) -> _Steps:
         with Launcher._lock:
-            if Launcher._zygote is None or not Launcher._zygote.alive:
-                Launcher._zygote = _Zygote(self.preload)
+            if Launcher._steps is None or not Launcher._steps.alive:
+                Launcher._steps = _Steps(self.preload)
             else:
-                Launcher._zygote.preload(self.preload)
-            return Launcher._zygote
+                Launcher._steps.preload(self.preload)
+            return Launcher._steps
 
     def start(self, spec: ProcessSpec) -> RunningProcess:
         """Start the step; raises OSError when the command cannot be started."""

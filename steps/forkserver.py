@@ -1,0 +1,523 @@
+"""A warm process that imports modules once and forks children that run a module as ``python -m`` would.
+
+Starting a Python program that imports torch or Hera costs seconds, paid again by every process. A fork
+server pays it once: it imports what its client asks for, then forks a child per request. Each child
+starts its own session (so the client can kill its whole process group), reads stdin from
+``/dev/null``, writes stdout and stderr to the files named, takes the environment, working directory
+and extra ``sys.path`` entries it is given, and runs the module as ``__main__`` through :mod:`runpy`.
+The server imports nothing heavy itself, never touches CUDA or a process group, and, unlike
+:mod:`multiprocessing`'s forkserver, never re-imports the client's ``__main__``: the same program
+works under a console script, ``python -c`` or a test runner.
+
+The server speaks JSON lines, requests on its stdin and answers on its stdout:
+
+- ``{"op": "preload", "modules": [...], "id": N}``: import the modules. An import that fails is
+  skipped (a child that needs the module reports the error in its own stderr); with an ``id``
+  (optional) the server answers ``{"id": N, "errors": {module: message}}`` once done.
+- ``{"op": "start", "id": N, "module": M, "args": [...], "env": {...}, "stdout": PATH, "stderr":
+  PATH, "cwd": PATH, "sys_path": [...]}`` (``cwd`` and ``sys_path`` optional): fork a child. The
+  answer is ``{"id": N, "pid": P}``, or ``{"id": N, "error": message}`` when no child could be forked.
+- When a child ends: ``{"pid": P, "code": C, "time": T}``; ``C`` is the exit status, negative when a
+  signal killed it, and ``T`` the server's :func:`time.monotonic` (the same clock as the client's).
+
+At the end of its stdin the server kills every child still running and exits. :class:`ForkServer` is
+the client's side: it starts the server, preloads, starts children and waits for them.
+
+Example:
+    >>> with ForkServer() as server:  # doctest: +SKIP
+    ...     failed = server.preload(["json"])
+    ...     child = server.start("json.tool", ["in.json"], dict(os.environ), "out.txt", "err.txt")
+    ...     child.wait(timeout=10)
+    0
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import itertools
+import json
+import os
+import runpy
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["ForkServer", "ForkedChild", "main"]
+
+_SERVER = "from steps.forkserver import main; main()"
+
+
+# -- the server -------------------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _stdio(fd: int, mode: str, env: Mapping[str, str]) -> io.TextIOWrapper:
+    """A text stream on ``fd`` as a new interpreter would make one under ``env``."""
+    encoding, _, errors = (env.get("PYTHONIOENCODING") or "").partition(":")
+    unbuffered = bool(env.get("PYTHONUNBUFFERED")) and mode == "w"
+    raw = io.FileIO(fd, mode, closefd=False)
+    stream: IO[bytes] = (
+        raw if unbuffered else (io.BufferedWriter(raw) if mode == "w" else io.BufferedReader(raw))
+    )
+    return io.TextIOWrapper(
+        stream,
+        encoding=encoding or "utf-8",
+        errors=errors or "backslashreplace",
+        line_buffering=fd == 2 and not unbuffered,
+        write_through=unbuffered,
+    )
+
+
+def _redirect(stdout: str, stderr: str) -> None:
+    """Point fds 0, 1 and 2 at ``/dev/null``, ``stdout`` and ``stderr`` (one file when both are the same)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    same = os.path.abspath(stderr) == os.path.abspath(stdout)
+    targets = [(0, os.devnull, os.O_RDONLY), (1, stdout, flags)] + ([] if same else [(2, stderr, flags)])
+    for fd, path, mode in targets:
+        opened = os.open(path, mode, 0o644)
+        if opened != fd:
+            os.dup2(opened, fd)
+            os.close(opened)
+    if same:
+        os.dup2(1, 2)
+
+
+def _run_module(module: str, args: Sequence[str]) -> int:
+    """Run ``module`` as ``__main__`` with ``sys.argv`` set as ``python -m module args`` would; its code.
+
+    The exit code follows Python's: 0 when the module returns or raises ``SystemExit(None)``, the
+    number of ``SystemExit(n)``, 1 (with the message on stderr) for any other ``SystemExit`` and, with
+    the traceback on stderr, for an uncaught exception. On ``KeyboardInterrupt`` the process kills
+    itself with SIGINT after printing the traceback, as Python does. Non-daemon threads are joined and
+    :mod:`atexit` handlers run before the code is returned.
+
+    Args:
+        module: the module to run, e.g. ``hera.workflows.runner``.
+        args: its command-line arguments (``sys.argv[1:]``).
+    """
+    sys.argv = [module, *args]
+    code = 1
+    interrupted = False
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        interrupted = True
+    except BaseException:
+        traceback.print_exc()
+    try:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 128 + int(signal.SIGINT)
+    return code
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    with contextlib.suppress(Exception):
+        print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _child(request: Mapping[str, Any], server_fds: Iterable[int]) -> None:  # pragma: no cover - forked
+    """Become the child ``request`` asks for and run its module; never returns."""
+    code = 1
+    redirected = False
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in server_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        env = {str(key): str(value) for key, value in dict(request.get("env") or {}).items()}
+        _redirect(str(request["stdout"]), str(request["stderr"]))
+        redirected = True
+        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+            stream = _stdio(fd, "r" if fd == 0 else "w", env)
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)  # as in a new interpreter, the same objects
+        os.environ.clear()
+        os.environ.update(env)
+        if request.get("cwd"):
+            os.chdir(str(request["cwd"]))
+        if sys.path and sys.path[0] == "":
+            sys.path[0] = os.getcwd()  # python -m puts the working directory first
+        for entry in reversed([str(path) for path in request.get("sys_path") or []]):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        code = _run_module(str(request["module"]), [str(arg) for arg in request.get("args") or []])
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            if redirected:
+                traceback.print_exc()
+                sys.stderr.flush()
+            else:
+                with open(str(request["stderr"]), "a", encoding="utf-8") as err:
+                    traceback.print_exc(file=err)
+    finally:
+        os._exit(code)
+
+
+def _preload(modules: Iterable[str]) -> dict[str, str]:
+    """Import ``modules`` with warnings silenced; the message of each import that failed."""
+    import importlib
+    import warnings
+
+    errors: dict[str, str] = {}
+    for module in modules:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(module)
+        except Exception as exc:
+            errors[module] = f"{type(exc).__name__}: {exc}".strip()
+    return errors
+
+
+class _Server:
+    """The server's state: its channels, its children and the loop that serves requests."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.answers = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # what preloaded modules print must not reach the answers
+        os.close(devnull)
+        self.wake_read, self.wake_write = os.pipe()
+        for fd in (self.wake_read, self.wake_write):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.requests, selectors.EVENT_READ, "requests")
+        self.selector.register(self.wake_read, selectors.EVENT_READ, "children")
+        self.children: set[int] = set()
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            _write_all(self.answers, json.dumps(message).encode() + b"\n")
+
+    def reap(self, block: bool = False) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.send({"pid": pid, "code": os.waitstatus_to_exitcode(status), "time": time.monotonic()})
+
+    def handle(self, line: bytes) -> None:
+        request: dict[str, Any] = {}
+        try:
+            request = json.loads(line)
+            if request.get("op") == "preload":
+                errors = _preload(str(module) for module in request.get("modules") or [])
+                if request.get("id") is not None:
+                    self.send({"id": request["id"], "errors": errors})
+                return
+            if request.get("op", "start") != "start":
+                raise ValueError(f"unknown op {request.get('op')!r}")
+            for key in ("id", "module", "stdout", "stderr"):
+                if key not in request:
+                    raise ValueError(f"a start request needs {key!r}")
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                fds = [self.answers, self.wake_read, self.wake_write, self.selector.fileno()]
+                _child(request, fds)
+            self.children.add(pid)
+            self.send({"id": request["id"], "pid": pid})
+        except Exception as exc:
+            ident = request.get("id") if isinstance(request, dict) else None
+            self.send({"id": ident, "error": f"{type(exc).__name__}: {exc}"})
+
+    def serve(self) -> None:
+        pending = b""
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "children":
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_read, 512):
+                            pass
+                    self.reap()
+                    continue
+                chunk = os.read(self.requests, 1 << 16)
+                if not chunk:
+                    self.stop()
+                    return
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip():
+                        self.handle(line)
+            self.reap()
+
+    def stop(self) -> None:
+        for pid in list(self.children):
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(pid, signal.SIGKILL)
+        self.reap(block=True)
+
+
+def main() -> None:  # pragma: no cover - runs as the server process
+    """Serve requests from stdin until it closes, then kill the children still running and exit."""
+    _Server().serve()
+
+
+# -- the client -------------------------------------------------------------------------------------
+
+
+class ForkedChild:
+    """A child the server forked: its pid, and its exit once the server reports it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._ended = threading.Event()
+        self._code: int | None = None
+        self._time: float | None = None
+
+    def _end(self, code: int, when: float) -> None:
+        self._code, self._time = code, when
+        self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (negative: killed by that signal), or None if it still runs after ``timeout``."""
+        return self._code if self._ended.wait(timeout) else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child has ended, else None."""
+        return self._code
+
+    @property
+    def ended_at(self) -> float | None:
+        """When the child ended, on the :func:`time.monotonic` clock (None while it runs)."""
+        return self._time
+
+
+class ForkServer:
+    """The client's side: starts a server process and talks to it; safe to use from many threads.
+
+    If the server dies, every child not yet reported is taken as killed by SIGKILL and every later
+    request raises :class:`OSError`.
+
+    Args:
+        env: the server's environment (default: this process's). The directory holding the ``steps``
+            package is put first on its ``PYTHONPATH`` so that the server can import itself; the
+            server's ``sys.path`` is the one every child starts from.
+        stderr: where the server's own stderr goes (a file, ``subprocess.DEVNULL``, or None to
+            inherit).
+    """
+
+    def __init__(
+        self, env: Mapping[str, str] | None = None, stderr: int | IO[Any] | None = subprocess.DEVNULL
+    ) -> None:
+        server_env = dict(os.environ if env is None else env)
+        root = str(Path(__file__).resolve().parent.parent)
+        paths = [p for p in server_env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+        server_env["PYTHONPATH"] = os.pathsep.join([root, *paths])
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=server_env,
+            start_new_session=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._in: IO[bytes] = self.process.stdin
+        self._out: IO[bytes] = self.process.stdout
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._dead = False
+        self._answers: dict[int, tuple[threading.Event, list[tuple[dict[str, Any], ForkedChild | None]]]] = {}
+        self._children: dict[int, ForkedChild] = {}
+        threading.Thread(target=self._read, name="dsx-forkserver", daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        """The server process is running and answering."""
+        return not self._dead and self.process.poll() is None
+
+    def _read(self) -> None:
+        for line in self._out:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self._lock:
+                if "id" in message:
+                    waiting = self._answers.pop(message["id"], None)
+                    child = None
+                    if "pid" in message:
+                        child = self._children[message["pid"]] = ForkedChild(int(message["pid"]))
+                    if waiting is not None:
+                        waiting[1].append((message, child))
+                        waiting[0].set()
+                elif "pid" in message:
+                    child = self._children.pop(message["pid"], None)
+                    if child is not None:
+                        child._end(int(message["code"]), float(message["time"]))
+        with self._lock:  # the server is gone: nothing more will start or end
+            self._dead = True
+            for event, _ in self._answers.values():
+                event.set()
+            self._answers.clear()
+            now = time.monotonic()
+            for child in self._children.values():
+                child._end(-int(signal.SIGKILL), now)
+            self._children.clear()
+
+    def _ask(
+        self, message: dict[str, Any], timeout: float | None
+    ) -> tuple[dict[str, Any], ForkedChild | None]:
+        event, box = threading.Event(), list[tuple[dict[str, Any], ForkedChild | None]]()
+        with self._lock:
+            if self._dead:
+                raise OSError("the fork server is gone")
+            ident = next(self._ids)
+            self._answers[ident] = (event, box)
+        try:
+            self._send({**message, "id": ident})
+        except OSError as exc:
+            with self._lock:
+                self._answers.pop(ident, None)
+            raise OSError(f"the fork server is gone ({exc})") from exc
+        if not event.wait(timeout):
+            with self._lock:
+                self._answers.pop(ident, None)
+            raise TimeoutError(f"the fork server did not answer within {timeout:g} s")
+        if not box:
+            raise OSError("the fork server stopped before answering")
+        return box[0]
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        with self._send_lock:
+            self._in.write(json.dumps(message).encode() + b"\n")
+            self._in.flush()
+
+    def preload(
+        self, modules: Iterable[str], wait: bool = True, timeout: float | None = None
+    ) -> dict[str, str]:
+        """Have the server import ``modules`` (in order) so that every child has them already.
+
+        Args:
+            modules: module names, e.g. ``["torch", "torch.distributed"]``.
+            wait: wait until the server has imported them; otherwise return at once.
+            timeout: how long to wait, in seconds (None: as long as it takes).
+
+        Returns:
+            The message of each import that failed (empty when all worked or when not waiting).
+
+        Raises:
+            OSError: the server is gone; :class:`TimeoutError` when it did not answer in time.
+        """
+        request = {"op": "preload", "modules": list(modules)}
+        if wait:
+            return dict(self._ask(request, timeout)[0].get("errors") or {})
+        try:
+            self._send(request)
+        except OSError as exc:
+            raise OSError(f"the fork server is gone ({exc})") from exc
+        return {}
+
+    def start(
+        self,
+        module: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        stdout: str | os.PathLike[str],
+        stderr: str | os.PathLike[str],
+        cwd: str | os.PathLike[str] | None = None,
+        sys_path: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> ForkedChild:
+        """Fork a child running ``python -m module args`` and return once it is started.
+
+        Args:
+            module: the module the child runs as ``__main__``.
+            args: its arguments.
+            env: the child's whole environment.
+            stdout: file for its stdout (created or truncated).
+            stderr: file for its stderr (created or truncated).
+            cwd: its working directory (default: the server's).
+            sys_path: entries put first on its ``sys.path``, in order, unless already there.
+            timeout: how long to wait for the server to fork it, in seconds.
+
+        Raises:
+            OSError: the server is gone or could not fork; :class:`TimeoutError` when it did not
+                answer in time.
+        """
+        answer, child = self._ask(
+            {
+                "op": "start",
+                "module": module,
+                "args": list(args),
+                "env": dict(env),
+                "stdout": os.fspath(stdout),
+                "stderr": os.fspath(stderr),
+                "cwd": os.fspath(cwd) if cwd is not None else None,
+                "sys_path": list(sys_path),
+            },
+            timeout,
+        )
+        if child is None:
+            raise OSError(f"the fork server could not start {module}: {answer.get('error')}")
+        return child
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close the server's stdin (it kills its children and exits) and wait; kill it past ``timeout``."""
+        try:
+            self._in.close()
+            self.process.wait(timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout)
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

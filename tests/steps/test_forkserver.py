@@ -1,0 +1,138 @@
+"""The fork server: children run a module as ``python -m`` would, in their own session, and die with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from steps.forkserver import ForkServer
+
+MODULES = {
+    # imported at load time: remembers which process imported it
+    "fs_marker": "import os\nLOADED_IN = os.getpid()\n",
+    "fs_report": """
+        import os, sys
+        import fs_marker
+        print("out", sys.argv[1:])
+        print("err", file=sys.stderr)
+        print("preloaded", fs_marker.LOADED_IN != os.getpid())
+        print("env", os.environ.get("FS_VALUE"), "FS_SECRET" in os.environ)
+        print("cwd", os.getcwd())
+        print("stdin", repr(sys.stdin.read()))
+        print("session", os.getsid(0) == os.getpid())
+        print("main", __name__)
+        sys.exit(3)
+    """,
+    "fs_sleep": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n",
+    "fs_raise": "raise RuntimeError('boom from the child')\n",
+    "fs_message": "import sys\nsys.exit('a message, not a number')\n",
+}
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("modules")
+    for name, source in MODULES.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(modules: Path) -> Iterator[ForkServer]:
+    env = dict(os.environ, PYTHONPATH=str(modules))
+    with ForkServer(env) as started:
+        assert started.preload(["fs_marker"], timeout=30) == {}
+        yield started
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "FS_SECRET"}
+    return {**env, **extra}
+
+
+def test_a_child_writes_its_files_and_exits_with_its_code(server: ForkServer, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    child = server.start(
+        "fs_report",
+        ["a", "b"],
+        _env(FS_VALUE="42"),
+        tmp_path / "out.txt",
+        tmp_path / "err.txt",
+        cwd=work,
+    )
+    assert child.wait(10) == 3
+    out = (tmp_path / "out.txt").read_text().splitlines()
+    assert out == [
+        "out ['a', 'b']",
+        "preloaded True",
+        "env 42 False",
+        f"cwd {work}",
+        "stdin ''",
+        "session True",
+        "main __main__",
+    ]
+    assert (tmp_path / "err.txt").read_text() == "err\n"
+    assert child.ended_at is not None and child.ended_at <= time.monotonic()
+
+
+def test_a_child_killed_by_a_signal_reports_it_negative(server: ForkServer, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    child = server.start("fs_sleep", [], _env(), out, tmp_path / "err.txt")
+    deadline = time.monotonic() + 10
+    while not (out.exists() and "sleeping" in out.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.wait(0) is None
+    os.killpg(child.pid, signal.SIGTERM)  # its own process group
+    assert child.wait(10) == -signal.SIGTERM
+
+
+def test_exceptions_and_exit_messages_go_to_stderr_with_code_1(server: ForkServer, tmp_path: Path) -> None:
+    raised = server.start("fs_raise", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
+    assert raised.wait(10) == 1
+    err = (tmp_path / "err.txt").read_text()
+    assert "Traceback" in err and "RuntimeError: boom from the child" in err
+    message = server.start("fs_message", [], _env(), tmp_path / "out.txt", tmp_path / "err2.txt")
+    assert message.wait(10) == 1
+    assert (tmp_path / "err2.txt").read_text() == "a message, not a number\n"
+
+
+def test_sys_path_entries_come_first_and_failures_are_named(server: ForkServer, tmp_path: Path) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "fs_extra.py").write_text("import sys\nprint(sys.path[0])\n")
+    child = server.start(
+        "fs_extra", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt", sys_path=[str(extra)]
+    )
+    assert child.wait(10) == 0
+    assert (tmp_path / "out.txt").read_text() == f"{extra}\n"
+    assert server.preload(["fs_no_such_module"], timeout=30) == {
+        "fs_no_such_module": "ModuleNotFoundError: No module named 'fs_no_such_module'"
+    }
+    missing = server.start("fs_extra", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
+    assert missing.wait(10) == 1  # not on this child's sys.path
+    assert "No module named fs_extra" in (tmp_path / "err.txt").read_text()
+
+
+def test_end_of_stdin_kills_the_children_and_stops_the_server(modules: Path, tmp_path: Path) -> None:
+    server = ForkServer(dict(os.environ, PYTHONPATH=str(modules)))
+    children = [
+        server.start("fs_sleep", [], _env(), tmp_path / f"out-{i}.txt", tmp_path / f"err-{i}.txt")
+        for i in range(2)
+    ]
+    assert all(child.wait(0) is None for child in children)
+    server.close(timeout=10)
+    assert server.process.returncode == 0
+    assert [child.wait(10) for child in children] == [-signal.SIGKILL, -signal.SIGKILL]
+    for child in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(child.pid, 0)
+    assert not server.alive
+    with pytest.raises(OSError, match="fork server is gone"):
+        server.start("fs_sleep", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
