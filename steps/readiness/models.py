@@ -8,7 +8,7 @@ Every model is plain pydantic and serialises to JSON with sorted keys.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,7 @@ __all__ = [
     "Verdict",
     "VerdictStatus",
     "dump_json",
+    "trusted",
     "worst",
 ]
 
@@ -42,6 +43,37 @@ class Model(BaseModel):
     """Base of every readiness model: unknown fields are refused, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_M = TypeVar("_M", bound=Model)
+
+# The four slots every pydantic model instance has, set the way ``model_construct`` sets them; the slot
+# descriptors' own setters cost less than ``object.__setattr__``, and ``object.__new__`` than ``cls.__new__``.
+_NEW = object.__new__
+_SET_DICT = BaseModel.__dict__["__dict__"].__set__
+_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def trusted(cls: type[_M], values: dict[str, Any], fields_set: set[str]) -> _M:
+    """An instance of ``cls`` made from values already checked, without validating them again.
+
+    What :meth:`~pydantic.BaseModel.model_construct` does, without its loop over the fields: the
+    nccl-tests parser makes thousands of rows, and validating them would cost more than reading them.
+    The caller promises what validation would give: ``values`` holds every field of ``cls`` in
+    declaration order, each of its declared type (defaults included), in a dict of this instance's own.
+    ``fields_set`` names the fields given explicitly (``model_fields_set``); like ``model_construct``'s
+    ``_fields_set`` it may be one set shared by many instances, so it is never changed. Only for
+    :class:`Model` subclasses: frozen, no extra fields, no private attributes, no ``model_post_init`` and
+    no ``__new__``.
+    """
+    model = _NEW(cls)
+    _SET_DICT(model, values)
+    _SET_FIELDS_SET(model, fields_set)
+    _SET_EXTRA(model, None)
+    _SET_PRIVATE(model, None)
+    return model
 
 
 class Preamble(Model):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from steps.errors import InputError
+from steps.readiness.models import CollectiveRun, Row
 from steps.readiness.nccl_tests import exit_code, parse_nccl_tests, parse_nccl_tests_file
 from steps.readiness.table import format_nccl_table
 from tests.paths import REPO, shared_path
@@ -150,6 +154,45 @@ def test_ten_thousand_lines_parse_without_error() -> None:
     head, row = lines[:11], lines[11]
     run = parse_nccl_tests([*head, *([row] * 10_000), "# Out of bounds values : 0 OK"])
     assert len(run.rows) == 10_000 and run.status == "complete"
+
+
+@pytest.mark.parametrize(
+    "name", ["new_layout_clean.txt", "old_layout.txt", "na_enotation.txt", "wrong_elements.txt"]
+)
+def test_parsed_rows_are_the_models_validation_would_make(name: str) -> None:
+    """The parser makes its rows without validating them again: they must be what validation makes."""
+    run = parse_nccl_tests_file(LOGS / name)
+    validated = CollectiveRun.model_validate(run.model_dump())
+    assert run == validated and repr(run) == repr(validated)
+    assert run.model_dump_json() == validated.model_dump_json()
+    last = "max_error" if run.layout == "old" else "wrong"  # the fourth column, given even when N/A
+    for row, again in zip(run.rows, validated.rows, strict=True):
+        assert list(row.__dict__.items()) == list(again.__dict__.items())  # same fields, same order
+        assert row.model_fields_set == set(Row.model_fields) and hash(row) == hash(again)
+        for half in (row.out_of_place, row.in_place):
+            assert half is not None and half.model_fields_set == {"time_us", "algbw_gbps", "busbw_gbps", last}
+        assert pickle.loads(pickle.dumps(row)) == row and copy.deepcopy(row) == row
+        changed = row.model_copy(update={"line": 0})
+        assert changed.line == 0 and row.line == again.line and row.model_fields_set == set(Row.model_fields)
+        with pytest.raises(ValueError, match="frozen"):
+            row.size = 1  # type: ignore[misc]
+    assert all(isinstance(row, Row) for row in run.rows)
+
+
+def test_the_garbage_collector_is_as_it_was_after_a_parse() -> None:
+    lines = (LOGS / "new_layout_clean.txt").read_text().splitlines()
+    assert gc.isenabled()
+    parse_nccl_tests(lines)
+    assert gc.isenabled()
+    with pytest.raises(InputError):
+        parse_nccl_tests([*lines[:11], "1 2 float sum -1 x"])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse_nccl_tests(lines)
+        assert not gc.isenabled()  # paused by the caller, and left so
+    finally:
+        gc.enable()
 
 
 SHARED_EXPECTED = {
