@@ -16,6 +16,7 @@ naming the line.
 from __future__ import annotations
 
 import gc
+import math
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -186,7 +187,7 @@ class _Table:
         for index in self.counts_at:  # the new layout's #wrong: a count, or N/A
             last = figures[index]
             if last is not None:
-                if not (last >= 0 and last == (whole := int(last))):
+                if not (0 <= last < math.inf and last == (whole := int(last))):
                     where = "out-of-place" if index < 4 else "in-place"
                     token = tokens[self.first + index]
                     raise InputError(f"line {lineno}: {where} #wrong {token!r} is not a count")

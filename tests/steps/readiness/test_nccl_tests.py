@@ -117,6 +117,7 @@ def test_wrong_elements_or_a_failed_out_of_bounds_footer_is_corrupted() -> None:
     [
         ("corrupt_number.txt", "line 6: out-of-place algbw '0.0x' is not a number"),
         ("truncated_row.txt", "line 6: a result row needs 13 fields"),
+        ("infinite_wrong.txt", "line 3: out-of-place #wrong 'inf' is not a count"),
         ("header_no_rows.txt", "line 3: table header but no result rows"),
         ("empty.txt", "empty input"),
         ("not_a_log.txt", "not an nccl-tests log"),
