@@ -141,6 +141,37 @@ def _rank_files(launch: LaunchResult) -> list[str]:
     return [path for rank in launch.ranks for path in (rank.stdout, rank.stderr)]
 
 
+def _launch_and_read(
+    test: str,
+    module: str,
+    args: list[str],
+    subject: Subject,
+    ranks: int,
+    timeout_s: float,
+    rank_hosts: list[str] | None,
+    folder: Path,
+    result_file: Path,
+    model: type[Model],
+) -> tuple[Any, list[Verdict], list[str], float]:
+    """Run ``module`` as ``ranks`` local ranks; rank 0's result read as ``model`` (or None), the verdicts
+    on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed time."""
+    launch = launch_local(module, args, ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=rank_hosts)
+    evidence = _rank_files(launch)
+    verdicts = judge_launch(launch, subject, test, timeout_s)
+    result = _read_json(result_file, model) if launch.ok else None
+    if launch.ok and result is None:
+        verdicts.append(
+            Verdict(
+                subject=subject,
+                test=test,
+                status="error",
+                evidence=evidence,
+                message=f"{subject.kind} {subject.name}: rank 0 wrote no readable result",
+            )
+        )
+    return result, verdicts, evidence, launch.elapsed_s
+
+
 def sweep_config(request: SweepRequest) -> SweepConfig:
     """The sweep program's settings for ``request``.
 
@@ -209,32 +240,21 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
     for stale in (run_file, table_file):
         stale.unlink(missing_ok=True)
     args = [*sweep_args(config), "--out", str(run_file), "--table", str(table_file)]
-    launch = launch_local(
+    run, verdicts, evidence, elapsed = _launch_and_read(
+        "allreduce-sweep",
         "steps.readiness.sweep",
         args,
+        request.subject,
         request.ranks,
-        folder / "ranks",
-        timeout_s=request.timeout_s,
-        rank_hosts=request.rank_hosts,
+        request.timeout_s,
+        request.rank_hosts,
+        folder,
+        run_file,
+        CollectiveRun,
     )
-    evidence = _rank_files(launch)
-    verdicts = judge_launch(launch, request.subject, "allreduce-sweep", request.timeout_s)
-    run: CollectiveRun | None = None
-    if launch.ok:
-        run = _read_json(run_file, CollectiveRun)
-        if run is None:
-            verdicts.append(
-                Verdict(
-                    subject=request.subject,
-                    test="allreduce-sweep",
-                    status="error",
-                    evidence=evidence,
-                    message=f"{request.subject.kind} {request.subject.name}: rank 0 wrote no readable result",
-                )
-            )
-        else:
-            evidence = [str(run_file), str(table_file), *evidence]
-            verdicts += judge_collective(run, request.subject, thresholds, request.scope, [str(table_file)])
+    if run is not None:
+        evidence = [str(run_file), str(table_file), *evidence]
+        verdicts += judge_collective(run, request.subject, thresholds, request.scope, [str(table_file)])
     outcome = SweepOutcome(
         subject=request.subject,
         status=worst([v.status for v in verdicts]),
@@ -242,7 +262,7 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
         verdicts=verdicts,
         evidence=evidence,
         out_dir=str(folder),
-        elapsed_s=launch.elapsed_s,
+        elapsed_s=elapsed,
     )
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
@@ -396,34 +416,24 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
     folder = output_dir(request.out_dir)
     result_file = folder / "smoke.json"
     result_file.unlink(missing_ok=True)
-    launch = launch_local(
+    args = [*smoke_args(config), "--out", str(result_file)]
+    result, verdicts, evidence, elapsed = _launch_and_read(
+        "training-smoke",
         "steps.readiness.smoke",
-        [*smoke_args(config), "--out", str(result_file)],
+        args,
+        request.subject,
         request.ranks,
-        folder / "ranks",
-        timeout_s=request.timeout_s,
-        rank_hosts=request.rank_hosts,
+        request.timeout_s,
+        request.rank_hosts,
+        folder,
+        result_file,
+        SmokeResult,
     )
-    evidence = _rank_files(launch)
-    verdicts = judge_launch(launch, request.subject, "training-smoke", request.timeout_s)
-    result: SmokeResult | None = None
-    if launch.ok:
-        result = _read_json(result_file, SmokeResult)
-        if result is None:
-            verdicts.append(
-                Verdict(
-                    subject=request.subject,
-                    test="training-smoke",
-                    status="error",
-                    evidence=evidence,
-                    message=f"{request.subject.kind} {request.subject.name}: rank 0 wrote no readable result",
-                )
-            )
-        else:
-            evidence = [str(result_file), *evidence]
-            verdicts += judge_smoke(
-                result, request.subject, thresholds, request.min_loss_drop, [str(result_file)]
-            )
+    if result is not None:
+        evidence = [str(result_file), *evidence]
+        verdicts += judge_smoke(
+            result, request.subject, thresholds, request.min_loss_drop, [str(result_file)]
+        )
     outcome = SmokeOutcome(
         subject=request.subject,
         status=worst([v.status for v in verdicts]),
@@ -431,7 +441,7 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
         verdicts=verdicts,
         evidence=evidence,
         out_dir=str(folder),
-        elapsed_s=launch.elapsed_s,
+        elapsed_s=elapsed,
     )
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
