@@ -12,13 +12,17 @@ from __future__ import annotations
 import mmap
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from steps.errors import InputError
 
-__all__ = ["INSIDE", "OUTSIDE", "PhaseMarker", "RankEnv", "node_name", "read_phase"]
+__all__ = ["INSIDE", "OUTSIDE", "PhaseMarker", "RankEnv", "joined", "node_name", "read_phase", "sync"]
 
 INSIDE = ord("C")
 OUTSIDE = ord("O")
@@ -100,3 +104,40 @@ def read_phase(path: Path) -> str | None:
     if data == bytes([OUTSIDE]):
         return "outside"
     return None
+
+
+@contextmanager
+def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
+    """This rank in its process group: yields ``(torch, torch.distributed, device)``.
+
+    The device is the rank's GPU (``LOCAL_RANK``) for NCCL, the CPU for gloo. An exception is noted for
+    the launcher (which names the rank whose error came first) before it propagates; the group is
+    destroyed on the way out.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from steps.readiness.launch import record_failure  # the launcher imports this module
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if backend == "nccl":
+        device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(
+        backend=backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s)
+    )
+    try:
+        yield torch, dist, device
+    except BaseException as exc:
+        record_failure(exc)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def sync(torch: Any, device: Any) -> None:
+    """Wait for the device's queued work (timings on a GPU are otherwise only launch times)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import math
-import os
 import signal
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from steps.errors import DsxError
 from steps.readiness.evidence import write_text
 from steps.readiness.inject import InjectedFailure, Injection, parse_injections
-from steps.readiness.launch import record_failure
 from steps.readiness.models import Model, dump_json
-from steps.readiness.rankenv import RankEnv
+from steps.readiness.rankenv import RankEnv, joined, sync
 
 __all__ = ["RankTraining", "SmokeConfig", "SmokeResult", "main", "run_rank", "smoke_args"]
 
@@ -148,34 +145,9 @@ def run_rank(config: SmokeConfig, env: RankEnv) -> SmokeResult | None:
     Raises:
         InjectedFailure: this rank was told to fail (``RANK:fail``).
     """
-    import torch
-    import torch.distributed as dist
-
     injections = {i.rank: i for i in parse_injections(config.inject, env.world_size)}
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if config.backend == "nccl":
-        device = torch.device("cuda", env.local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group(
-        backend=config.backend,
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timedelta(seconds=config.timeout_s),
-    )
-    try:
+    with joined(config.backend, env, config.timeout_s) as (torch, dist, device):
         return _train(torch, dist, config, env, device, injections)
-    except BaseException as exc:
-        record_failure(exc)
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def _sync(torch: Any, device: Any) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _train(
@@ -212,7 +184,7 @@ def _train(
         tokens = torch.randint(0, config.vocab, (config.batch_size, config.seq_len), generator=generator)
         tokens = tokens.to(device)
         labels = mapping[tokens]
-        _sync(torch, device)
+        sync(torch, device)
         start = time.perf_counter()
         if delay:
             time.sleep(delay)
@@ -221,12 +193,12 @@ def _train(
             loss = torch.nn.functional.cross_entropy(logits.float().view(-1, config.vocab), labels.view(-1))
         if mine is not None and mine.kind == "nan" and step >= fault_step:
             loss = loss * float("nan")
-        _sync(torch, device)
+        sync(torch, device)
         own = time.perf_counter() - start
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        _sync(torch, device)
+        sync(torch, device)
         step_s.append(time.perf_counter() - start)
         own_s.append(own)
         value = float(loss.detach().item())

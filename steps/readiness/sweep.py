@@ -28,7 +28,6 @@ import signal
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from steps.errors import DsxError
 from steps.readiness.evidence import write_text
 from steps.readiness.inject import InjectedFailure, Injection, parse_injections
-from steps.readiness.launch import record_failure
 from steps.readiness.models import (
     CollectiveRun,
     Footer,
@@ -48,7 +46,7 @@ from steps.readiness.models import (
     Row,
     dump_json,
 )
-from steps.readiness.rankenv import PhaseMarker, RankEnv
+from steps.readiness.rankenv import PhaseMarker, RankEnv, joined, sync
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
@@ -105,11 +103,6 @@ def sweep_args(config: SweepConfig) -> list[str]:
     return args
 
 
-def _sync(torch: Any, device: Any) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _device_info(torch: Any, device: Any) -> tuple[str, str]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -132,34 +125,14 @@ def run_rank(config: SweepConfig, env: RankEnv) -> CollectiveRun | None:
     Raises:
         InjectedFailure: this rank was told to fail (``RANK:fail``).
     """
-    import torch
-    import torch.distributed as dist
-
     injections = {
         i.rank: i
         for i in parse_injections(config.inject, env.world_size, ("delay", "fail", "hang", "corrupt"))
     }
     mine: Injection | None = injections.get(env.rank)
     sizes = config.sizes()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if config.backend == "nccl":
-        device = torch.device("cuda", env.local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group(
-        backend=config.backend,
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timedelta(seconds=config.timeout_s),
-    )
-    try:
+    with joined(config.backend, env, config.timeout_s) as (torch, dist, device):
         return _sweep(torch, dist, config, env, device, sizes, mine, list(injections.values()))
-    except BaseException as exc:
-        record_failure(exc)
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 def timed_loop(dist: Any, buf: Any, iters: int, delay: float, phase: PhaseMarker) -> float:
@@ -226,13 +199,13 @@ def _sweep(
             phase.inside()
             dist.all_reduce(buf)
             phase.outside()
-        _sync(torch, device)
+        sync(torch, device)
         phase.inside()
         dist.barrier()
         phase.outside()
         start = time.perf_counter()
         outside = timed_loop(dist, buf, config.iters, delay, phase)
-        _sync(torch, device)
+        sync(torch, device)
         total = time.perf_counter() - start
         wrong += int(torch.count_nonzero(buf).item())
         stats = torch.tensor([total, outside, float(wrong)], dtype=torch.float64, device=device)
