@@ -32,6 +32,18 @@ def _rank_host(run: CollectiveRun, rank: int) -> str | None:
     return None
 
 
+def _wrong(run: CollectiveRun) -> int:
+    """Wrong elements over every row of the run."""
+    table = run.results
+    return sum(table.wrong(index) for index in range(len(table)))
+
+
+def _measured_sizes(run: CollectiveRun) -> set[int]:
+    """The sizes at which the run has a bus bandwidth figure."""
+    table = run.results
+    return {size for index, size in enumerate(table.size) if table.busbw(index) is not None}
+
+
 def judge_collective(
     run: CollectiveRun,
     subject: Subject,
@@ -56,7 +68,7 @@ def judge_collective(
                 test="allreduce-run",
                 status="pass",
                 evidence=kept,
-                message=f"{name}: all-reduce ran {len(run.rows)} sizes with every result checked",
+                message=f"{name}: all-reduce ran {len(run.results)} sizes with every result checked",
             )
         )
     else:
@@ -66,7 +78,7 @@ def judge_collective(
                 subject=subject,
                 test="allreduce-data" if run.status == "corrupted" else "allreduce-run",
                 status="error",
-                measured=float(sum(row.wrong() for row in run.rows)) if run.status == "corrupted" else None,
+                measured=float(_wrong(run)) if run.status == "corrupted" else None,
                 threshold=0.0 if run.status == "corrupted" else None,
                 unit="wrong elements" if run.status == "corrupted" else None,
                 evidence=kept,
@@ -74,7 +86,7 @@ def judge_collective(
                 injected=injected,
             )
         )
-    largest = max((row.size for row in run.rows), default=0)
+    largest = max(run.results.size, default=0)
     for threshold in thresholds.all_reduce(scope):
         test = f"allreduce-busbw@{format_size(threshold.size)}"
         row = run.row_at(threshold.size)
@@ -235,9 +247,7 @@ def judge_relative(
         entries = classes[members]
         if len(entries) < relative.min_groups:
             continue
-        common = set.intersection(
-            *({row.size for row in run.rows if row.busbw() is not None} for _, run in entries)
-        )
+        common = set.intersection(*(_measured_sizes(run) for _, run in entries))
         at = size if size is not None else max(common, default=None)
         if at is None or at not in common:
             continue

@@ -1,34 +1,37 @@
 """The data every readiness step exchanges: collective runs, subjects and verdicts.
 
 One model, :class:`CollectiveRun`, holds both a dsx all-reduce sweep and a parsed nccl-tests log, so the
-same judging code applies to a local gloo sweep and to ``all_reduce_perf`` output from a cluster.
+same judging code applies to a local gloo sweep and to ``all_reduce_perf`` output from a cluster. Its
+result rows are stored column by column (:class:`ResultTable`); :class:`Row` is the view of one row.
 Every model is plain pydantic and serialises to JSON with sorted keys.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "STATUS_ORDER",
     "CollectiveRun",
     "Failure",
     "Footer",
+    "HalfColumns",
     "Measurement",
     "Model",
     "Preamble",
     "RankInfo",
     "RankStats",
+    "ResultTable",
     "Row",
     "RunStatus",
     "Subject",
     "Verdict",
     "VerdictStatus",
     "dump_json",
-    "trusted",
     "worst",
 ]
 
@@ -43,37 +46,6 @@ class Model(BaseModel):
     """Base of every readiness model: unknown fields are refused, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-_M = TypeVar("_M", bound=Model)
-
-# The four slots every pydantic model instance has, set the way ``model_construct`` sets them; the slot
-# descriptors' own setters cost less than ``object.__setattr__``, and ``object.__new__`` than ``cls.__new__``.
-_NEW = object.__new__
-_SET_DICT = BaseModel.__dict__["__dict__"].__set__
-_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
-_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def trusted(cls: type[_M], values: dict[str, Any], fields_set: set[str]) -> _M:
-    """An instance of ``cls`` made from values already checked, without validating them again.
-
-    What :meth:`~pydantic.BaseModel.model_construct` does, without its loop over the fields: the
-    nccl-tests parser makes thousands of rows, and validating them would cost more than reading them.
-    The caller promises what validation would give: ``values`` holds every field of ``cls`` in
-    declaration order, each of its declared type (defaults included), in a dict of this instance's own.
-    ``fields_set`` names the fields given explicitly (``model_fields_set``); like ``model_construct``'s
-    ``_fields_set`` it may be one set shared by many instances, so it is never changed. Only for
-    :class:`Model` subclasses: frozen, no extra fields, no private attributes, no ``model_post_init`` and
-    no ``__new__``.
-    """
-    model = _NEW(cls)
-    _SET_DICT(model, values)
-    _SET_FIELDS_SET(model, fields_set)
-    _SET_EXTRA(model, None)
-    _SET_PRIVATE(model, None)
-    return model
 
 
 class Preamble(Model):
@@ -136,6 +108,124 @@ class Row(Model):
         return sum(m.wrong or 0 for m in (self.out_of_place, self.in_place) if m is not None)
 
 
+_HALF_FIELDS = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "max_error")
+
+
+class HalfColumns(Model):
+    """One half of a result table (out-of-place or in-place), one list per figure: item ``i`` is row ``i``."""
+
+    time_us: list[float | None] = Field(default_factory=list)
+    algbw_gbps: list[float | None] = Field(default_factory=list)
+    busbw_gbps: list[float | None] = Field(default_factory=list)
+    wrong: list[int | None] = Field(default_factory=list)
+    max_error: list[float | None] = Field(default_factory=list, description="old layout: the 'error' column")
+
+    def measurement(self, index: int) -> Measurement | None:
+        """Row ``index`` of this half, or ``None`` where the row has none of its figures."""
+        values = {name: getattr(self, name)[index] for name in _HALF_FIELDS}
+        if all(value is None for value in values.values()):
+            return None
+        return Measurement.model_construct(**values)
+
+
+class ResultTable(Model):
+    """The result rows of a run, stored column by column: item ``i`` of every list is row ``i``.
+
+    A 10,000-row nccl-tests log is some twenty lists here rather than 30,000 objects: the parser fills it
+    in a fraction of the time, its JSON is a fraction of the size (runs travel between workflow steps as
+    JSON), and pandas reads it as it is. A half that a row lacks is ``None`` in every column of that half;
+    a half that no row has is ``None``. :meth:`row` gives one row as a :class:`Row`.
+    """
+
+    size: list[int] = Field(default_factory=list)
+    count: list[int] = Field(default_factory=list)
+    type: list[str] = Field(default_factory=list)
+    redop: list[str | None] = Field(default_factory=list)
+    root: list[int | None] = Field(default_factory=list)
+    line: list[int | None] = Field(default_factory=list, description="line numbers in the parsed log")
+    out_of_place: HalfColumns | None = None
+    in_place: HalfColumns | None = None
+
+    @model_validator(mode="after")
+    def _columns_of_one_length(self) -> ResultTable:
+        length = len(self.size)
+        columns: list[tuple[str, list[Any]]] = [
+            (name, getattr(self, name)) for name in ("count", "type", "redop", "root", "line")
+        ]
+        for half_name, half in self.halves():
+            columns += [(f"{half_name}.{name}", getattr(half, name)) for name in _HALF_FIELDS]
+        for name, column in columns:
+            if len(column) != length:
+                raise ValueError(f"column {name} has {len(column)} items, column size has {length}")
+        return self
+
+    @classmethod
+    def of(cls, rows: Iterable[Row]) -> ResultTable:
+        """The table of ``rows``, in their order."""
+        rows = list(rows)
+        halves: dict[str, HalfColumns | None] = {}
+        for half_name in ("out_of_place", "in_place"):
+            measured = [getattr(row, half_name) for row in rows]
+            if all(m is None for m in measured):
+                halves[half_name] = None
+                continue
+            halves[half_name] = HalfColumns(
+                **{name: [None if m is None else getattr(m, name) for m in measured] for name in _HALF_FIELDS}
+            )
+        return cls(
+            size=[row.size for row in rows],
+            count=[row.count for row in rows],
+            type=[row.type for row in rows],
+            redop=[row.redop for row in rows],
+            root=[row.root for row in rows],
+            line=[row.line for row in rows],
+            **halves,
+        )
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.size)
+
+    def __bool__(self) -> bool:
+        """A model is true even when it holds no rows (``len`` counts them)."""
+        return True
+
+    def halves(self) -> list[tuple[str, HalfColumns]]:
+        """The halves the table has, out-of-place first, each with its name."""
+        named = (("out_of_place", self.out_of_place), ("in_place", self.in_place))
+        return [(name, half) for name, half in named if half is not None]
+
+    def find(self, size: int) -> int | None:
+        """The index of the first row measured at exactly ``size`` bytes, or ``None``."""
+        try:
+            return self.size.index(size)
+        except ValueError:
+            return None
+
+    def busbw(self, index: int) -> float | None:
+        """Row ``index``'s bus bandwidth as judged: the lower of its halves' (GB/s), as :meth:`Row.busbw`."""
+        figures = [f for _, half in self.halves() if (f := half.busbw_gbps[index]) is not None]
+        return min(figures) if figures else None
+
+    def wrong(self, index: int) -> int:
+        """Wrong elements at row ``index``, both halves together (``N/A`` counts as 0)."""
+        return sum(half.wrong[index] or 0 for _, half in self.halves())
+
+    def row(self, index: int) -> Row:
+        """Row ``index`` as a :class:`Row` (made from the columns, which were validated)."""
+        oop, inp = self.out_of_place, self.in_place
+        return Row.model_construct(
+            size=self.size[index],
+            count=self.count[index],
+            type=self.type[index],
+            redop=self.redop[index],
+            root=self.root[index],
+            out_of_place=None if oop is None else oop.measurement(index),
+            in_place=None if inp is None else inp.measurement(index),
+            line=self.line[index],
+        )
+
+
 class Footer(Model):
     """The two closing lines: ``# Out of bounds values : N OK|FAILED`` and ``# Avg bus bandwidth : X``."""
 
@@ -183,15 +273,21 @@ class CollectiveRun(Model):
     preamble: Preamble | None = None
     ranks: list[RankInfo] = Field(default_factory=list)
     hosts: list[str] = Field(default_factory=list, description="hosts in rank order, each once")
-    rows: list[Row] = Field(default_factory=list)
+    results: ResultTable = Field(default_factory=ResultTable, description="the result rows, by column")
     footer: Footer | None = None
     failures: list[Failure] = Field(default_factory=list)
     injected: list[str] = Field(default_factory=list, description="faults injected on purpose")
     rank_stats: list[RankStats] = Field(default_factory=list)
 
+    @property
+    def rows(self) -> list[Row]:
+        """Every result row as a :class:`Row`, made on each access from :attr:`results`."""
+        return [self.results.row(index) for index in range(len(self.results))]
+
     def row_at(self, size: int) -> Row | None:
         """The row measured at exactly ``size`` bytes (the first one, for logs with several types)."""
-        return next((row for row in self.rows if row.size == size), None)
+        index = self.results.find(size)
+        return None if index is None else self.results.row(index)
 
 
 class Subject(Model):

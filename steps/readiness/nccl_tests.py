@@ -18,21 +18,20 @@ from __future__ import annotations
 import gc
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from steps.errors import InputError
 from steps.readiness.models import (
     CollectiveRun,
     Failure,
     Footer,
-    Measurement,
     Preamble,
     RankInfo,
-    Row,
+    ResultTable,
     RunStatus,
-    trusted,
 )
 from steps.readiness.sizes import format_size
 
@@ -103,7 +102,7 @@ def _count(token: str, column: str, lineno: int) -> int | None:
     value = _number(token, column, lineno)
     if value is None:
         return None
-    if value != int(value) or value < 0:
+    if not math.isfinite(value) or value != int(value) or value < 0:
         raise InputError(f"line {lineno}: {column} {token!r} is not a count")
     return int(value)
 
@@ -115,37 +114,33 @@ def _integer(token: str, column: str, lineno: int) -> int:
         raise InputError(f"line {lineno}: {column} {token!r} is not a whole number") from None
 
 
-# What each parsed model was given (``model_fields_set``): one set per shape, shared by every instance.
-_ROW_FIELDS = {"size", "count", "type", "redop", "root", "out_of_place", "in_place", "line"}
-_NEW_FIELDS = {"time_us", "algbw_gbps", "busbw_gbps", "wrong"}
-_OLD_FIELDS = {"time_us", "algbw_gbps", "busbw_gbps", "max_error"}
-
-
 class _Table:
-    """The column layout read from a table header line."""
+    """One table of a log: the column layout read from its header line, and the rows read under it.
+
+    Rows are kept as their fields while the log is read, and turned into columns when the table ends
+    (:meth:`close`): each column is converted in one pass. Only when a conversion fails are the rows read
+    one by one, in line order, to name the first bad field.
+    """
 
     __slots__ = (
         "count_at",
-        "counts_at",
         "first",
         "layout",
         "leading",
         "lineno",
+        "lines",
         "measured",
-        "measurement_fields",
         "names",
         "redop_at",
         "root_at",
         "size_at",
+        "tokens",
         "type_at",
         "width",
-        "wrong",
     )
 
-    def __init__(self, names: list[str], lineno: int, wrong: list[Row]) -> None:
-        """Read a header; :meth:`row` adds the rows that report wrong elements to ``wrong``."""
+    def __init__(self, names: list[str], lineno: int) -> None:
         self.lineno = lineno
-        self.wrong = wrong
         start = next(i for i, name in enumerate(names) if name in _TIME_NAMES)
         self.leading = names[:start]
         self.measured = names[start:]
@@ -160,9 +155,6 @@ class _Table:
         self.names = names
         self.layout = "old" if "error" in self.measured else "new"
         self.first = start
-        # Where the #wrong counts are among the result columns, and which fields a measurement is given.
-        self.counts_at = () if self.layout == "old" else range(3, len(self.measured), 4)
-        self.measurement_fields = _OLD_FIELDS if self.layout == "old" else _NEW_FIELDS
         # Where each leading column is (the last one of a name given twice).
         position = {name: index for index, name in enumerate(self.leading)}
         self.size_at = position["size"]
@@ -170,83 +162,135 @@ class _Table:
         self.type_at = position.get("type")
         self.redop_at = position.get("redop")
         self.root_at = position.get("root")
+        self.tokens: list[list[str]] = []
+        self.lines: list[int] = []
 
-    def row(self, tokens: list[str], lineno: int) -> Row:
-        """A result row from its fields, checked here: its models are not validated again."""
-        if len(tokens) != self.width:
-            raise InputError(
-                f"line {lineno}: a result row needs {self.width} fields ({' '.join(self.names)}), "
-                f"found {len(tokens)}: the row is cut or corrupt"
-            )
-        figures: list[float | None]
+    def cut(self, tokens: list[str], lineno: int) -> InputError:
+        """The error for a row of the wrong width (after any earlier bad row's own error)."""
+        self.close(_Results())  # an earlier row with a bad field is the first error of the log
+        return InputError(
+            f"line {lineno}: a result row needs {self.width} fields ({' '.join(self.names)}), "
+            f"found {len(tokens)}: the row is cut or corrupt"
+        )
+
+    def close(self, into: _Results) -> None:
+        """Add this table's rows to ``into``, column by column."""
+        rows = len(self.tokens)
+        if not rows:
+            return
+        columns = list(zip(*self.tokens, strict=True))
         try:
-            figures = [*map(float, tokens[self.first :])]  # the common case: no N/A
-        except ValueError:
-            figures = self._figures(tokens, lineno)
-        any_wrong = False
-        for index in self.counts_at:  # the new layout's #wrong: a count, or N/A
-            last = figures[index]
-            if last is not None:
-                if not (0 <= last < math.inf and last == (whole := int(last))):
-                    where = "out-of-place" if index < 4 else "in-place"
-                    token = tokens[self.first + index]
-                    raise InputError(f"line {lineno}: {where} #wrong {token!r} is not a count")
-                figures[index] = whole  # an int from here on
-                if last:
-                    any_wrong = True
-        old = self.layout == "old"
-        fields = self.measurement_fields
-        out_of_place = {
-            "time_us": figures[0],
-            "algbw_gbps": figures[1],
-            "busbw_gbps": figures[2],
-            "wrong": None if old else figures[3],
-            "max_error": figures[3] if old else None,
-        }
-        in_place = None
-        if len(figures) == 8:
-            in_place = {
-                "time_us": figures[4],
-                "algbw_gbps": figures[5],
-                "busbw_gbps": figures[6],
-                "wrong": None if old else figures[7],
-                "max_error": figures[7] if old else None,
-            }
-        size_at, count_at, root_at = self.size_at, self.count_at, self.root_at
-        try:
-            size = int(tokens[size_at])
-            count = int(tokens[count_at])
-            root = None if root_at is None else int(tokens[root_at])
-        except ValueError:
-            _integer(tokens[size_at], "size", lineno)
-            _integer(tokens[count_at], "count", lineno)
-            if root_at is not None:
-                _integer(tokens[root_at], "root", lineno)
+            size = [*map(int, columns[self.size_at])]
+            count = [*map(int, columns[self.count_at])]
+            root = [None] * rows if self.root_at is None else [*map(int, columns[self.root_at])]
+            figures: list[Sequence[float | None]] = [
+                _figures(columns[self.first + k]) for k in range(len(self.measured))
+            ]
+            if self.layout == "new":
+                for k in range(3, len(figures), 4):
+                    figures[k] = _counts(columns[self.first + k], figures[k])
+        except (ValueError, OverflowError):
+            self._first_bad_field()
             raise
-        row = {
-            "size": size,
-            "count": count,
-            "type": "float" if self.type_at is None else tokens[self.type_at],
-            "redop": None if self.redop_at is None else tokens[self.redop_at],
-            "root": root,
-            "out_of_place": trusted(Measurement, out_of_place, fields),
-            "in_place": None if in_place is None else trusted(Measurement, in_place, fields),
-            "line": lineno,
-        }
-        made = trusted(Row, row, _ROW_FIELDS)
-        if any_wrong:
-            self.wrong.append(made)
-        return made
+        into.size += size
+        into.count += count
+        into.type += ["float"] * rows if self.type_at is None else columns[self.type_at]
+        into.redop += [None] * rows if self.redop_at is None else columns[self.redop_at]
+        into.root += root
+        into.line += self.lines
+        nothing = [None] * rows
+        for half, offset in ((into.out_of_place, 0), (into.in_place, 4)):
+            if offset >= len(figures):
+                for column in half:
+                    column += nothing
+                continue
+            time_us, algbw, busbw, last = figures[offset : offset + 4]
+            old = self.layout == "old"
+            for column, values in zip(
+                half,
+                (time_us, algbw, busbw, nothing if old else last, last if old else nothing),
+                strict=True,
+            ):
+                column += values
+        into.has_in_place = into.has_in_place or len(figures) == 8
 
-    def _figures(self, tokens: list[str], lineno: int) -> list[float | None]:
-        """The result columns of a row with N/A in them, or an error naming the first bad one."""
-        try:
-            return [None if token == _NA else float(token) for token in tokens[self.first :]]
-        except ValueError:
+    def _first_bad_field(self) -> None:
+        """Raise the error for the first field, in line order, that is not what its column holds."""
+        for tokens, lineno in zip(self.tokens, self.lines, strict=True):
+            _integer(tokens[self.size_at], "size", lineno)
+            _integer(tokens[self.count_at], "count", lineno)
+            if self.root_at is not None:
+                _integer(tokens[self.root_at], "root", lineno)
             for index, token in enumerate(tokens[self.first :]):
                 where = "out-of-place" if index < 4 else "in-place"
-                _number(token, f"{where} {self.measured[index]}", lineno)
-            raise
+                name = self.measured[index]
+                if self.layout == "new" and index % 4 == 3:
+                    _count(token, f"{where} {name}", lineno)
+                else:
+                    _number(token, f"{where} {name}", lineno)
+
+
+def _figures(tokens: tuple[str, ...]) -> list[float | None]:
+    """A column of figures: numbers, with ``N/A`` as ``None`` (``ValueError`` for anything else)."""
+    try:
+        return [*map(float, tokens)]  # the common case: no N/A
+    except ValueError:
+        return [None if token == _NA else float(token) for token in tokens]
+
+
+def _counts(tokens: tuple[str, ...], figures: Sequence[float | None]) -> Sequence[int | None]:
+    """A #wrong column as whole numbers (``ValueError`` for a figure that is not a count)."""
+    try:
+        whole = [*map(int, tokens)]  # the common case: plain whole numbers
+        if not whole or min(whole) >= 0:
+            return whole
+    except ValueError:
+        pass
+    # N/A, or e-notation
+    counts = [None if figure is None else int(figure) for figure in figures]
+    if counts != figures or any(count is not None and count < 0 for count in counts):
+        raise ValueError("a count that is not a whole number of at least 0")
+    return counts
+
+
+class _Results:
+    """The result columns of a whole log, filled table by table."""
+
+    __slots__ = ("count", "has_in_place", "in_place", "line", "out_of_place", "redop", "root", "size", "type")
+
+    def __init__(self) -> None:
+        self.size: list[int] = []
+        self.count: list[int] = []
+        self.type: list[str] = []
+        self.redop: list[str | None] = []
+        self.root: list[int | None] = []
+        self.line: list[int | None] = []
+        # time, algbw, busbw, #wrong, error: the columns of each half
+        self.out_of_place: list[list[float | None]] = [[] for _ in _HALF]
+        self.in_place: list[list[float | None]] = [[] for _ in _HALF]
+        self.has_in_place = False
+
+    def table(self) -> ResultTable:
+        halves = {"out_of_place": self.out_of_place}
+        if self.has_in_place:
+            halves["in_place"] = self.in_place
+        return ResultTable.model_validate(
+            {
+                "size": self.size,
+                "count": self.count,
+                "type": self.type,
+                "redop": self.redop,
+                "root": self.root,
+                "line": self.line,
+                **{
+                    name: dict(zip(_HALF, columns, strict=True)) if self.size else None
+                    for name, columns in halves.items()
+                },
+            }
+        )
+
+
+_HALF = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "max_error")
 
 
 def _header_names(body: str) -> list[str] | None:
@@ -254,6 +298,30 @@ def _header_names(body: str) -> list[str] | None:
     if len(names) >= 6 and names[0] == "size" and "count" in names and any(n in _TIME_NAMES for n in names):
         return names
     return None
+
+
+def _preamble(inner: str) -> Preamble:
+    values = {}
+    for field, pattern in _PREAMBLE_FIELDS.items():
+        found = pattern.search(inner)
+        if found is not None:
+            values[field] = int(found.group(1))
+    return Preamble(**values)
+
+
+def _rank(inner: str) -> RankInfo | None:
+    rank = _RANK.match(inner)
+    if rank is None:
+        return None
+    return RankInfo(
+        rank=int(rank.group("rank")),
+        group=None if rank.group("group") is None else int(rank.group("group")),
+        pid=int(rank.group("pid")),
+        host=rank.group("host"),
+        device=int(rank.group("device")),
+        bus_id=rank.group("bus"),
+        device_name=rank.group("name") or None,
+    )
 
 
 def _failure(text: str, lineno: int) -> Failure | None:
@@ -315,25 +383,32 @@ def parse_nccl_tests(lines: Iterable[str], source: str = "<input>") -> Collectiv
 def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
     preamble: Preamble | None = None
     ranks: dict[int, RankInfo] = {}
-    rows: list[Row] = []
-    wrong: list[Row] = []  # the rows that report wrong elements
+    results = _Results()
     failures: list[Failure] = []
     injected: list[str] = []
     table: _Table | None = None
+    # The open table's row store and width, kept in locals for the loop over the rows.
+    row_tokens: list[list[str]] = []
+    row_lines: list[int] = []
+    width = 0
     out_of_bounds: tuple[int | None, bool | None, int] | None = None
     avg_busbw: float | None = None
     nccl_version: str | None = None
     collective: str | None = None
     layout: str | None = None
-    seen = 0
+    # Preamble and rank lines read before, by their text: a soak test's log repeats them for every run.
+    known: dict[str, Any] = {}
+    lineno = 0
     try:
         for lineno, raw in enumerate(lines, start=1):
-            seen = lineno
             if table is not None:
                 # A plain result row, the bulk of a log (a row behind a launcher prefix is read below).
                 tokens = raw.split()
                 if len(tokens) >= 2 and tokens[0].isdigit() and tokens[1].isdigit():
-                    rows.append(table.row(tokens, lineno))
+                    if len(tokens) != width:
+                        raise table.cut(tokens, lineno)
+                    row_tokens.append(tokens)
+                    row_lines.append(lineno)
                     continue
             text = _strip_prefix(raw.rstrip("\r\n"))
             body = text.strip()
@@ -342,68 +417,64 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
             if body[0].isdigit() and table is not None:
                 tokens = body.split()
                 if len(tokens) >= 2 and tokens[0].isdigit() and tokens[1].isdigit():
-                    rows.append(table.row(tokens, lineno))
+                    if len(tokens) != width:
+                        raise table.cut(tokens, lineno)
+                    row_tokens.append(tokens)
+                    row_lines.append(lineno)
                     continue
-            if body.startswith("#"):
+            # Every other line: a cheap substring test before each pattern, as most lines match none.
+            if body[0] == "#":
                 inner = body[1:].strip()
-                names = _header_names(inner)
+                names = _header_names(inner) if inner.startswith("size") else None
                 if names is not None:
-                    table = _Table(names, lineno, wrong)
+                    if table is not None:
+                        table.close(results)
+                    table = _Table(names, lineno)
+                    row_tokens, row_lines, width = table.tokens, table.lines, table.width
                     layout = table.layout
                     continue
-                if _PREAMBLE.search(inner):
-                    values = {}
-                    for field, pattern in _PREAMBLE_FIELDS.items():
-                        found = pattern.search(inner)
-                        if found is not None:
-                            values[field] = int(found.group(1))
-                    preamble = Preamble(**values)
+                if "nThread" in inner and _PREAMBLE.search(inner):
+                    preamble = known.get(inner) or known.setdefault(inner, _preamble(inner))
                     continue
-                rank = _RANK.match(inner)
-                if rank is not None:
-                    number = int(rank.group("rank"))
-                    ranks[number] = RankInfo(
-                        rank=number,
-                        group=None if rank.group("group") is None else int(rank.group("group")),
-                        pid=int(rank.group("pid")),
-                        host=rank.group("host"),
-                        device=int(rank.group("device")),
-                        bus_id=rank.group("bus"),
-                        device_name=rank.group("name") or None,
-                    )
-                    continue
-                found_injected = _INJECTED.match(body)
-                if found_injected is not None:
-                    injected.append(found_injected.group("what"))
-                    continue
-            oob = _OOB.search(body)
-            if oob is not None:
+                if "Rank" in inner:
+                    rank = known.get(inner) or _rank(inner)
+                    if rank is not None:
+                        ranks[rank.rank] = known.setdefault(inner, rank)
+                        continue
+                if "injected" in body:
+                    found_injected = _INJECTED.match(body)
+                    if found_injected is not None:
+                        injected.append(found_injected.group("what"))
+                        continue
+            if "Out of bounds" in body and (oob := _OOB.search(body)) is not None:
                 count = _count(oob.group("count"), "out-of-bounds count", lineno)
                 word = (oob.group("verdict") or "").upper()
                 out_of_bounds = (count, {"OK": True, "FAILED": False}.get(word), lineno)
                 continue
-            avg = _AVG.search(body)
-            if avg is not None:
+            if "Avg bus bandwidth" in body and (avg := _AVG.search(body)) is not None:
                 avg_busbw = _number(avg.group("value"), "average bus bandwidth", lineno)
                 continue
-            failure = _failure(text, lineno)
-            if failure is not None:
+            if "Test " in text and (failure := _failure(text, lineno)) is not None:
                 failures.append(failure)
                 continue
-            version = _NCCL_VERSION.search(body)
-            if version is not None and nccl_version is None:
-                nccl_version = version.group("version")
-            starting = _STARTING.search(body)
-            if starting is not None:
+            if nccl_version is None and "NCCL version" in body:
+                version = _NCCL_VERSION.search(body)
+                if version is not None:
+                    nccl_version = version.group("version")
+            if "Collective test starting" in body and (starting := _STARTING.search(body)) is not None:
                 collective = starting.group("name").removesuffix("_perf")
-            elif collective is None and table is None:
+            elif collective is None and table is None and "_perf" in body:
                 program = _PROGRAM.search(body)
                 if program is not None:
                     collective = program.group("name")
+        if table is not None:
+            table.close(results)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{source}: line {seen + 1}: not text ({exc.reason})") from None
+        raise InputError(f"{source}: line {lineno + 1}: not text ({exc.reason})") from None
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+    seen = lineno
+    rows = len(results.size)
 
     if seen == 0:
         raise InputError(f"{source}: empty input, not an nccl-tests log")
@@ -425,14 +496,18 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
         where = f" {failure.where}" if failure.where else ""
         host = f"{failure.host}: " if failure.host else ""
         problems.append(f"line {failure.line}: {host}{failure.kind}{where}: {failure.message}")
+    # Wrong elements, row by row in line order, out-of-place before in-place.
     wrong_rows = 0
-    for row in wrong:
-        for half, measured in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
-            if measured is not None and measured.wrong:
-                wrong_rows += 1
-                problems.append(
-                    f"line {row.line}: {measured.wrong} wrong elements at {format_size(row.size)} ({half})"
-                )
+    flagged = [
+        (index, half, wrong)
+        for half, columns in (("out-of-place", results.out_of_place), ("in-place", results.in_place))
+        for index, wrong in enumerate(columns[3])
+        if wrong
+    ]
+    for index, half, wrong in sorted(flagged, key=lambda item: item[0]):
+        wrong_rows += 1
+        at = format_size(results.size[index])
+        problems.append(f"line {results.line[index]}: {wrong} wrong elements at {at} ({half})")
     footer: Footer | None = None
     if out_of_bounds is not None:
         count, ok, oob_line = out_of_bounds
@@ -442,7 +517,7 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                 f"line {oob_line}: out-of-bounds values: {count} {'FAILED' if ok is False else ''}"
             )
     else:
-        last = rows[-1].line if rows else seen
+        last = results.line[-1] if rows else seen
         problems.append(
             f"no footer ('# Out of bounds values') after line {last}: "
             "the run did not finish or the log is cut"
@@ -472,7 +547,7 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
             "preamble": preamble,
             "ranks": ordered,
             "hosts": hosts,
-            "rows": rows,
+            "results": results.table(),
             "footer": footer,
             "failures": failures,
             "injected": injected,

@@ -43,6 +43,7 @@ from steps.readiness.models import (
     Preamble,
     RankInfo,
     RankStats,
+    ResultTable,
     Row,
     dump_json,
 )
@@ -313,7 +314,7 @@ def _run(
         ),
         ranks=ranks,
         hosts=list(dict.fromkeys(rank.host for rank in ranks)),
-        rows=rows,
+        results=ResultTable.of(rows),
         footer=Footer(
             out_of_bounds=wrong,
             out_of_bounds_ok=wrong == 0,

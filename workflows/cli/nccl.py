@@ -27,7 +27,7 @@ def _print_run(run: Any) -> None:
     from steps.readiness.sizes import format_size
 
     typer.echo(
-        f"{run.source} {run.collective or 'collective'}: {run.status}; {len(run.rows)} rows, "
+        f"{run.source} {run.collective or 'collective'}: {run.status}; {len(run.results)} rows, "
         f"{len(run.ranks)} ranks on {len(run.hosts)} hosts ({', '.join(run.hosts) or 'not listed'})"
     )
     if run.footer is not None:

@@ -48,11 +48,13 @@ def test_the_sweep_cli_gives_real_figures_per_size(tmp_path: Path) -> None:
     outcome = json.loads(result.output)
     run = outcome["run"]
     assert outcome["status"] == "pass" and run["status"] == "complete"
-    assert [row["size"] for row in run["rows"]] == [1024, 4096, 16384, 65536, 262144]
-    for row in run["rows"]:
-        figures = row["in_place"]
-        assert figures["time_us"] > 0 and figures["busbw_gbps"] > 0 and figures["wrong"] == 0
-        assert figures["busbw_gbps"] == pytest.approx(figures["algbw_gbps"] * 2 * 3 / 4, rel=1e-3)
+    results = run["results"]  # the rows, column by column
+    assert results["size"] == [1024, 4096, 16384, 65536, 262144] and results["out_of_place"] is None
+    figures = results["in_place"]
+    assert all(t > 0 for t in figures["time_us"]) and all(b > 0 for b in figures["busbw_gbps"])
+    assert figures["wrong"] == [0] * 5
+    for busbw, algbw in zip(figures["busbw_gbps"], figures["algbw_gbps"], strict=True):
+        assert busbw == pytest.approx(algbw * 2 * 3 / 4, rel=1e-3)
     assert len(run["ranks"]) == 4 and len(run["rank_stats"]) == 4
     assert (tmp_path / "sweep.txt").read_text().count("float     sum") == 5
     assert (tmp_path / "outcome.json").exists() and (tmp_path / "ranks" / "rank-3.stderr").exists()

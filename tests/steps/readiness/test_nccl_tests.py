@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from steps.errors import InputError
-from steps.readiness.models import CollectiveRun, Row
+from steps.readiness.models import CollectiveRun, ResultTable, Row
 from steps.readiness.nccl_tests import exit_code, parse_nccl_tests, parse_nccl_tests_file
 from steps.readiness.table import format_nccl_table
 from tests.paths import REPO, shared_path
@@ -77,9 +77,9 @@ def test_na_and_e_notation_in_figures_and_wrong_counts() -> None:
     first, second = run.rows
     assert first.out_of_place is not None and first.out_of_place.busbw_gbps == pytest.approx(0.1024)
     assert first.out_of_place.wrong is None  # N/A: validation off
-    assert (
-        second.in_place is not None and second.in_place.time_us is None and second.in_place.busbw_gbps is None
-    )
+    assert second.in_place is None  # N/A in every in-place column: no in-place figures at all
+    assert run.results.in_place is not None and run.results.in_place.busbw_gbps == [0.09, None]
+    assert second.busbw() == 0.17 and first.busbw() == 0.09
     assert second.out_of_place is not None and second.out_of_place.wrong == 0  # 0e+00
     assert run.footer is not None and run.footer.avg_busbw_gbps == pytest.approx(0.12)
     assert run.status == "complete"
@@ -129,6 +129,57 @@ def test_bad_input_is_a_parse_error_naming_the_line(name: str, message: str) -> 
     assert name in str(caught.value)
 
 
+_CLEAN = (LOGS / "new_layout_clean.txt").read_text().splitlines()
+_GOOD_ROW = _CLEAN[11]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({4: ("52.43", "5x.43")}, "line 16: out-of-place algbw '5x.43' is not a number"),
+        ({2: ("   0    21.00", "-1    21.00")}, "line 14: out-of-place #wrong '-1' is not a count"),
+        ({3: ("   0\n", "1.5\n")}, "line 15: in-place #wrong '1.5' is not a count"),
+        ({1: ("-1 ", "N/A ")}, "line 13: root 'N/A' is not a whole number"),
+        ({5: ("-1 ", "-x ")}, "line 17: root '-x' is not a whole number"),
+        # the first bad line is named, whatever is wrong with the lines after it
+        ({3: ("52.43", "nope"), 4: ("      0", "")}, "line 15: out-of-place algbw 'nope' is not a number"),
+        ({3: ("      0", ""), 4: ("52.43", "nope")}, "line 15: a result row needs 13 fields"),
+        ({2: ("20.00", "2O.00"), 4: ("49.93", "NaN?")}, "line 14: out-of-place time '2O.00' is not a number"),
+    ],
+)
+def test_the_first_bad_field_of_a_table_is_named_by_its_line(
+    bad: dict[int, tuple[str, str]], message: str
+) -> None:
+    rows = []
+    for index in range(1, 6):
+        row = _GOOD_ROW + "\n"
+        if index in bad:
+            old, new = bad[index]
+            row = row.replace(old, new, 1)
+        rows.append(row.rstrip("\n"))
+    lines = [*_CLEAN[:11], _GOOD_ROW, *rows, "# Out of bounds values : 0 OK"]
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        parse_nccl_tests(lines)
+
+
+def test_rows_of_several_tables_and_layouts_join_one_table() -> None:
+    old = (LOGS / "old_layout.txt").read_text().splitlines()
+    run = parse_nccl_tests([*_CLEAN[:14], *old[8:14], "# Out of bounds values : 0 OK"])
+    table = run.results
+    assert table.size == [1048576, 2097152, 4194304, 8, 16, 32] and run.layout == "old"
+    assert table.root == [-1, -1, -1, None, None, None]
+    assert table.in_place is not None and table.in_place.wrong == [0, 0, 0, None, None, None]
+    assert table.out_of_place is not None and table.out_of_place.max_error == [
+        None,
+        None,
+        None,
+        0.0,
+        1e-07,
+        0.0,
+    ]
+    assert table.line == [12, 13, 14, 18, 19, 20] and run.status == "complete"
+
+
 def test_the_cli_exit_codes_gate_ci() -> None:
     clean = _dsx("nccl", "parse", str(LOGS / "new_layout_clean.txt"), "-o", "json")
     assert clean.returncode == 0, clean.stderr
@@ -160,24 +211,38 @@ def test_ten_thousand_lines_parse_without_error() -> None:
 @pytest.mark.parametrize(
     "name", ["new_layout_clean.txt", "old_layout.txt", "na_enotation.txt", "wrong_elements.txt"]
 )
-def test_parsed_rows_are_the_models_validation_would_make(name: str) -> None:
-    """The parser makes its rows without validating them again: they must be what validation makes."""
+def test_the_parsed_columns_are_what_validation_makes_and_rows_read_them(name: str) -> None:
     run = parse_nccl_tests_file(LOGS / name)
     validated = CollectiveRun.model_validate(run.model_dump())
     assert run == validated and repr(run) == repr(validated)
     assert run.model_dump_json() == validated.model_dump_json()
-    last = "max_error" if run.layout == "old" else "wrong"  # the fourth column, given even when N/A
-    for row, again in zip(run.rows, validated.rows, strict=True):
-        assert list(row.__dict__.items()) == list(again.__dict__.items())  # same fields, same order
-        assert row.model_fields_set == set(Row.model_fields) and hash(row) == hash(again)
-        for half in (row.out_of_place, row.in_place):
-            assert half is not None and half.model_fields_set == {"time_us", "algbw_gbps", "busbw_gbps", last}
+    table = run.results
+    assert all(type(v) is int for v in [*table.size, *table.count, *table.line])
+    for _, half in table.halves():
+        for name_ in ("time_us", "algbw_gbps", "busbw_gbps", "max_error"):
+            assert all(v is None or type(v) is float for v in getattr(half, name_))
+        assert all(v is None or type(v) is int for v in half.wrong)
+    for index, row in enumerate(run.rows):
+        assert isinstance(row, Row) and Row.model_validate(row.model_dump()) == row
+        assert (row.size, row.line, row.busbw(), row.wrong()) == (
+            table.size[index],
+            table.line[index],
+            table.busbw(index),
+            table.wrong(index),
+        )
         assert pickle.loads(pickle.dumps(row)) == row and copy.deepcopy(row) == row
-        changed = row.model_copy(update={"line": 0})
-        assert changed.line == 0 and row.line == again.line and row.model_fields_set == set(Row.model_fields)
         with pytest.raises(ValueError, match="frozen"):
             row.size = 1  # type: ignore[misc]
-    assert all(isinstance(row, Row) for row in run.rows)
+    assert ResultTable.of(run.rows) == table or name == "na_enotation.txt"  # all-N/A halves become None
+
+
+def test_a_result_table_refuses_columns_of_different_lengths() -> None:
+    with pytest.raises(ValueError, match="column count has 1 items, column size has 2"):
+        ResultTable(
+            size=[1, 2], count=[1], type=["float"] * 2, redop=[None] * 2, root=[None] * 2, line=[1, 2]
+        )
+    empty = ResultTable()
+    assert len(empty) == 0 and bool(empty) and empty.find(8) is None
 
 
 def test_the_garbage_collector_is_as_it_was_after_a_parse() -> None:

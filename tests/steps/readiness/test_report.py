@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from steps.errors import InputError
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
-from steps.readiness.models import CollectiveRun, Measurement, RankStats, Row, Subject, Verdict
+from steps.readiness.models import CollectiveRun, Measurement, RankStats, ResultTable, Row, Subject, Verdict
 from steps.readiness.report import ReportRequest, build_report, load_report, node_results
 from steps.readiness.smoke import RankTraining, SmokeResult
 from workflows.cli.main import app
@@ -35,7 +35,11 @@ def _sweep(status: str = "pass", straggler: int | None = None) -> SweepOutcome:
         for r in range(3)
     ]
     run = CollectiveRun(
-        source="dsx-sweep", status="complete", rows=rows, rank_stats=stats, hosts=RACK.members
+        source="dsx-sweep",
+        status="complete",
+        results=ResultTable.of(rows),
+        rank_stats=stats,
+        hosts=RACK.members,
     )
     verdicts = [Verdict(subject=RACK, test="allreduce-run", status="pass", message="ran")]
     if straggler is not None:

@@ -9,7 +9,7 @@ import pytest
 from steps.errors import InputError
 from steps.readiness.inject import parse_injections
 from steps.readiness.judge import judge_collective, judge_relative
-from steps.readiness.models import CollectiveRun, Measurement, RankStats, Row, Subject
+from steps.readiness.models import CollectiveRun, Measurement, RankStats, ResultTable, Row, Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.sizes import format_size, parse_size, size_series
 from steps.readiness.thresholds import group_timeout, load_thresholds
@@ -108,7 +108,9 @@ def _run(busbw_at: dict[int, float | None], stats: list[RankStats] | None = None
         )
         for size, bw in sorted(busbw_at.items())
     ]
-    return CollectiveRun(source="dsx-sweep", status="complete", rows=rows, rank_stats=stats or [])
+    return CollectiveRun(
+        source="dsx-sweep", status="complete", results=ResultTable.of(rows), rank_stats=stats or []
+    )
 
 
 def test_a_size_the_sweep_did_not_reach_is_an_error_not_a_pass() -> None:
