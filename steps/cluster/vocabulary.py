@@ -39,6 +39,8 @@ __all__ = [
     "ANNOTATION_CORDONED_BEFORE",
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
+    "ANNOTATION_SUBJECT",
+    "ANNOTATION_WORKFLOW",
     "CONDITION_GPU_FAILED",
     "CONDITION_GPU_XID",
     "CONDITION_NIC_DEGRADED",
@@ -46,8 +48,10 @@ __all__ = [
     "CORDON_ANNOTATIONS",
     "LABEL_BLOCK",
     "LABEL_CERTIFICATION",
+    "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
     "LABEL_MANAGED",
+    "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
     "LABEL_STATE",
     "MANAGED_FALSE",
@@ -69,6 +73,12 @@ MANAGED_FALSE: Final = "false"
 LABEL_DRIFT: Final = "dsx.dev/drift"
 LABEL_RACK: Final = "topology.dsx.dev/rack"
 LABEL_BLOCK: Final = "topology.dsx.dev/block"
+
+# On the ConfigMaps that carry a certification run's outcomes from step to step.
+LABEL_CERTIFICATION_RUN: Final = "dsx.dev/certification-run"
+LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
+ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
+ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"

@@ -37,6 +37,7 @@ from steps.readiness.checks import (
 )
 from steps.readiness.evidence import output_dir, write_text
 from steps.readiness.models import Model, Subject, Verdict
+from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result
 from steps.readiness.report import ReportRequest, build_report
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.thresholds import Thresholds, group_timeout, load_thresholds
@@ -120,6 +121,7 @@ class CertifyPlan(Model):
         default_factory=dict, description="local runs: faults the simulated fleet plays, per node"
     )
     started_at: str
+    run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
 
 
 class CertifySummary(Model):
@@ -210,13 +212,16 @@ def plan_certification(
     iters: int = 20,
     namespace: str = "",
     image: str = "",
+    workflow_name: str = "",
+    workflow_uid: str = "",
 ) -> CertifyPlan:
     """Discover the nodes to certify and the groups to test; choose the launcher and recipe criteria.
 
     Nodes opted out with ``dsx.dev/managed=false`` are left alone; nodes that are not Ready cannot be
     tested and are certified as failed. Output parameters for the workflow are written under
     ``$DSX_OUTPUT_DIR/params``: ``nodes`` and ``groups`` (JSON lists of names), ``launcher``, ``service``,
-    ``accelerator`` and ``os``.
+    ``accelerator`` and ``os``. ``workflow_name`` and ``workflow_uid`` name the Workflow the checks store
+    their outcomes under; without them the run is a local one with a fresh uid.
 
     Raises:
         InputError: an option is malformed, no node matches, or the accelerator cannot be told from the
@@ -240,6 +245,16 @@ def plan_certification(
         first = exc.errors()[0]
         raise InputError(f"certify option {first['loc'][0]}: {first['msg']}") from None
     port = connect()
+    try:
+        given = workflow_name or workflow_uid
+        run = (
+            RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
+            if given
+            else RunRef.local(port.namespace)
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
     selected = port.list_nodes(options.selector or None)
     managed = [n for n in selected if n.managed]
     if not managed:
@@ -300,6 +315,7 @@ def plan_certification(
         criteria={"service": service, "accelerator": accelerator, "os": os_name},
         injected=injected,
         started_at=_now(),
+        run=run,
     )
     params = output_dir(None) / "params"
     values = {
@@ -359,22 +375,33 @@ def _sweep(
     return run_sweep_job(request, plan, connect())
 
 
-def certify_node(node: str, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
-    """Single-node all-reduce sweep: the node's own GPUs (locally, two ranks standing for them)."""
+def certify_node(node: str, plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+    """Single-node all-reduce sweep: the node's own GPUs (locally, two ranks standing for them).
+
+    The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
+    """
     if node not in plan.nodes:
         raise InputError(f"node {node!r} is not in the plan ({', '.join(plan.nodes)})")
     subject = Subject(kind="node", name=node, members=[node])
-    inject = local_injections(connect(), node, 0, "node") if plan.launcher == "local" else []
+    port = connect()
+    inject = local_injections(port, node, 0, "node") if plan.launcher == "local" else []
     ranks = plan.gpus_per_node
-    return _sweep(plan, recipe, subject, ranks, [node] * ranks, inject, "node")
+    outcome = _sweep(plan, recipe, subject, ranks, [node] * ranks, inject, "node")
+    OutcomeStore(port, plan.run).put("node", outcome)
+    return check_result("node", outcome)
 
 
-def certify_group(group: str, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
-    """Multi-node all-reduce sweep over the plan's group named ``group`` (locally, one rank per node)."""
+def certify_group(group: str, plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+    """Multi-node all-reduce sweep over the plan's group named ``group`` (locally, one rank per node).
+
+    The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
+    """
     found = next((g for g in plan.groups if g.name == group), None)
     if found is None:
         raise InputError(f"group {group!r} is not in the plan ({', '.join(g.name for g in plan.groups)})")
-    return _certify_group(found, plan, recipe)
+    outcome = _certify_group(found, plan, recipe)
+    OutcomeStore(connect(), plan.run).put("group", outcome)
+    return check_result("group", outcome)
 
 
 def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
@@ -389,6 +416,40 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
     return _sweep(plan, recipe, group, ranks, hosts, inject, "multi-node")
 
 
+def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
+    """The node and group outcomes the checks stored; a planned check that stored none is an error."""
+    found: dict[str, dict[str, SweepOutcome]] = {}
+    expected: dict[str, list[Subject]] = {
+        "node": [Subject(kind="node", name=n, members=[n]) for n in plan.nodes],
+        "group": list(plan.groups),
+    }
+    for kind in ("node", "group"):
+        found[kind] = {o.subject.name: o for o in store.sweeps(kind)}
+    result: dict[str, list[SweepOutcome]] = {}
+    for kind, subjects in expected.items():
+        outcomes = []
+        for subject in subjects:
+            outcome = found[kind].get(subject.name)
+            if outcome is None:
+                message = (
+                    f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
+                    "(the step did not finish)"
+                )
+                outcome = SweepOutcome(
+                    subject=subject,
+                    status="error",
+                    verdicts=[
+                        Verdict(subject=subject, test="allreduce-run", status="error", message=message)
+                    ],
+                    evidence=[],
+                    out_dir="",
+                    elapsed_s=0.0,
+                )
+            outcomes.append(outcome)
+        result[kind] = outcomes
+    return result["node"], result["group"]
+
+
 def _failed_nodes(outcomes: list[SweepOutcome], excluded: list[Exclusion]) -> dict[str, str]:
     from steps.readiness.report import node_results
 
@@ -399,10 +460,20 @@ def _failed_nodes(outcomes: list[SweepOutcome], excluded: list[Exclusion]) -> di
     return failed
 
 
-def certify_smoke(
+def certify_smoke(plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+    """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps.
+
+    Reads the sweeps' outcomes from the run's store and stores its own there; the result is one line.
+    """
+    store = OutcomeStore(connect(), plan.run)
+    outcome = _smoke(plan, recipe, *_stored_sweeps(store, plan))
+    store.put("smoke", outcome)
+    return check_result("smoke", outcome)
+
+
+def _smoke(
     plan: CertifyPlan, recipe: dict[str, Any], nodes: list[SweepOutcome], groups: list[SweepOutcome]
 ) -> SmokeOutcome:
-    """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps."""
     failed = _failed_nodes(nodes + groups, plan.excluded)
     passing = [n for n in plan.nodes if n not in failed]
     subject = Subject(kind="group", name="smoke", members=passing)
@@ -465,18 +536,18 @@ def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdic
     return verdicts
 
 
-def finish_certification(
-    plan: CertifyPlan,
-    recipe: dict[str, Any],
-    nodes: list[SweepOutcome],
-    groups: list[SweepOutcome],
-    smoke: SmokeOutcome | None = None,
-) -> CertifySummary:
+def finish_certification(plan: CertifyPlan, recipe: dict[str, Any]) -> CertifySummary:
     """Write the report (JSON, Markdown, plots) and label every node with its verdict.
 
-    Every certified node gets ``dsx.dev/certification=passed|failed`` and annotations with the time,
-    the recipe digest and, for a failure, the first reason; an Event records it on the node.
+    The outcomes come from the run's store. Every certified node gets
+    ``dsx.dev/certification=passed|failed`` and annotations with the time, the recipe digest and, for a
+    failure, the first reason; an Event records it on the node. The stored outcomes are deleted last,
+    once the report holds them.
     """
+    port = connect()
+    store = OutcomeStore(port, plan.run)
+    nodes, groups = _stored_sweeps(store, plan)
+    smoke = store.smoke()
     digest = recipe.get("digest")
     excluded = [
         Verdict(
@@ -500,7 +571,6 @@ def finish_certification(
             thresholds=recipe.get("thresholds"),
         )
     )
-    port = connect()
     stamp = _now()
     failed: dict[str, str] = {}
     for result in report.nodes:
@@ -532,6 +602,7 @@ def finish_certification(
         report_files=report.files,
     )
     write_text(output_dir(None) / "summary.json", summary.model_dump_json(indent=2) + "\n")
+    store.delete()
     return summary
 
 

@@ -125,6 +125,8 @@ def templates() -> list[Any]:
                 "min_bytes": "{{workflow.parameters.min-bytes}}",
                 "max_bytes": "{{workflow.parameters.max-bytes}}",
                 "iters": "{{workflow.parameters.iters}}",
+                "workflow_name": "{{workflow.name}}",
+                "workflow_uid": "{{workflow.uid}}",
             },
         )
         resolved = resolve(
@@ -146,25 +148,10 @@ def templates() -> list[Any]:
             with_param="{{tasks.plan.outputs.parameters.groups}}",
             arguments={"group": "{{item}}", "plan": plan_result, "recipe": recipe_result},
         )
-        smoked = smoke(
-            name="smoke",
-            arguments={
-                "plan": plan_result,
-                "recipe": recipe_result,
-                "nodes": "{{tasks.node-check.outputs.result}}",
-                "groups": "{{tasks.group-check.outputs.result}}",
-            },
-        )
-        reported = finish(
-            name="report",
-            arguments={
-                "plan": plan_result,
-                "recipe": recipe_result,
-                "nodes": "{{tasks.node-check.outputs.result}}",
-                "groups": "{{tasks.group-check.outputs.result}}",
-                "smoke": "{{tasks.smoke.outputs.result}}",
-            },
-        )
+        # The checks' full outcomes travel in ConfigMaps (steps.readiness.outcomes), not as parameters:
+        # aggregated over a fleet they would outgrow what a step's inputs can carry.
+        smoked = smoke(name="smoke", arguments={"plan": plan_result, "recipe": recipe_result})
+        reported = finish(name="report", arguments={"plan": plan_result, "recipe": recipe_result})
         gated = gate(name="gate", arguments={"summary": "{{tasks.report.outputs.result}}"})
         planned >> resolved >> [nodes, groups]
         [nodes, groups] >> smoked >> reported >> gated

@@ -1,6 +1,7 @@
 """The certification pipeline's steps on a simulated fleet: plan, local checks, labels, gate, group jobs."""
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,10 +12,11 @@ from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
-from steps.readiness.checks import SweepRequest
+from steps.readiness.checks import SweepOutcome, SweepRequest
 from steps.readiness.jobs import render_group_job, run_sweep_job, settings_for
 from steps.readiness.models import Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
+from steps.readiness.outcomes import OutcomeStore, RunRef
 
 LOGS = Path(__file__).parent / "logs"
 LOCAL_RECIPE = {
@@ -90,14 +92,19 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     assert plan.injected == {"node-01": ["delay=30ms"]}
     nodes = [certify.certify_node(n, plan, LOCAL_RECIPE) for n in plan.nodes]
     assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # its NVLink is fine
-    groups = [certify.certify_group(g.name, plan, LOCAL_RECIPE) for g in plan.groups]
-    (whole,) = groups
-    assert whole.status == "fail"
-    (straggler,) = [v for v in whole.verdicts if v.status == "fail"]
-    assert straggler.node == "node-01"
-    smoke = certify.certify_smoke(plan, LOCAL_RECIPE, nodes, groups)
-    assert smoke.subject.members == ["node-00", "node-02"]
-    summary = certify.finish_certification(plan, LOCAL_RECIPE, nodes, groups, smoke)
+    (whole,) = [certify.certify_group(g.name, plan, LOCAL_RECIPE) for g in plan.groups]
+    assert (whole.kind, whole.subject, whole.status) == ("group", "all", "fail")
+    assert "node-01" in whole.message and "straggler" in whole.message
+    store = OutcomeStore(connect(), plan.run)
+    (stored,) = store.sweeps("group")
+    (straggler,) = [v for v in stored.verdicts if v.status == "fail"]
+    assert straggler.node == "node-01" and stored.run is not None
+    assert stored.run.results.size == [65536, 262144]
+    smoke = certify.certify_smoke(plan, LOCAL_RECIPE)
+    assert smoke.subject == "smoke"
+    smoked = store.smoke()
+    assert smoked is not None and smoked.subject.members == ["node-00", "node-02"]
+    summary = certify.finish_certification(plan, LOCAL_RECIPE)
     assert summary.status == "failed"
     assert summary.passed == ["node-00", "node-02"]
     assert list(summary.failed) == ["node-01"]
@@ -111,6 +118,67 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     assert vocab.ANNOTATION_CERTIFIED_AT in port.get_node("node-00").annotations
     with pytest.raises(DsxError, match=r"certification failed: node-01: .*straggler"):
         certify.certification_gate(summary)
+    assert store.sweeps("node") == [] and store.smoke() is None  # the report holds them now
+
+
+def test_a_check_that_stored_no_outcome_fails_its_nodes_in_the_report(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    plan = certify.plan_certification(max_bytes="64KiB", iters=2)
+    certify.certify_node("node-00", plan, LOCAL_RECIPE)  # node-01's check never finished
+    certify.certify_group("all", plan, LOCAL_RECIPE)
+    summary = certify.finish_certification(plan, LOCAL_RECIPE)
+    assert summary.passed == ["node-00"]
+    assert "node-check stored no outcome" in summary.failed["node-01"]
+
+
+def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    port = connect()
+    workflow = port.create_object(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": "dsx-certify-x7k2p", "namespace": port.namespace, "uid": "3f1c-77ab"},
+        }
+    )
+    uid = workflow["metadata"]["uid"]
+    plan = certify.plan_certification(
+        max_bytes="64KiB", iters=2, workflow_name="dsx-certify-x7k2p", workflow_uid=uid
+    )
+    other = certify.plan_certification(max_bytes="64KiB", iters=2)  # another run, not under Argo
+    first = certify.certify_node("node-00", plan, LOCAL_RECIPE)
+    again = certify.certify_node("node-00", plan, LOCAL_RECIPE)  # a retried step
+    certify.certify_node("node-00", other, LOCAL_RECIPE)
+    assert first.status == again.status == "pass" and len(first.model_dump_json()) < 600
+    mine = port.list_objects("v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={uid}")
+    (stored,) = mine
+    assert stored["metadata"]["ownerReferences"] == [
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "dsx-certify-x7k2p", "uid": uid}
+    ]
+    assert stored["metadata"]["annotations"][vocab.ANNOTATION_SUBJECT] == "node-00"
+    theirs = OutcomeStore(port, other.run)
+    (outcome,) = theirs.sweeps("node")
+    assert (
+        "ownerReferences"
+        not in port.list_objects(
+            "v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={other.run.uid}"
+        )[0]["metadata"]
+    )
+    assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 1
+    assert theirs.delete() == 1 and theirs.sweeps("node") == []
+    with pytest.raises(InputError, match="certify workflow uid"):
+        certify.plan_certification(workflow_name="w", workflow_uid="not a uid!")
+
+
+def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=1,gpu=h100")
+    subject = Subject(kind="node", name="node-00", members=["node-00"])
+    noise = [os.urandom(64).hex() for _ in range(20_000)]  # does not compress
+    outcome = SweepOutcome(
+        subject=subject, status="pass", verdicts=[], evidence=noise, out_dir="", elapsed_s=1
+    )
+    with pytest.raises(DsxError, match=r"node node-00: its outcome takes .* bytes compressed"):
+        OutcomeStore(connect(), RunRef.local("default")).put("node", outcome)
 
 
 def test_group_job_is_pinned_to_exactly_the_groups_nodes(fleet) -> None:  # type: ignore[no-untyped-def]

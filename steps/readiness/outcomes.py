@@ -1,0 +1,156 @@
+"""Where the certification steps leave their full outcomes for the steps after them: ConfigMaps.
+
+A check's full outcome (its collective run, every verdict, the evidence kept) cannot travel as an Argo
+parameter once a fleet has more than a few dozen nodes: Argo aggregates a fan-out's results into one JSON
+list, a step's inputs reach its container inside the template Argo passes it, and Linux caps a single
+argument or environment variable at 128 KiB. So each check writes its full outcome into a ConfigMap of its own in the
+workflow's namespace, labelled with the workflow's uid, and returns one short line
+(:class:`CheckResult`); the smoke and report steps read the outcomes back by that label. The ConfigMaps
+are owned by the Workflow, so Kubernetes deletes them with it, and the report step deletes them once the
+report is written. A ConfigMap holds up to 1 MiB: the outcome is stored gzip-compressed, and one that is
+still too big is an error naming the subject, never a truncated result.
+"""
+
+import base64
+import gzip
+import hashlib
+import uuid
+from typing import Literal
+
+from pydantic import Field
+
+from steps.cluster import ClusterPort
+from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import ConflictError
+from steps.errors import DsxError
+from steps.readiness.checks import SmokeOutcome, SweepOutcome
+from steps.readiness.models import Model, VerdictStatus
+
+__all__ = ["MAX_STORED_BYTES", "CheckResult", "OutcomeKind", "OutcomeStore", "RunRef", "check_result"]
+
+OutcomeKind = Literal["node", "group", "smoke"]
+
+#: The most a stored outcome may take, compressed: a ConfigMap holds 1 MiB, names and labels included.
+MAX_STORED_BYTES = 900 * 1024
+
+_DATA_KEY = "outcome.json.gz"
+_WORKFLOW_API = "argoproj.io/v1alpha1"
+
+
+class RunRef(Model):
+    """The certification run the outcomes belong to: the Argo Workflow's name and uid, and the namespace
+    its outcomes are kept in (the one the plan step's port uses, so every step finds them)."""
+
+    name: str = Field(min_length=1)
+    uid: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    namespace: str = Field(min_length=1)
+
+    @classmethod
+    def local(cls, namespace: str) -> "RunRef":
+        """A run with no Workflow object behind it (a step called directly, not by Argo)."""
+        return cls(name="dsx-certify-local", uid=str(uuid.uuid4()), namespace=namespace)
+
+
+class CheckResult(Model):
+    """A check's result as the workflow carries it: who, the status, and one line saying why."""
+
+    kind: OutcomeKind
+    subject: str
+    status: VerdictStatus
+    message: str
+
+
+def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> CheckResult:
+    """The short result of an outcome: its worst verdict's message (its first verdict's when it passed)."""
+    worst = next((v for v in outcome.verdicts if v.status == outcome.status), None)
+    message = worst.message if worst is not None else f"{outcome.subject.name}: {outcome.status}"
+    return CheckResult(kind=kind, subject=outcome.subject.name, status=outcome.status, message=message[:500])
+
+
+class OutcomeStore:
+    """The outcomes of one certification run, one ConfigMap each, in the run's namespace."""
+
+    def __init__(self, port: ClusterPort, run: RunRef) -> None:
+        self.port = port
+        self.run = run
+
+    def _name(self, kind: OutcomeKind, subject: str) -> str:
+        digest = hashlib.sha256(f"{self.run.uid}/{kind}/{subject}".encode()).hexdigest()[:20]
+        return f"dsx-outcome-{kind}-{digest}"
+
+    def _selector(self, kind: OutcomeKind | None = None) -> str:
+        selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
+        return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
+
+    def _owner(self) -> list[dict[str, object]]:
+        """A reference to the run's Workflow, if it exists (Kubernetes would delete an orphan at once)."""
+        workflow = self.port.get_object(_WORKFLOW_API, "Workflow", self.run.name, self.run.namespace)
+        if workflow is None or (workflow.get("metadata") or {}).get("uid") != self.run.uid:
+            return []
+        return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": self.run.name, "uid": self.run.uid}]
+
+    def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> str:
+        """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
+
+        Raises:
+            DsxError: the outcome is too big for a ConfigMap even compressed.
+        """
+        subject = outcome.subject.name
+        packed = gzip.compress(outcome.model_dump_json().encode(), mtime=0)
+        if len(packed) > MAX_STORED_BYTES:
+            raise DsxError(
+                f"{kind} {subject}: its outcome takes {len(packed)} bytes compressed, more than a ConfigMap "
+                f"holds ({MAX_STORED_BYTES})"
+            )
+        name = self._name(kind, subject)
+        data = {_DATA_KEY: base64.b64encode(packed).decode()}
+        metadata: dict[str, object] = {
+            "name": name,
+            "namespace": self.run.namespace,
+            "labels": {
+                vocab.LABEL_CERTIFICATION_RUN: self.run.uid,
+                vocab.LABEL_OUTCOME_KIND: kind,
+            },
+            "annotations": {vocab.ANNOTATION_SUBJECT: subject, vocab.ANNOTATION_WORKFLOW: self.run.name},
+        }
+        owner = self._owner()
+        if owner:
+            metadata["ownerReferences"] = owner
+        manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "binaryData": data}
+        try:
+            self.port.create_object(manifest)
+        except ConflictError:  # a retried step: the earlier try stored its outcome
+            self.port.patch_object("v1", "ConfigMap", name, {"binaryData": data}, self.run.namespace)
+        return name
+
+    def _read(self, kind: OutcomeKind) -> list[str]:
+        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector(kind))
+        texts = []
+        for item in found:
+            name = (item.get("metadata") or {}).get("name")
+            encoded = (item.get("binaryData") or {}).get(_DATA_KEY)
+            if not isinstance(encoded, str):
+                raise DsxError(f"ConfigMap {self.run.namespace}/{name}: no {_DATA_KEY} in it")
+            try:
+                texts.append(gzip.decompress(base64.b64decode(encoded, validate=True)).decode())
+            except (ValueError, OSError, EOFError) as exc:
+                where = f"ConfigMap {self.run.namespace}/{name}"
+                raise DsxError(f"{where}: unreadable outcome ({exc})") from None
+        return texts
+
+    def sweeps(self, kind: Literal["node", "group"]) -> list[SweepOutcome]:
+        """The stored sweep outcomes of ``kind``, by subject name."""
+        outcomes = [SweepOutcome.model_validate_json(text) for text in self._read(kind)]
+        return sorted(outcomes, key=lambda o: o.subject.name)
+
+    def smoke(self) -> SmokeOutcome | None:
+        """The stored smoke-run outcome, if the smoke step stored one."""
+        outcomes = [SmokeOutcome.model_validate_json(text) for text in self._read("smoke")]
+        return outcomes[0] if outcomes else None
+
+    def delete(self) -> int:
+        """Delete every outcome of the run; returns how many there were."""
+        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector())
+        for item in found:
+            self.port.delete_object("v1", "ConfigMap", item["metadata"]["name"], self.run.namespace)
+        return len(found)
