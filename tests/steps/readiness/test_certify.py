@@ -271,3 +271,29 @@ def test_a_group_job_that_never_finishes_is_a_hang(fleet, monkeypatch) -> None: 
     assert outcome.status == "hang"
     assert "did not finish within its deadline" in outcome.verdicts[0].message
     assert port.list_objects("batch/v1", "Job", "dsx") == []
+
+
+def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path) -> None:
+    """The same store over the real client and HTTP: create, retry, list by label, owner, delete."""
+    from steps.cluster.kube import KubeCluster, load_api_client
+
+    api_client, _ = load_api_client(str(kubeconfig))
+    port = KubeCluster(api_client, namespace="gpu-ops")
+    workflow = port.create_object(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": "dsx-certify-q9", "namespace": "gpu-ops"},
+        }
+    )
+    run = RunRef(name="dsx-certify-q9", uid=workflow["metadata"]["uid"], namespace="gpu-ops")
+    store = OutcomeStore(port, run)
+    subject = Subject(kind="node", name="node-00", members=["node-00"])
+    outcome = SweepOutcome(subject=subject, status="pass", verdicts=[], evidence=[], out_dir="", elapsed_s=1)
+    name = store.put("node", outcome)
+    assert store.put("node", outcome.model_copy(update={"elapsed_s": 2.0})) == name  # a retry replaces it
+    (stored,) = store.sweeps("node")
+    assert stored.elapsed_s == 2.0 and store.sweeps("group") == []
+    configmap = port.get_object("v1", "ConfigMap", name, "gpu-ops")
+    assert configmap is not None and configmap["metadata"]["ownerReferences"][0]["uid"] == run.uid
+    assert store.delete() == 1 and store.sweeps("node") == []
