@@ -266,7 +266,6 @@ class _Results:
         self.redop: list[str | None] = []
         self.root: list[int | None] = []
         self.line: list[int | None] = []
-        # time, algbw, busbw, #wrong, error: the columns of each half
         self.out_of_place: list[list[float | None]] = [[] for _ in _HALF]
         self.in_place: list[list[float | None]] = [[] for _ in _HALF]
         self.has_in_place = False
@@ -297,7 +296,8 @@ class _Results:
         )
 
 
-_HALF = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "max_error")
+#: The columns of each half, in the order the log gives them: time, algbw, busbw, #wrong, error.
+_HALF = tuple(HalfColumns.model_fields)
 
 
 def _header_names(body: str) -> list[str] | None:
@@ -404,7 +404,8 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
     collective: str | None = None
     layout: str | None = None
     # Preamble and rank lines read before, by their text: a soak test's log repeats them for every run.
-    known: dict[str, Any] = {}
+    preambles: dict[str, Preamble] = {}
+    rank_lines: dict[str, RankInfo] = {}
     lineno = 0
     try:
         for lineno, raw in enumerate(lines, start=1):
@@ -441,12 +442,12 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                     layout = table.layout
                     continue
                 if "nThread" in inner and _PREAMBLE.search(inner):
-                    preamble = known.get(inner) or known.setdefault(inner, _preamble(inner))
+                    preamble = preambles.get(inner) or preambles.setdefault(inner, _preamble(inner))
                     continue
                 if "Rank" in inner:
-                    rank = known.get(inner) or _rank(inner)
+                    rank = rank_lines.get(inner) or _rank(inner)
                     if rank is not None:
-                        ranks[rank.rank] = known.setdefault(inner, rank)
+                        ranks[rank.rank] = rank_lines.setdefault(inner, rank)
                         continue
                 if "injected" in body:
                     found_injected = _INJECTED.match(body)

@@ -3,8 +3,8 @@
 A check's full outcome (its collective run, every verdict, the evidence kept) cannot travel as an Argo
 parameter once a fleet has more than a few dozen nodes: Argo aggregates a fan-out's results into one JSON
 list, a step's inputs reach its container inside the template Argo passes it, and Linux caps a single
-argument or environment variable at 128 KiB. So each check writes its full outcome into a ConfigMap of its own in the
-workflow's namespace, labelled with the workflow's uid, and returns one short line
+argument or environment variable at 128 KiB. So each check writes its full outcome into a ConfigMap of its
+own in the run's namespace, labelled with the workflow's uid, and returns one short line
 (:class:`CheckResult`); the smoke and report steps read the outcomes back by that label. The ConfigMaps
 are owned by the Workflow, so Kubernetes deletes them with it, and the report step deletes them once the
 report is written. A ConfigMap holds up to 1 MiB: the outcome is stored gzip-compressed, and one that is
