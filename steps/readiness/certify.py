@@ -418,36 +418,24 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
 
 def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
     """The node and group outcomes the checks stored; a planned check that stored none is an error."""
-    found: dict[str, dict[str, SweepOutcome]] = {}
-    expected: dict[str, list[Subject]] = {
-        "node": [Subject(kind="node", name=n, members=[n]) for n in plan.nodes],
-        "group": list(plan.groups),
-    }
-    for kind in ("node", "group"):
-        found[kind] = {o.subject.name: o for o in store.sweeps(kind)}
-    result: dict[str, list[SweepOutcome]] = {}
-    for kind, subjects in expected.items():
-        outcomes = []
-        for subject in subjects:
-            outcome = found[kind].get(subject.name)
-            if outcome is None:
-                message = (
-                    f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
-                    "(the step did not finish)"
-                )
-                outcome = SweepOutcome(
-                    subject=subject,
-                    status="error",
-                    verdicts=[
-                        Verdict(subject=subject, test="allreduce-run", status="error", message=message)
-                    ],
-                    evidence=[],
-                    out_dir="",
-                    elapsed_s=0.0,
-                )
-            outcomes.append(outcome)
-        result[kind] = outcomes
-    return result["node"], result["group"]
+
+    def planned(kind: Literal["node", "group"], subjects: list[Subject]) -> list[SweepOutcome]:
+        found = {outcome.subject.name: outcome for outcome in store.sweeps(kind)}
+        return [found.get(subject.name) or _missing(kind, subject, plan) for subject in subjects]
+
+    nodes = [Subject(kind="node", name=n, members=[n]) for n in plan.nodes]
+    return planned("node", nodes), planned("group", plan.groups)
+
+
+def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> SweepOutcome:
+    message = (
+        f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
+        "(the step did not finish)"
+    )
+    verdict = Verdict(subject=subject, test="allreduce-run", status="error", message=message)
+    return SweepOutcome(
+        subject=subject, status="error", verdicts=[verdict], evidence=[], out_dir="", elapsed_s=0.0
+    )
 
 
 def _failed_nodes(outcomes: list[SweepOutcome], excluded: list[Exclusion]) -> dict[str, str]:
