@@ -14,7 +14,7 @@ from workflows.cli.recipe import (
     PLATFORM,
     RECIPES,
     SERVICE,
-    resolve_from_flags,
+    recipe_from_file_or_flags,
 )
 
 __all__ = ["register"]
@@ -49,20 +49,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render the recipe as a bundle with checksums.txt; the same inputs give identical bytes."""
         from steps.runtime.bundle import render_bundle, write_bundle
-        from steps.runtime.recipefile import read_recipe
 
-        if recipe_file is not None:
-            result = read_recipe(recipe_file)
-        else:
-            result = resolve_from_flags(
-                recipes,
-                service=service,
-                accelerator=accelerator,
-                os=os_,
-                intent=intent,
-                platform=platform,
-                nodes=nodes,
-            )
+        result = recipe_from_file_or_flags(
+            recipe_file,
+            recipes,
+            service=service,
+            accelerator=accelerator,
+            os=os_,
+            intent=intent,
+            platform=platform,
+            nodes=nodes,
+        )
         files = render_bundle(result, fmt, repo_url=repo_url, revision=revision, repo_path=repo_path)
         write_bundle(files, out)
         typer.echo(f"wrote {len(files)} files to {out} ({fmt}, recipe {result.digest})")

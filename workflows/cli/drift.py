@@ -18,7 +18,7 @@ from workflows.cli.recipe import (
     PLATFORM,
     RECIPES,
     SERVICE,
-    resolve_from_flags,
+    recipe_from_file_or_flags,
 )
 
 if TYPE_CHECKING:
@@ -148,23 +148,20 @@ def register(app: typer.Typer) -> None:
         """Compare the cluster with the recipe per node and per component; exit 1 when it drifted."""
         from steps.errors import InputError
         from steps.runtime.drift import compare
-        from steps.runtime.recipefile import read_recipe
         from steps.runtime.snapshot import read_snapshot, take_snapshot
 
         if (snapshot_file is None) == (cluster is None):
             raise InputError("dsx drift: give exactly one of --snapshot FILE and --cluster SPEC")
-        if recipe_file is not None:
-            recipe = read_recipe(recipe_file)
-        else:
-            recipe = resolve_from_flags(
-                recipes,
-                service=service,
-                accelerator=accelerator,
-                os=os_,
-                intent=intent,
-                platform=platform,
-                nodes=nodes,
-            )
+        recipe = recipe_from_file_or_flags(
+            recipe_file,
+            recipes,
+            service=service,
+            accelerator=accelerator,
+            os=os_,
+            intent=intent,
+            platform=platform,
+            nodes=nodes,
+        )
         if snapshot_file is not None:
             snapshot = read_snapshot(snapshot_file)
         else:

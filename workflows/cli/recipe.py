@@ -63,6 +63,15 @@ def resolve_from_flags(recipes: Path | None, **flags: Any) -> RecipeResult:
     return resolve(load_catalogue(recipes), query)
 
 
+def recipe_from_file_or_flags(recipe_file: Path | None, recipes: Path | None, **flags: Any) -> RecipeResult:
+    """The resolved recipe in ``recipe_file`` (``--recipe``), else the one the criteria flags describe."""
+    if recipe_file is not None:
+        from steps.runtime.recipefile import read_recipe
+
+        return read_recipe(recipe_file)
+    return resolve_from_flags(recipes, **flags)
+
+
 class GraphFormat(enum.StrEnum):
     """Output formats of ``dsx recipe graph``."""
 
