@@ -36,10 +36,12 @@ __all__ = [
 ]
 
 RunStatus = Literal["complete", "failed", "corrupted", "incomplete"]
-VerdictStatus = Literal["pass", "fail", "hang", "error"]
+VerdictStatus = Literal["pass", "unschedulable", "fail", "hang", "error"]
+"""``unschedulable``: the test's pods could not all be scheduled within the scheduling budget, so
+nothing was measured; it says nothing about the nodes' health (they stay ``pending``)."""
 
 #: Severity of verdict statuses, mildest first: the status of a set of verdicts is the worst one.
-STATUS_ORDER: dict[str, int] = {"pass": 0, "fail": 1, "hang": 2, "error": 3}
+STATUS_ORDER: dict[str, int] = {"pass": 0, "unschedulable": 1, "fail": 2, "hang": 3, "error": 4}
 
 
 class Model(BaseModel):

@@ -19,8 +19,10 @@ from steps.errors import InputError
 __all__ = [
     "DEFAULT_IMAGE",
     "DESCRIPTION_ANNOTATION",
+    "GPU_IMAGE",
     "OUTPUT_DIR",
     "PART_OF",
+    "RANK_SERVICE_ACCOUNT",
     "SERVICE_ACCOUNT",
     "param",
     "step",
@@ -28,7 +30,15 @@ __all__ = [
 ]
 
 DEFAULT_IMAGE = "ghcr.io/dsx-dev/dsx:0.1.0"
-"""Image of every dsx step; the chart replaces it with ``image.repository:image.tag``."""
+"""The control image (Python and dsx, no CUDA) of every dsx step; the chart replaces it with
+``image.repository:image.tag``."""
+
+GPU_IMAGE = "ghcr.io/dsx-dev/dsx-gpu:0.1.0"
+"""The GPU image (CUDA PyTorch with NCCL, torchrun, nccl-tests, dsx) of the rank pods of group tests;
+steps that launch them read it from ``DSX_GPU_IMAGE``; the chart replaces it with ``gpuImage``."""
+
+RANK_SERVICE_ACCOUNT = "dsx-ranks"
+"""Service account of the rank pods (``DSX_RANK_SERVICE_ACCOUNT``); the chart replaces it."""
 
 SERVICE_ACCOUNT = "dsx-workflow"
 """Service account the workflow pods run as; the chart replaces it with ``serviceAccount.name``."""
