@@ -48,6 +48,7 @@ __all__ = [
     "CORDON_ANNOTATIONS",
     "LABEL_BLOCK",
     "LABEL_CERTIFICATION",
+    "LABEL_CERTIFICATION_REPORT",
     "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
     "LABEL_MANAGED",
@@ -77,6 +78,7 @@ LABEL_BLOCK: Final = "topology.dsx.dev/block"
 # On the ConfigMaps that carry a certification run's outcomes from step to step.
 LABEL_CERTIFICATION_RUN: Final = "dsx.dev/certification-run"
 LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
+LABEL_CERTIFICATION_REPORT: Final = "dsx.dev/certification-report"
 ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
 ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
 

@@ -3,6 +3,17 @@
 Each function here is one step of the ``dsx-certify`` workflow, called through Hera's runner with
 pydantic inputs and outputs (this module must not use ``from __future__ import annotations``).
 
+Stages never compete for a node's GPUs: every node's own test first (each on its own node), then the
+groups of the group label (racks: disjoint, so all at once), then the whole set, then the training smoke
+run. A later stage tests only the nodes an earlier one did not fail or leave in doubt. The plan and the
+recipe's thresholds are stored once, in ConfigMaps of the run (:mod:`steps.readiness.outcomes`); every
+later step receives only the run's reference and its subject's name, so the Workflow object stays small
+however large the fleet.
+
+Labels never lie: the plan marks every node it will test ``pending`` (taking its certification Lease)
+before any test runs, and the report writes each node's verdict label with its annotations in one patch,
+failed nodes first. A node the report could not update stays ``pending``, never with an older verdict.
+
 Where the group tests run:
 
 * ``local``: on this machine, one rank process per node, over gloo. The simulated fleet's faults are
@@ -16,6 +27,7 @@ Where the group tests run:
 """
 
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -36,9 +48,15 @@ from steps.readiness.checks import (
     run_training_smoke,
 )
 from steps.readiness.evidence import output_dir, write_text
-from steps.readiness.models import Model, Subject, Verdict
-from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result
-from steps.readiness.report import ReportRequest, build_report
+from steps.readiness.models import Model, Subject, Verdict, dump_json
+from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
+from steps.readiness.report import (
+    INCOMPLETE_TEST,
+    ReportRequest,
+    build_report,
+    node_results,
+    render_markdown,
+)
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.thresholds import Thresholds, group_timeout, load_thresholds
 
@@ -53,8 +71,12 @@ __all__ = [
     "certify_node",
     "certify_smoke",
     "finish_certification",
+    "group_members",
+    "load_plan",
     "local_injections",
     "plan_certification",
+    "release_certification",
+    "store_recipe",
 ]
 
 Launcher = Literal["local", "job"]
@@ -80,6 +102,12 @@ LOCAL_RANKS_PER_NODE = 2
 LAUNCH_OVERHEAD_S = 20.0
 #: Bus bandwidth assumed for a healthy run when the recipe has no absolute figure (gloo on CPU), GB/s.
 FALLBACK_BUSBW_GBPS = 0.2
+#: Name of the group of every node; the groups of the group label are tested before it.
+WHOLE = "all"
+#: How long a run's hold on its nodes lasts if the run dies without releasing it (the checks' outer bound).
+LEASE_TTL_S = 8 * 3600
+#: How many node verdicts the gate's summary names one by one; the report has them all.
+SUMMARY_NODES = 50
 
 
 class CertifyOptions(Model):
@@ -95,7 +123,7 @@ class CertifyOptions(Model):
     max_bytes: str = Field(default="auto", description="largest message; auto: 4MiB local, 8GiB job")
     iters: int = Field(default=20, ge=1)
     namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
-    image: str = Field(default="", description="image of group jobs (default: DSX_IMAGE)")
+    image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
 
 
 class Exclusion(Model):
@@ -112,7 +140,13 @@ class CertifyPlan(Model):
     launcher: Launcher
     nodes: list[str]
     excluded: list[Exclusion] = Field(default_factory=list, description="not ready: they fail certification")
-    groups: list[Subject] = Field(description="the whole set, then one group per value of the group label")
+    ignored: list[str] = Field(
+        default_factory=list,
+        description="selected by the selector but without GPUs: not certified, untouched",
+    )
+    groups: list[Subject] = Field(
+        description="one group per value of the group label (disjoint), then the whole set (last)"
+    )
     gpus_per_node: int
     min_bytes: int
     max_bytes: int
@@ -123,15 +157,37 @@ class CertifyPlan(Model):
     started_at: str
     run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
 
+    def group(self, name: str) -> Subject:
+        """The planned group ``name``.
+
+        Raises:
+            InputError: the plan has no such group.
+        """
+        found = next((g for g in self.groups if g.name == name), None)
+        if found is None:
+            raise InputError(f"group {name!r} is not in the plan ({', '.join(g.name for g in self.groups)})")
+        return found
+
 
 class CertifySummary(Model):
-    """What the workflow reports at the end, and what the gate decides on."""
+    """What the workflow reports at the end, and what the gate decides on (kept small: Argo keeps a
+    step's result only up to 256 kB; the report has every node)."""
 
     status: Literal["passed", "failed"]
     summary: str
-    passed: list[str]
-    failed: dict[str, str] = Field(description="failed node -> first reason")
+    passed: int = Field(description="how many nodes passed")
+    failed: dict[str, str] = Field(description="failed node -> first reason (the first SUMMARY_NODES)")
+    pending: dict[str, str] = Field(
+        default_factory=dict,
+        description="nodes left pending (not certified) -> why (the first SUMMARY_NODES)",
+    )
+    failed_count: int = 0
+    pending_count: int = 0
+    not_labelled: list[str] = Field(
+        default_factory=list, description="nodes whose verdict could not be written"
+    )
     recipe_digest: str | None
+    report: str = Field(default="", description="the ConfigMap that keeps the report")
     report_files: list[str]
 
 
@@ -200,6 +256,57 @@ def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["no
     return specs
 
 
+def _holder(run: RunRef) -> str:
+    """Who holds a node's Lease while this run certifies it: the Workflow, by namespace, name and uid."""
+    return f"dsx-certify/{run.namespace}/{run.name}/{run.uid}"
+
+
+def _holder_alive(port: ClusterPort, holder: str) -> bool:
+    """Whether the certification run that holds a Lease still exists (a killed run's hold is stale).
+
+    A holder that is not a certification Workflow (remediation, a local run without a Workflow object)
+    counts as alive: its Lease's own expiry decides.
+    """
+    parts = holder.split("/")
+    if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == RunRef.local("x").name:
+        return True
+    workflow = port.get_object("argoproj.io/v1alpha1", "Workflow", parts[2], parts[1])
+    return workflow is not None and (workflow.get("metadata") or {}).get("uid") == parts[3]
+
+
+def _take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
+    """Take every node's Lease for this run, or none: two certifications of one node measure each other.
+
+    Raises:
+        InputError: a node is held by another certification (or remediation) that is still running.
+    """
+    holder = _holder(run)
+    taken: list[str] = []
+    for name in names:
+        if port.acquire_lock(name, holder, LEASE_TTL_S):
+            taken.append(name)
+            continue
+        lease = port.get_object("coordination.k8s.io/v1", "Lease", f"dsx-node-{name}", port.namespace) or {}
+        other = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        if other and not _holder_alive(port, other):
+            port.release_lock(name, other)
+            if port.acquire_lock(name, holder, LEASE_TTL_S):
+                taken.append(name)
+                continue
+        for done in taken:
+            port.release_lock(done, holder)
+        raise InputError(
+            f"node {name} is held by {other or 'another run'} (Lease {port.namespace}/dsx-node-{name}): "
+            "two certifications of one node would measure each other; wait for it to end or stop it"
+        )
+
+
+def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
+    holder = _holder(run)
+    for name in names:
+        port.release_lock(name, holder)
+
+
 def plan_certification(
     selector: str = "",
     group_label: str = vocab.LABEL_RACK,
@@ -217,15 +324,18 @@ def plan_certification(
 ) -> CertifyPlan:
     """Discover the nodes to certify and the groups to test; choose the launcher and recipe criteria.
 
-    Nodes opted out with ``dsx.dev/managed=false`` are left alone; nodes that are not Ready cannot be
-    tested and are certified as failed. Output parameters for the workflow are written under
-    ``$DSX_OUTPUT_DIR/params``: ``nodes`` and ``groups`` (JSON lists of names), ``launcher``, ``service``,
-    ``accelerator`` and ``os``. ``workflow_name`` and ``workflow_uid`` name the Workflow the checks store
-    their outcomes under; without them the run is a local one with a fresh uid.
+    Nodes opted out with ``dsx.dev/managed=false`` are left alone, and so are nodes without GPUs (a
+    cluster's CPU system nodes). Nodes that are not Ready cannot be tested and are certified as failed.
+    Every node to test is marked ``dsx.dev/certification=pending`` and held by a Lease for this run
+    before any test starts. The plan is stored for the later steps; the output parameters for the
+    workflow are written under ``$DSX_OUTPUT_DIR/params``: ``nodes`` and ``groups`` (JSON lists of
+    names; ``groups`` without the whole set), ``whole`` (``all``, or empty when fewer than two nodes),
+    ``run`` (the run's reference, JSON), ``launcher``, ``service``, ``accelerator`` and ``os``.
+    ``workflow_name`` and ``workflow_uid`` name the Workflow; without them the run is a local one.
 
     Raises:
-        InputError: an option is malformed, no node matches, or the accelerator cannot be told from the
-            nodes' labels.
+        InputError: an option is malformed, no node matches, a node is being certified by another run,
+            or the accelerator cannot be told from the nodes' labels.
     """
     try:
         options = CertifyOptions(
@@ -257,13 +367,16 @@ def plan_certification(
         raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
     selected = port.list_nodes(options.selector or None)
     managed = [n for n in selected if n.managed]
-    if not managed:
+    with_gpus = [n for n in managed if n.gpu_count > 0]
+    ignored = sorted(n.name for n in managed if n.gpu_count <= 0)
+    if not with_gpus:
         what = f"selector {options.selector!r}" if options.selector else "the cluster"
-        raise InputError(f"no node to certify: {what} matches no managed node")
-    ready = [n for n in managed if n.ready]
-    excluded = [Exclusion(node=n.name, reason="node is not Ready") for n in managed if not n.ready]
+        why = "managed node with GPUs" if managed else "managed node"
+        raise InputError(f"no node to certify: {what} matches no {why}")
+    ready = [n for n in with_gpus if n.ready]
+    excluded = [Exclusion(node=n.name, reason="node is not Ready") for n in with_gpus if not n.ready]
     if not ready:
-        raise InputError(f"no node to certify: none of {', '.join(n.name for n in managed)} is Ready")
+        raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
     chosen: Launcher
     if options.launcher == "auto":
         chosen = "local" if hasattr(port, "health") else "job"
@@ -277,9 +390,7 @@ def plan_certification(
     else:
         accelerator = _accelerator(ready) if options.accelerator == "auto" else options.accelerator
         service = "any" if options.service == "auto" else options.service
-        gpus = min((n.gpu_count for n in ready), default=0)
-        if gpus < 1:
-            raise InputError(f"node {min(ready, key=lambda n: n.gpu_count).name}: offers no nvidia.com/gpu")
+        gpus = min(n.gpu_count for n in ready)
         default_min, default_max = "1MiB", "8GiB"
     os_name = _os(ready) if options.os == "auto" else options.os
     smallest = parse_size(default_min if options.min_bytes == "auto" else options.min_bytes, "min-bytes")
@@ -287,7 +398,7 @@ def plan_certification(
     if smallest > largest:
         raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
     names = sorted(n.name for n in ready)
-    groups = [Subject(kind="group", name="all", members=names)] if len(names) > 1 else []
+    groups: list[Subject] = []
     by_label: dict[str, list[str]] = {}
     for node in ready:
         value = node.labels.get(options.group_label)
@@ -295,8 +406,12 @@ def plan_certification(
             by_label.setdefault(value, []).append(node.name)
     for value in sorted(by_label):
         members = sorted(by_label[value])
+        if value == WHOLE:
+            raise InputError(f"node label {options.group_label}={WHOLE}: '{WHOLE}' names the whole set")
         if len(members) > 1 and members != names:
             groups.append(Subject(kind="group", name=value, members=members))
+    if len(names) > 1:
+        groups.append(Subject(kind="group", name=WHOLE, members=names))
     injected: dict[str, list[str]] = {}
     if chosen == "local":
         for name in names:
@@ -308,6 +423,7 @@ def plan_certification(
         launcher=chosen,
         nodes=names,
         excluded=excluded,
+        ignored=ignored,
         groups=groups,
         gpus_per_node=gpus,
         min_bytes=smallest,
@@ -317,16 +433,53 @@ def plan_certification(
         started_at=_now(),
         run=run,
     )
+    certified = names + [e.node for e in excluded]
+    _take_nodes(port, run, certified)
+    OutcomeStore(port, run).put_document("plan", plan.model_dump_json())
+    for name in certified:
+        port.set_labels(name, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
     params = output_dir(None) / "params"
     values = {
         "nodes": json.dumps(names),
-        "groups": json.dumps([g.name for g in groups]),
+        "groups": json.dumps([g.name for g in groups if g.name != WHOLE]),
+        "whole": WHOLE if any(g.name == WHOLE for g in groups) else "",
+        "run": run.model_dump_json(),
         "launcher": chosen,
         **plan.criteria,
     }
     for key, value in values.items():
         write_text(params / key, value)
     return plan
+
+
+def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan, dict[str, Any]]:
+    """The run's stored plan and recipe (digest and thresholds).
+
+    Raises:
+        DsxError: the run stored no plan or recipe.
+    """
+    store = OutcomeStore(port or connect(), run)
+    plan = CertifyPlan.model_validate_json(store.document("plan"))
+    recipe = json.loads(store.document("recipe"))
+    return plan, recipe if isinstance(recipe, dict) else {}
+
+
+def store_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
+    """Keep the resolved recipe's digest and thresholds for the run's checks, smoke run and report.
+
+    Raises:
+        InputError: ``recipe`` is not a resolved recipe (no thresholds).
+    """
+    if not isinstance(recipe.get("thresholds"), dict):
+        raise InputError(
+            "recipe: not a resolved recipe (no 'thresholds' mapping); pass the resolve step's result"
+        )
+    load_thresholds(recipe["thresholds"])  # refuse malformed thresholds before any test runs
+    kept = {"digest": recipe.get("digest"), "thresholds": recipe["thresholds"]}
+    if "fabric" in recipe:
+        kept["fabric"] = recipe["fabric"]
+    OutcomeStore(connect(), run).put_document("recipe", json.dumps(kept, sort_keys=True))
+    return f"recipe {kept['digest'] or '(no digest)'} kept for {run.name}"
 
 
 def _thresholds(recipe: dict[str, Any]) -> Thresholds:
@@ -375,33 +528,72 @@ def _sweep(
     return run_sweep_job(request, plan, connect())
 
 
-def certify_node(node: str, plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+def _summary_file(result: CheckResult) -> CheckResult:
+    """Write the check's one line as the ``verdict`` output parameter too: Argo keeps a step's result only
+    when a later step refers to it, but always shows output parameters."""
+    write_text(output_dir(None) / "params" / "verdict", result.model_dump_json())
+    return result
+
+
+def certify_node(node: str, run: RunRef) -> CheckResult:
     """Single-node all-reduce sweep: the node's own GPUs (locally, two ranks standing for them).
 
     The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
     """
+    port = connect()
+    plan, recipe = load_plan(run, port)
     if node not in plan.nodes:
         raise InputError(f"node {node!r} is not in the plan ({', '.join(plan.nodes)})")
     subject = Subject(kind="node", name=node, members=[node])
-    port = connect()
     inject = local_injections(port, node, 0, "node") if plan.launcher == "local" else []
     ranks = plan.gpus_per_node
     outcome = _sweep(plan, recipe, subject, ranks, [node] * ranks, inject, "node")
     OutcomeStore(port, plan.run).put("node", outcome)
-    return check_result("node", outcome)
+    return _summary_file(check_result("node", outcome))
 
 
-def certify_group(group: str, plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> list[str]:
+    """The members of ``group`` that earlier stages left standing: a group of racks tests the nodes that
+    passed their own test; the whole set, those that also passed (or were in no) group of the group label.
+
+    Testing a node already failed, or in doubt, would only fail (or cloud) the group with what is known.
+    """
+    nodes = {o.subject.name: o for o in store.sweeps("node")}
+    standing = [m for m in group.members if m in nodes and nodes[m].status == "pass"]
+    if group.name != WHOLE:
+        return standing
+    racks = {o.subject.name: o for o in store.sweeps("group") if o.subject.name != WHOLE}
+    results = node_results(plan.nodes, [v for o in racks.values() for v in o.verdicts])
+    doubtful = {r.name for r in results if r.status != "passed"}
+    return [m for m in standing if m not in doubtful]
+
+
+def certify_group(group: str, run: RunRef) -> CheckResult:
     """Multi-node all-reduce sweep over the plan's group named ``group`` (locally, one rank per node).
 
-    The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
+    Only the members earlier stages left standing take part (:func:`group_members`); with fewer than two
+    there is nothing to test together, and the check says so and stores nothing. The full outcome is
+    stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
     """
-    found = next((g for g in plan.groups if g.name == group), None)
-    if found is None:
-        raise InputError(f"group {group!r} is not in the plan ({', '.join(g.name for g in plan.groups)})")
-    outcome = _certify_group(found, plan, recipe)
-    OutcomeStore(connect(), plan.run).put("group", outcome)
-    return check_result("group", outcome)
+    port = connect()
+    plan, recipe = load_plan(run, port)
+    planned = plan.group(group)
+    store = OutcomeStore(port, plan.run)
+    members = group_members(plan, store, planned)
+    if len(members) < 2:
+        left = ", ".join(members) or "none"
+        return _summary_file(
+            CheckResult(
+                kind="group",
+                subject=group,
+                status="pass",
+                message=f"group {group}: not tested: fewer than two members passed earlier stages ({left})",
+            )
+        )
+    subject = Subject(kind="group", name=group, members=members)
+    outcome = _certify_group(subject, plan, recipe)
+    store.put("group", outcome)
+    return _summary_file(check_result("group", outcome))
 
 
 def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
@@ -417,14 +609,23 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
 
 
 def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
-    """The node and group outcomes the checks stored; a planned check that stored none is an error."""
+    """The node and group outcomes the checks stored; a planned check that stored none is an error.
 
-    def planned(kind: Literal["node", "group"], subjects: list[Subject]) -> list[SweepOutcome]:
-        found = {outcome.subject.name: outcome for outcome in store.sweeps(kind)}
-        return [found.get(subject.name) or _missing(kind, subject, plan) for subject in subjects]
-
-    nodes = [Subject(kind="node", name=n, members=[n]) for n in plan.nodes]
-    return planned("node", nodes), planned("group", plan.groups)
+    A group expects an outcome only when at least two of its members were left standing to test it.
+    """
+    nodes_found = {o.subject.name: o for o in store.sweeps("node")}
+    nodes = [
+        nodes_found.get(n) or _missing("node", Subject(kind="node", name=n, members=[n]), plan)
+        for n in plan.nodes
+    ]
+    groups_found = {o.subject.name: o for o in store.sweeps("group")}
+    groups: list[SweepOutcome] = []
+    for group in plan.groups:
+        if group.name in groups_found:
+            groups.append(groups_found[group.name])
+        elif len(group_members(plan, store, group)) >= 2:
+            groups.append(_missing("group", group, plan))
+    return nodes, groups
 
 
 def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> SweepOutcome:
@@ -432,38 +633,36 @@ def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> SweepOutcome:
         f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
         "(the step did not finish)"
     )
-    verdict = Verdict(subject=subject, test="allreduce-run", status="error", message=message)
+    verdict = Verdict(subject=subject, test=INCOMPLETE_TEST, status="error", message=message)
     return SweepOutcome(
         subject=subject, status="error", verdicts=[verdict], evidence=[], out_dir="", elapsed_s=0.0
     )
 
 
-def _failed_nodes(outcomes: list[SweepOutcome], excluded: list[Exclusion]) -> dict[str, str]:
-    from steps.readiness.report import node_results
-
-    members = sorted({m for o in outcomes for m in o.subject.members})
+def _standing_nodes(plan: CertifyPlan, outcomes: list[SweepOutcome]) -> list[str]:
+    """The planned nodes no sweep failed or left in doubt."""
     verdicts = [v for o in outcomes for v in o.verdicts]
-    failed = {r.name: r.reasons[0] for r in node_results(members, verdicts) if r.status == "failed"}
-    failed.update({e.node: e.reason for e in excluded})
-    return failed
+    results = {r.name: r.status for r in node_results(plan.nodes, verdicts)}
+    return [n for n in plan.nodes if results.get(n) == "passed"]
 
 
-def certify_smoke(plan: CertifyPlan, recipe: dict[str, Any]) -> CheckResult:
+def certify_smoke(run: RunRef) -> CheckResult:
     """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps.
 
     Reads the sweeps' outcomes from the run's store and stores its own there; the result is one line.
     """
-    store = OutcomeStore(connect(), plan.run)
+    port = connect()
+    plan, recipe = load_plan(run, port)
+    store = OutcomeStore(port, plan.run)
     outcome = _smoke(plan, recipe, *_stored_sweeps(store, plan))
     store.put("smoke", outcome)
-    return check_result("smoke", outcome)
+    return _summary_file(check_result("smoke", outcome))
 
 
 def _smoke(
     plan: CertifyPlan, recipe: dict[str, Any], nodes: list[SweepOutcome], groups: list[SweepOutcome]
 ) -> SmokeOutcome:
-    failed = _failed_nodes(nodes + groups, plan.excluded)
-    passing = [n for n in plan.nodes if n not in failed]
+    passing = _standing_nodes(plan, nodes + groups)
     subject = Subject(kind="group", name="smoke", members=passing)
     if not passing:
         return SmokeOutcome(
@@ -511,7 +710,7 @@ def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdic
     thresholds = _thresholds(recipe)
     by_size: dict[int, list[GroupRun]] = {}
     for outcome in groups:
-        if outcome.run is not None and outcome.subject.name != "all":
+        if outcome.run is not None and outcome.subject.name != WHOLE:
             by_size.setdefault(len(outcome.subject.members), []).append(
                 GroupRun(subject=outcome.subject, run=outcome.run)
             )
@@ -524,15 +723,57 @@ def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdic
     return verdicts
 
 
-def finish_certification(plan: CertifyPlan, recipe: dict[str, Any]) -> CertifySummary:
-    """Write the report (JSON, Markdown, plots) and label every node with its verdict.
+def _label_nodes(
+    port: ClusterPort, results: list[Any], digest: str, stamp: str
+) -> tuple[list[str], list[str]]:
+    """Write each node's verdict label with its annotations, failed nodes first; keep going past errors.
+
+    Returns the nodes labelled and the ones that could not be (they keep the ``pending`` the plan set).
+    """
+    order = {"failed": 0, "pending": 1, "passed": 2}
+    done: list[str] = []
+    missed: list[str] = []
+    for result in sorted(results, key=lambda r: (order[r.status], r.name)):
+        reason = result.reasons[0] if result.reasons else ""
+        try:
+            port.set_node_metadata(
+                result.name,
+                labels={vocab.LABEL_CERTIFICATION: vocab.Certification(result.status).value},
+                annotations={
+                    vocab.ANNOTATION_CERTIFIED_AT: stamp,
+                    vocab.ANNOTATION_CERTIFICATION_RECIPE: digest,
+                    vocab.ANNOTATION_CERTIFICATION_REASON: reason[:250] or None,
+                },
+            )
+        except DsxError as exc:
+            print(f"warning: node {result.name}: verdict {result.status} not written: {exc}", file=sys.stderr)
+            missed.append(result.name)
+            continue
+        done.append(result.name)
+        port.record_event(
+            result.name,
+            {"passed": "DsxCertificationPassed", "failed": "DsxCertificationFailed"}.get(
+                result.status, "DsxCertificationPending"
+            ),
+            f"dsx certification {result.status}" + (f": {reason[:200]}" if reason else ""),
+            "Normal" if result.status == "passed" else "Warning",
+        )
+    return done, missed
+
+
+def finish_certification(run: RunRef) -> CertifySummary:
+    """Write the report (JSON, Markdown, plots), keep it in a ConfigMap, and label every node.
 
     The outcomes come from the run's store. Every certified node gets
-    ``dsx.dev/certification=passed|failed`` and annotations with the time, the recipe digest and, for a
-    failure, the first reason; an Event records it on the node. The stored outcomes are deleted last,
-    once the report holds them.
+    ``dsx.dev/certification=passed|failed|pending`` with annotations (time, recipe digest, the first
+    reason) in one patch, failed nodes first; an Event records it on the node (best-effort). The run's
+    Leases are released and its stored outcomes deleted last, once the report holds them.
+
+    Raises:
+        DsxError: some nodes' verdicts could not be written (named; they stay ``pending``).
     """
     port = connect()
+    plan, recipe = load_plan(run, port)
     store = OutcomeStore(port, plan.run)
     nodes, groups = _stored_sweeps(store, plan)
     smoke = store.smoke()
@@ -559,44 +800,70 @@ def finish_certification(plan: CertifyPlan, recipe: dict[str, Any]) -> CertifySu
             thresholds=recipe.get("thresholds"),
         )
     )
-    stamp = _now()
-    failed: dict[str, str] = {}
-    for result in report.nodes:
-        verdict = vocab.Certification.passed if result.status == "passed" else vocab.Certification.failed
-        reason = result.reasons[0] if result.reasons else ""
-        if result.status == "failed":
-            failed[result.name] = reason
-        port.set_labels(result.name, {vocab.LABEL_CERTIFICATION: verdict.value})
-        port.set_annotations(
-            result.name,
-            {
-                vocab.ANNOTATION_CERTIFIED_AT: stamp,
-                vocab.ANNOTATION_CERTIFICATION_RECIPE: str(digest or ""),
-                vocab.ANNOTATION_CERTIFICATION_REASON: reason[:250] or None,
-            },
-        )
-        port.record_event(
-            result.name,
-            "DsxCertificationPassed" if result.status == "passed" else "DsxCertificationFailed",
-            f"dsx certification {result.status}" + (f": {reason[:200]}" if reason else ""),
-            "Normal" if result.status == "passed" else "Warning",
-        )
+    kept = keep_report(port, plan.run, dump_json(report), render_markdown(report))
+    _, missed = _label_nodes(port, report.nodes, str(digest or ""), _now())
+    failed = {r.name: (r.reasons[0] if r.reasons else "") for r in report.nodes if r.status == "failed"}
+    pending = {r.name: (r.reasons[0] if r.reasons else "") for r in report.nodes if r.status == "pending"}
     summary = CertifySummary(
         status=report.status,
         summary=report.summary,
-        passed=sorted(n.name for n in report.nodes if n.status == "passed"),
-        failed=dict(sorted(failed.items())),
+        passed=sum(1 for n in report.nodes if n.status == "passed"),
+        failed=dict(sorted(failed.items())[:SUMMARY_NODES]),
+        pending=dict(sorted(pending.items())[:SUMMARY_NODES]),
+        failed_count=len(failed),
+        pending_count=len(pending),
+        not_labelled=sorted(missed),
         recipe_digest=report.recipe_digest,
+        report=kept,
         report_files=report.files,
     )
     write_text(output_dir(None) / "summary.json", summary.model_dump_json(indent=2) + "\n")
+    if missed:
+        raise DsxError(
+            f"certification report {kept or 'written'}, but the verdicts of {len(missed)} node(s) could "
+            f"not be written: {', '.join(sorted(missed))}; they stay {vocab.Certification.pending.value}"
+        )
+    _release_nodes(port, plan.run, plan.nodes + [e.node for e in plan.excluded])
     store.delete()
     return summary
 
 
 def certification_gate(summary: CertifySummary) -> str:
-    """End the workflow Failed, naming each failed node and why, when certification failed."""
-    if summary.status == "passed":
-        return f"certification passed: {', '.join(summary.passed)}"
+    """End the workflow Failed, naming each failed or uncertified node and why, when certification failed."""
+    if summary.status == "passed" and not summary.failed_count and not summary.pending_count:
+        return f"certification passed: {summary.passed} node(s)"
     lines = [f"{node}: {reason}" for node, reason in summary.failed.items()]
+    lines += [f"{node} (pending): {reason}" for node, reason in summary.pending.items()]
+    more = summary.failed_count + summary.pending_count - len(lines)
+    if more > 0:
+        lines.append(f"and {more} more (report {summary.report or 'artifact'})")
     raise DsxError("certification failed: " + ("; ".join(lines) or summary.summary))
+
+
+def release_certification(workflow_name: str, workflow_uid: str) -> str:
+    """The workflow's exit handler: give up the run's hold on its nodes, however the run ended.
+
+    The report step releases the Leases when it finishes; when an earlier step failed, or the workflow
+    was stopped, this does, so that the next certification need not wait for the Leases to expire. The
+    nodes the report did not label keep ``pending``: nothing vouches for them.
+    """
+    port = connect()
+    try:
+        run = RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
+    holder = _holder(run)
+    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, "dsx.dev/node")
+    released = []
+    for lease in leases:
+        node = ((lease.get("metadata") or {}).get("labels") or {}).get("dsx.dev/node", "")
+        if (
+            node
+            and (lease.get("spec") or {}).get("holderIdentity") == holder
+            and port.release_lock(node, holder)
+        ):
+            released.append(node)
+    return f"released {len(released)} node(s) held by {run.name}" + (
+        f": {', '.join(sorted(released))}" if released else ""
+    )

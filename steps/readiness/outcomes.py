@@ -14,6 +14,7 @@ still too big is an error naming the subject, never a truncated result.
 import base64
 import gzip
 import hashlib
+import os
 import uuid
 from typing import Literal
 
@@ -26,9 +27,23 @@ from steps.errors import DsxError
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
 from steps.readiness.models import Model, VerdictStatus
 
-__all__ = ["MAX_STORED_BYTES", "CheckResult", "OutcomeKind", "OutcomeStore", "RunRef", "check_result"]
+__all__ = [
+    "MAX_STORED_BYTES",
+    "CheckResult",
+    "DocumentKind",
+    "OutcomeKind",
+    "OutcomeStore",
+    "RunRef",
+    "check_result",
+    "keep_report",
+    "workflow_owner",
+]
 
 OutcomeKind = Literal["node", "group", "smoke"]
+DocumentKind = Literal["plan", "recipe"]
+"""What the run's first steps leave for every later one: the plan and the recipe's thresholds. Passed as
+parameters they would be copied into every check's inputs, and the Workflow object (at most 1 MiB in
+etcd) would grow with the square of the fleet."""
 
 #: The most a stored outcome may take, compressed: a ConfigMap holds 1 MiB, names and labels included.
 MAX_STORED_BYTES = 900 * 1024
@@ -67,6 +82,18 @@ def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> Che
     return CheckResult(kind=kind, subject=outcome.subject.name, status=outcome.status, message=message[:500])
 
 
+def workflow_owner(port: ClusterPort, run: RunRef) -> list[dict[str, object]]:
+    """An ownerReference to the run's Workflow if it exists, else none.
+
+    Kubernetes' garbage collector deletes a dependent whose owner does not exist (an ownerReference to a
+    missing uid), so a reference is added only once the Workflow is seen with the run's uid.
+    """
+    workflow = port.get_object(_WORKFLOW_API, "Workflow", run.name, run.namespace)
+    if workflow is None or (workflow.get("metadata") or {}).get("uid") != run.uid:
+        return []
+    return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": run.name, "uid": run.uid}]
+
+
 class OutcomeStore:
     """The outcomes of one certification run, one ConfigMap each, in the run's namespace."""
 
@@ -74,20 +101,16 @@ class OutcomeStore:
         self.port = port
         self.run = run
 
-    def _name(self, kind: OutcomeKind, subject: str) -> str:
+    def _name(self, kind: OutcomeKind | DocumentKind, subject: str) -> str:
         digest = hashlib.sha256(f"{self.run.uid}/{kind}/{subject}".encode()).hexdigest()[:20]
         return f"dsx-outcome-{kind}-{digest}"
 
-    def _selector(self, kind: OutcomeKind | None = None) -> str:
+    def _selector(self, kind: OutcomeKind | DocumentKind | None = None) -> str:
         selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
         return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
 
     def _owner(self) -> list[dict[str, object]]:
-        """A reference to the run's Workflow, if it exists (Kubernetes would delete an orphan at once)."""
-        workflow = self.port.get_object(_WORKFLOW_API, "Workflow", self.run.name, self.run.namespace)
-        if workflow is None or (workflow.get("metadata") or {}).get("uid") != self.run.uid:
-            return []
-        return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": self.run.name, "uid": self.run.uid}]
+        return workflow_owner(self.port, self.run)
 
     def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> str:
         """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
@@ -95,8 +118,28 @@ class OutcomeStore:
         Raises:
             DsxError: the outcome is too big for a ConfigMap even compressed.
         """
-        subject = outcome.subject.name
-        packed = gzip.compress(outcome.model_dump_json().encode(), mtime=0)
+        return self._put(kind, outcome.subject.name, outcome.model_dump_json())
+
+    def put_document(self, kind: DocumentKind, text: str) -> str:
+        """Store the run's ``plan`` or ``recipe`` (JSON text), replacing an earlier copy."""
+        return self._put(kind, kind, text)
+
+    def document(self, kind: DocumentKind) -> str:
+        """The run's stored ``plan`` or ``recipe``.
+
+        Raises:
+            DsxError: the run stored none (its plan step did not run in this namespace).
+        """
+        found = self._read(kind)
+        if not found:
+            raise DsxError(
+                f"certification run {self.run.name} ({self.run.uid}) has no stored {kind} in namespace "
+                f"{self.run.namespace}: its plan step did not finish, or the run's objects were deleted"
+            )
+        return found[0]
+
+    def _put(self, kind: OutcomeKind | DocumentKind, subject: str, text: str) -> str:
+        packed = gzip.compress(text.encode(), mtime=0)
         if len(packed) > MAX_STORED_BYTES:
             raise DsxError(
                 f"{kind} {subject}: its outcome takes {len(packed)} bytes compressed, more than a ConfigMap "
@@ -123,7 +166,7 @@ class OutcomeStore:
             self.port.patch_object("v1", "ConfigMap", name, {"binaryData": data}, self.run.namespace)
         return name
 
-    def _read(self, kind: OutcomeKind) -> list[str]:
+    def _read(self, kind: OutcomeKind | DocumentKind) -> list[str]:
         found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector(kind))
         texts = []
         for item in found:
@@ -154,3 +197,78 @@ class OutcomeStore:
         for item in found:
             self.port.delete_object("v1", "ConfigMap", item["metadata"]["name"], self.run.namespace)
         return len(found)
+
+
+#: How many certification reports are kept in ConfigMaps per namespace (``DSX_REPORTS_KEPT``), newest first.
+REPORTS_KEPT = 20
+_REPORT_KEY = "report.json.gz"
+
+
+def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str) -> str:
+    """Keep the certification report in a ConfigMap ``dsx-report-<workflow>``; returns its name.
+
+    The report must survive without an artifact repository (a default Argo install has none) and after
+    the Workflow is garbage-collected, so the ConfigMap is not owned by the Workflow; the newest
+    ``DSX_REPORTS_KEPT`` (20) reports of the namespace are kept, older ones deleted. The JSON is stored
+    gzip-compressed; when even that is too big, the sweeps' raw rows are dropped from the copy (the
+    verdicts, node results and figures judged stay) and the ConfigMap says so.
+    """
+    text = report_json
+    packed = gzip.compress(text.encode(), mtime=0)
+    note = "complete"
+    if len(packed) > MAX_STORED_BYTES:
+        import json
+
+        data = json.loads(text)
+        for sweep in data.get("sweeps") or []:
+            sweep["run"] = None
+        packed = gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0)
+        note = "sweep rows dropped: too big for a ConfigMap; the artifact has them"
+    if len(packed) > MAX_STORED_BYTES:
+        raise DsxError(f"certification report of {run.name}: {len(packed)} bytes compressed, too big to keep")
+    name = f"dsx-report-{run.name}"[:253].rstrip("-.")
+    body: dict[str, object] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": run.namespace,
+            # Not labelled with the run: the run's objects are deleted once the report holds them.
+            "labels": {vocab.LABEL_CERTIFICATION_REPORT: "true"},
+            "annotations": {
+                vocab.ANNOTATION_WORKFLOW: run.name,
+                "dsx.dev/workflow-uid": run.uid,
+                "dsx.dev/report-contents": note,
+            },
+        },
+        "binaryData": {_REPORT_KEY: base64.b64encode(packed).decode()},
+    }
+    if len(markdown.encode()) + len(packed) * 4 // 3 < MAX_STORED_BYTES:
+        body["data"] = {"report.md": markdown}
+    try:
+        port.create_object(body)
+    except ConflictError:  # a retried report step
+        port.patch_object(
+            "v1",
+            "ConfigMap",
+            name,
+            {k: v for k, v in body.items() if k in ("binaryData", "data")},
+            run.namespace,
+        )
+    _prune_reports(port, run.namespace)
+    return name
+
+
+def _prune_reports(port: ClusterPort, namespace: str) -> None:
+    try:
+        kept = max(1, int(os.environ.get("DSX_REPORTS_KEPT", str(REPORTS_KEPT))))
+    except ValueError:
+        kept = REPORTS_KEPT
+    found = port.list_objects("v1", "ConfigMap", namespace, f"{vocab.LABEL_CERTIFICATION_REPORT}=true")
+    newest = sorted(
+        found,
+        key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), o["metadata"]["name"]),
+        reverse=True,
+    )
+    for old in newest[kept:]:
+        port.delete_object("v1", "ConfigMap", old["metadata"]["name"], namespace)

@@ -4,9 +4,11 @@
 any other verdicts, such as relative mode or parsed nccl-tests logs), it derives each node's status,
 and writes ``report.json``, ``report.md``, ``busbw.png`` and ``step-time.png``.
 
-A node fails when a verdict that is not a pass names it (the straggler's node, the rank that died),
-when it is the subject of such a verdict, or when it is a member of a failing group that no verdict
-narrows down (bisection will narrow those later).
+A node fails when a verdict that is not a pass names it (the straggler's node, the rank that died) or
+when it is the subject of such a verdict. A node that only belongs to a group that failed together, with
+no verdict narrowing the fault down to a member, is ``pending``, not failed: the group failed, but which
+members are at fault is not known (bisection narrows it). So is a node whose test could not be scheduled
+(``unschedulable``: nothing was measured). A pending node is not certified; the report fails.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
+    "INCOMPLETE_TEST",
     "CertificationReport",
     "NodeResult",
     "ReportRequest",
@@ -36,11 +39,16 @@ __all__ = [
 ]
 
 
+INCOMPLETE_TEST = "check-incomplete"
+"""The test of a verdict saying a planned check never stored its outcome (its step crashed or was stopped):
+nothing was measured, so its nodes are ``pending``, not failed."""
+
+
 class NodeResult(Model):
     """One node's certification status and the reasons for it."""
 
     name: str
-    status: Literal["passed", "failed"]
+    status: Literal["passed", "failed", "pending"]
     reasons: list[str] = Field(default_factory=list)
 
 
@@ -81,22 +89,29 @@ class ReportRequest(Model):
 
 def node_results(nodes: list[str], verdicts: list[Verdict]) -> list[NodeResult]:
     """Each node's status from the verdicts (see the module text for the rule), sorted by name."""
-    reasons: dict[str, list[str]] = {name: [] for name in nodes}
+    failing: dict[str, list[str]] = {name: [] for name in nodes}
+    unsure: dict[str, list[str]] = {}
     for verdict in verdicts:
         if verdict.status == "pass":
             continue
         what = f"{verdict.test} {verdict.status}: {verdict.message}"
-        if verdict.node is not None:
-            reasons.setdefault(verdict.node, []).append(what)
-        elif verdict.subject.kind == "node":
-            reasons.setdefault(verdict.subject.name, []).append(what)
+        named = verdict.node or (verdict.subject.name if verdict.subject.kind == "node" else None)
+        if named is not None and verdict.status != "unschedulable" and verdict.test != INCOMPLETE_TEST:
+            failing.setdefault(named, []).append(what)
+        elif named is not None:
+            unsure.setdefault(named, []).append(what)
         else:
             for member in verdict.subject.members:
-                reasons.setdefault(member, []).append(f"member of group {verdict.subject.name}: {what}")
-    return [
-        NodeResult(name=name, status="failed" if found else "passed", reasons=found)
-        for name, found in sorted(reasons.items())
-    ]
+                unsure.setdefault(member, []).append(f"member of group {verdict.subject.name}: {what}")
+    results = []
+    for name in sorted(set(failing) | set(unsure)):
+        if failing.get(name):
+            results.append(NodeResult(name=name, status="failed", reasons=failing[name]))
+        elif unsure.get(name):
+            results.append(NodeResult(name=name, status="pending", reasons=unsure[name]))
+        else:
+            results.append(NodeResult(name=name, status="passed"))
+    return results
 
 
 def _cell(value: Any) -> str:
@@ -204,6 +219,7 @@ def build_report(request: ReportRequest) -> CertificationReport:
         | {label for s in request.smoke if s.result for label in s.result.injected}
     )
     failed_nodes = [n.name for n in nodes if n.status == "failed"]
+    pending_nodes = [n.name for n in nodes if n.status == "pending"]
     bad = [v for v in verdicts if v.status != "pass"]
     status: Literal["passed", "failed"] = "passed" if verdicts and not bad else "failed"
     if not verdicts:
@@ -213,7 +229,9 @@ def build_report(request: ReportRequest) -> CertificationReport:
     else:
         summary = (
             f"{len(bad)} of {len(verdicts)} checks did not pass; failed nodes: "
-            f"{', '.join(failed_nodes) or 'none named'}. First: {bad[0].message}"
+            f"{', '.join(failed_nodes) or 'none named'}"
+            + (f"; not certified (pending): {', '.join(pending_nodes)}" if pending_nodes else "")
+            + f". First: {bad[0].message}"
         )
     folder = output_dir(request.out_dir)
     files: list[str] = []

@@ -53,6 +53,30 @@ def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
     assert "injected" in markdown
 
 
+def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(tmp_path: Path) -> None:
+    """A failed check omits nothing after it: the stages run on, the report labels every node."""
+    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    (template,) = [t for t in doc["spec"]["templates"] if t["name"] == "node-check"]
+    args = template["script"]["args"]
+    args[args.index("steps.readiness.certify:certify_node")] = (
+        "tests.workflows.certify_faults:crash_on_node_01"
+    )
+    broken = tmp_path / "certify.yaml"
+    broken.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "workflows.cli", "run", "dsx-certify", "--file", str(broken), "--local"]
+    cmd += ["--cluster", "sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    workflow = json.loads((out / "workflow.json").read_text())
+    phases = {n["displayName"]: n["phase"] for n in workflow["status"]["nodes"].values()}
+    assert phases["node-check(1:node-01)"] == "Failed"
+    assert phases["report"] == "Succeeded" and phases["gate"] == "Failed"
+    assert _labels(out) == {"node-00": "passed", "node-01": "pending", "node-02": "passed"}
+    gate = next(n for n in workflow["status"]["nodes"].values() if n["displayName"] == "gate")
+    assert "node-01 (pending): check-incomplete" in gate["message"]
+
+
 def test_certify_template_explains_itself_in_the_argo_ui() -> None:
     doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     params = {p["name"]: p for p in doc["spec"]["arguments"]["parameters"]}

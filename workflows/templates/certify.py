@@ -1,8 +1,12 @@
 """``dsx-certify``: is this node group fit for production?
 
-plan (nodes, groups, launcher, recipe criteria) -> resolve the recipe's thresholds -> single-node sweeps
-in parallel -> multi-node sweeps over the whole set and each rack -> training smoke run on the nodes
-that passed -> report and node labels -> gate (Failed, naming the nodes, when certification failed).
+plan (nodes, groups, launcher, recipe criteria; every node marked pending and held for this run) ->
+resolve the recipe -> keep its thresholds for the run -> each node's own sweep (in parallel: each on its
+own node) -> the groups of the group label (racks, disjoint: in parallel) -> the whole set -> training
+smoke run on the nodes left standing -> report, kept in a ConfigMap, and node labels -> gate (Failed,
+naming the nodes, when certification failed). Stages never compete for a node's GPUs. Each stage runs
+once the one before has ended, whatever its result, so a failed check never leaves nodes unlabelled.
+The steps pass each other only the run's reference: the plan and outcomes live in ConfigMaps of the run.
 """
 
 from typing import Any
@@ -18,14 +22,40 @@ from steps.readiness.certify import (
     certify_smoke,
     finish_certification,
     plan_certification,
+    release_certification,
+    store_recipe,
 )
 from steps.runtime.tasks import resolve_recipe
-from workflows.templates._base import DEFAULT_IMAGE, OUTPUT_DIR, param, step, workflow_template
+from workflows.templates._base import (
+    GPU_IMAGE,
+    OUTPUT_DIR,
+    RANK_SERVICE_ACCOUNT,
+    param,
+    step,
+    workflow_template,
+)
 
 __all__ = ["templates"]
 
-_PLAN_OUTPUTS = ("nodes", "groups", "launcher", "service", "accelerator", "os")
+_PLAN_OUTPUTS = ("nodes", "groups", "whole", "run", "launcher", "service", "accelerator", "os")
 _GROUP_TIMEOUT = "6h"  # the outer bound; each group test has its own from the recipe (timeoutFactor)
+_JOB_ENV = {
+    "DSX_NAMESPACE": "{{workflow.namespace}}",
+    "DSX_GPU_IMAGE": GPU_IMAGE,
+    "DSX_RANK_SERVICE_ACCOUNT": RANK_SERVICE_ACCOUNT,
+    "DSX_RANK_POD": "{}",
+}
+
+
+def _ended(task: str) -> str:
+    """``depends`` on ``task`` having ended, whatever its result (not when it was omitted)."""
+    return f"({task}.Succeeded || {task}.Failed || {task}.Errored || {task}.Skipped)"
+
+
+def _verdict_output() -> list[Parameter]:
+    """A check's one-line verdict as an output parameter: Argo shows those in the UI, and keeps a step's
+    ``outputs.result`` only when another step refers to it."""
+    return [Parameter(name="verdict", value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/verdict", default=""))]
 
 
 def _plan_step() -> Any:
@@ -38,38 +68,60 @@ def _plan_step() -> Any:
             Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}"))
             for name in _PLAN_OUTPUTS
         ],
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}", "DSX_IMAGE": DEFAULT_IMAGE},
+        env={"DSX_NAMESPACE": "{{workflow.namespace}}", "DSX_GPU_IMAGE": GPU_IMAGE},
     )
 
 
 def templates() -> list[Any]:
     """The certification WorkflowTemplate."""
-    job_env = {"DSX_NAMESPACE": "{{workflow.namespace}}", "DSX_IMAGE": DEFAULT_IMAGE}
     plan = _plan_step()
     resolve = step(resolve_recipe, name="resolve", timeout="5m", retries=2)
-    node = step(certify_node, name="node-check", timeout=_GROUP_TIMEOUT, env=job_env)
-    group = step(certify_group, name="group-check", timeout=_GROUP_TIMEOUT, env=job_env)
-    smoke = step(certify_smoke, name="smoke", timeout=_GROUP_TIMEOUT, env=job_env)
+    keep = step(store_recipe, name="keep-recipe", timeout="5m", retries=2, env=dict(_JOB_ENV))
+    node = step(
+        certify_node, name="node-check", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    )
+    group = step(
+        certify_group,
+        name="group-check",
+        timeout=_GROUP_TIMEOUT,
+        env=dict(_JOB_ENV),
+        outputs=_verdict_output(),
+    )
+    smoke = step(
+        certify_smoke, name="smoke", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    )
     finish = step(
         finish_certification,
         name="report",
         timeout="15m",
         retries=2,
         outputs=[Artifact(name="report", path=OUTPUT_DIR)],
+        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
     )
     gate = step(certification_gate, name="gate", timeout="1m")
-    plan_result = "{{tasks.plan.outputs.result}}"
-    recipe_result = "{{tasks.resolve.outputs.result}}"
+    release = step(
+        release_certification,
+        name="release",
+        timeout="5m",
+        retries=2,
+        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
+    )
+    run = "{{tasks.plan.outputs.parameters.run}}"
     with (
         workflow_template(
             "dsx-certify",
-            "Certify GPU nodes for production: NCCL all-reduce sweeps per node, per rack and over the "
-            "whole set, then a short DDP training run, judged against the recipe's thresholds. Every "
-            "node ends labelled dsx.dev/certification=passed|failed; the report (JSON, Markdown, plots) "
-            "is the 'report' artifact of the report step. The workflow fails when any node fails.",
+            "Certify GPU nodes for production: NCCL all-reduce sweeps on each node, then on each rack, then "
+            "over the whole set, then a short DDP training run, judged against the recipe's thresholds. "
+            "Every node ends labelled dsx.dev/certification=passed|failed|pending (pending: not certified, "
+            "e.g. its group failed without naming a member); the report (JSON, Markdown) is kept in the "
+            "ConfigMap dsx-report-<workflow name>. The workflow fails when any node is not certified.",
             "certify",
             [
-                param("nodes", "Label selector of the nodes to certify; empty: every managed node.", ""),
+                param(
+                    "nodes",
+                    "Label selector of the nodes to certify; empty: every managed node with GPUs.",
+                    "",
+                ),
                 param(
                     "group-label",
                     "Node label whose values form the multi-node groups (racks, blocks).",
@@ -110,10 +162,11 @@ def templates() -> list[Any]:
                 ),
                 param("iters", "Timed iterations per message size.", "20"),
             ],
+            on_exit="exit",
         ) as wt,
         DAG(name="certify"),
     ):
-        planned = plan(
+        plan(
             name="plan",
             arguments={
                 "selector": "{{workflow.parameters.nodes}}",
@@ -129,8 +182,9 @@ def templates() -> list[Any]:
                 "workflow_uid": "{{workflow.uid}}",
             },
         )
-        resolved = resolve(
+        resolve(
             name="resolve",
+            depends="plan",
             arguments={
                 "service": "{{tasks.plan.outputs.parameters.service}}",
                 "accelerator": "{{tasks.plan.outputs.parameters.accelerator}}",
@@ -138,21 +192,35 @@ def templates() -> list[Any]:
                 "intent": "training",
             },
         )
-        nodes = node(
+        keep(
+            name="keep-recipe",
+            depends="resolve",
+            arguments={"run": run, "recipe": "{{tasks.resolve.outputs.result}}"},
+        )
+        node(
             name="node-check",
+            depends="keep-recipe",
             with_param="{{tasks.plan.outputs.parameters.nodes}}",
-            arguments={"node": "{{item}}", "plan": plan_result, "recipe": recipe_result},
+            arguments={"node": "{{item}}", "run": run},
         )
-        groups = group(
+        group(
             name="group-check",
+            depends=_ended("node-check"),
             with_param="{{tasks.plan.outputs.parameters.groups}}",
-            arguments={"group": "{{item}}", "plan": plan_result, "recipe": recipe_result},
+            arguments={"group": "{{item}}", "run": run},
         )
-        # The checks' full outcomes travel in ConfigMaps (steps.readiness.outcomes), not as parameters:
-        # aggregated over a fleet they would outgrow what a step's inputs can carry.
-        smoked = smoke(name="smoke", arguments={"plan": plan_result, "recipe": recipe_result})
-        reported = finish(name="report", arguments={"plan": plan_result, "recipe": recipe_result})
-        gated = gate(name="gate", arguments={"summary": "{{tasks.report.outputs.result}}"})
-        planned >> resolved >> [nodes, groups]
-        [nodes, groups] >> smoked >> reported >> gated
+        group(
+            name="whole-check",
+            depends=_ended("group-check"),
+            when="'{{tasks.plan.outputs.parameters.whole}}' != ''",
+            arguments={"group": "{{tasks.plan.outputs.parameters.whole}}", "run": run},
+        )
+        smoke(name="smoke", depends=_ended("whole-check"), arguments={"run": run})
+        finish(name="report", depends=_ended("smoke"), arguments={"run": run})
+        gate(name="gate", depends="report", arguments={"summary": "{{tasks.report.outputs.result}}"})
+    with wt, DAG(name="exit"):
+        release(
+            name="release",
+            arguments={"workflow_name": "{{workflow.name}}", "workflow_uid": "{{workflow.uid}}"},
+        )
     return [wt]

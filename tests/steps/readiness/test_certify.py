@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
@@ -43,20 +43,87 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-u
 def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=6,gpu=h100,racks=2,faults=node-05:not-ready")
     port = connect()
-    port.set_labels("node-04", {vocab.LABEL_MANAGED: "false"})
+    port.set_labels("node-04", {vocab.LABEL_MANAGED: "false", vocab.LABEL_CERTIFICATION: "passed"})
+    port.set_labels("node-02", {vocab.LABEL_CERTIFICATION: "passed"})  # from an earlier run
     plan = certify.plan_certification()
     assert plan.launcher == "local"  # a simulated fleet cannot run pods
     assert plan.criteria == {"service": "local", "accelerator": "cpu", "os": "ubuntu"}
     assert plan.nodes == ["node-00", "node-01", "node-02", "node-03"]
     assert [(e.node, e.reason) for e in plan.excluded] == [("node-05", "node is not Ready")]
+    # The racks first (disjoint: tested at once), the whole set last.
     assert [(g.name, g.members) for g in plan.groups] == [
-        ("all", ["node-00", "node-01", "node-02", "node-03"]),
         ("rack-00", ["node-00", "node-01", "node-02"]),
+        ("all", ["node-00", "node-01", "node-02", "node-03"]),
     ]
     params = tmp_path / "out" / "params"
     assert json.loads((params / "nodes").read_text()) == plan.nodes
-    assert json.loads((params / "groups").read_text()) == ["all", "rack-00"]
+    assert json.loads((params / "groups").read_text()) == ["rack-00"]
+    assert (params / "whole").read_text() == "all"
+    assert RunRef.model_validate_json((params / "run").read_text()) == plan.run
     assert (params / "accelerator").read_text() == "cpu"
+    # No node keeps an older verdict while this run tests it; the opted-out node is left alone.
+    labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in connect().list_nodes()}
+    assert labels == {
+        "node-00": "pending",
+        "node-01": "pending",
+        "node-02": "pending",
+        "node-03": "pending",
+        "node-04": "passed",
+        "node-05": "pending",
+    }
+    # The later steps get only the run's reference; the plan is stored once, for all of them.
+    assert certify.CertifyPlan.model_validate_json(OutcomeStore(port, plan.run).document("plan")) == plan
+    with pytest.raises(DsxError, match="has no stored recipe"):  # the keep-recipe step has not run
+        certify.load_plan(plan.run)
+
+
+def test_the_default_selection_leaves_nodes_without_gpus_alone(kubeconfig: Path, k8s_emulator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A real cluster mixes GPU nodes with CPU system nodes; certifying "every node" means every GPU node."""
+    k8s_emulator.seed(load_fleet("sim:nodes=2,gpu=h100").manifests())
+    k8s_emulator.seed(load_fleet("sim:nodes=1,gpu=h100,gpus=0,prefix=system-").manifests())
+    monkeypatch.setenv("DSX_CLUSTER", "kube")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("DSX_NAMESPACE", "gpu-ops")
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(kubeconfig.parent / "out"))
+    plan = certify.plan_certification(launcher="job")
+    assert plan.nodes == ["node-00", "node-01"] and plan.ignored == ["system-00"]
+    assert plan.gpus_per_node == 8 and plan.criteria["accelerator"] == "h100"
+    system = connect().get_node("system-00")
+    assert vocab.LABEL_CERTIFICATION not in system.labels
+    with pytest.raises(InputError, match="matches no managed node with GPUs"):
+        certify.plan_certification(selector="kubernetes.io/hostname=system-00", launcher="job")
+
+
+def test_two_certifications_of_one_node_exclude_each_other(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    first = certify.plan_certification()
+    with pytest.raises(InputError, match=r"node node-00 is held by dsx-certify/.*measure each other"):
+        certify.plan_certification()
+    port = connect()
+    assert all(n.labels.get(vocab.LABEL_CERTIFICATION) == "pending" for n in port.list_nodes())
+    # The refused run took nothing: once the first run lets go, another may start.
+    released = certify.release_certification(first.run.name, first.run.uid)
+    assert released.startswith("released 2 node(s)")
+    second = certify.plan_certification()
+    assert second.run.uid != first.run.uid
+
+
+def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    port = connect()
+    workflow = port.create_object(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": "dsx-certify-old", "namespace": port.namespace},
+        }
+    )
+    certify.plan_certification(workflow_name="dsx-certify-old", workflow_uid=workflow["metadata"]["uid"])
+    with pytest.raises(InputError, match="held by dsx-certify/.*/dsx-certify-old/"):
+        certify.plan_certification()  # the old run's Workflow still exists: it may be running
+    port.delete_object("argoproj.io/v1alpha1", "Workflow", "dsx-certify-old", port.namespace)
+    plan = certify.plan_certification()  # it was deleted: its Leases are stale, taken over
+    assert plan.nodes == ["node-00", "node-01"]
 
 
 def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -90,9 +157,10 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
     plan = certify.plan_certification(max_bytes="256KiB", iters=8)
     assert plan.injected == {"node-01": ["delay=30ms"]}
-    nodes = [certify.certify_node(n, plan, LOCAL_RECIPE) for n in plan.nodes]
+    certify.store_recipe(plan.run, LOCAL_RECIPE)
+    nodes = [certify.certify_node(n, plan.run) for n in plan.nodes]
     assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # its NVLink is fine
-    (whole,) = [certify.certify_group(g.name, plan, LOCAL_RECIPE) for g in plan.groups]
+    (whole,) = [certify.certify_group(g.name, plan.run) for g in plan.groups]
     assert (whole.kind, whole.subject, whole.status) == ("group", "all", "fail")
     assert "node-01" in whole.message and "straggler" in whole.message
     store = OutcomeStore(connect(), plan.run)
@@ -100,14 +168,16 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     (straggler,) = [v for v in stored.verdicts if v.status == "fail"]
     assert straggler.node == "node-01" and stored.run is not None
     assert stored.run.results.size == [65536, 262144]
-    smoke = certify.certify_smoke(plan, LOCAL_RECIPE)
+    smoke = certify.certify_smoke(plan.run)
     assert smoke.subject == "smoke"
     smoked = store.smoke()
     assert smoked is not None and smoked.subject.members == ["node-00", "node-02"]
-    summary = certify.finish_certification(plan, LOCAL_RECIPE)
+    summary = certify.finish_certification(plan.run)
     assert summary.status == "failed"
-    assert summary.passed == ["node-00", "node-02"]
+    assert summary.passed == 2 and summary.pending == {}
     assert list(summary.failed) == ["node-01"]
+    kept = connect().get_object("v1", "ConfigMap", summary.report, connect().namespace)
+    assert kept is not None and "| node-01 | failed |" in kept["data"]["report.md"]
     assert {"report.json", "report.md", "busbw.png", "step-time.png"} <= set(summary.report_files)
     port = connect()
     labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
@@ -119,16 +189,22 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     with pytest.raises(DsxError, match=r"certification failed: node-01: .*straggler"):
         certify.certification_gate(summary)
     assert store.sweeps("node") == [] and store.smoke() is None  # the report holds them now
+    assert certify.plan_certification().nodes == plan.nodes  # the run let go of its nodes
 
 
-def test_a_check_that_stored_no_outcome_fails_its_nodes_in_the_report(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_check_that_stored_no_outcome_leaves_its_node_pending(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h100")
     plan = certify.plan_certification(max_bytes="64KiB", iters=2)
-    certify.certify_node("node-00", plan, LOCAL_RECIPE)  # node-01's check never finished
-    certify.certify_group("all", plan, LOCAL_RECIPE)
-    summary = certify.finish_certification(plan, LOCAL_RECIPE)
-    assert summary.passed == ["node-00"]
-    assert "node-check stored no outcome" in summary.failed["node-01"]
+    certify.store_recipe(plan.run, LOCAL_RECIPE)
+    certify.certify_node("node-00", plan.run)  # node-01's check never finished
+    skipped = certify.certify_group("all", plan.run)
+    assert skipped.message == "group all: not tested: fewer than two members passed earlier stages (node-00)"
+    summary = certify.finish_certification(plan.run)
+    assert summary.passed == 1 and summary.failed == {}
+    assert "node-check stored no outcome" in summary.pending["node-01"]  # nothing measured: not failed
+    assert connect().get_node("node-01").labels[vocab.LABEL_CERTIFICATION] == "pending"
+    with pytest.raises(DsxError, match=r"certification failed: node-01 \(pending\): check-incomplete"):
+        certify.certification_gate(summary)
 
 
 def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -145,27 +221,31 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
     plan = certify.plan_certification(
         max_bytes="64KiB", iters=2, workflow_name="dsx-certify-x7k2p", workflow_uid=uid
     )
+    certify.store_recipe(plan.run, LOCAL_RECIPE)
+    first = certify.certify_node("node-00", plan.run)
+    again = certify.certify_node("node-00", plan.run)  # a retried step
+    certify.release_certification(plan.run.name, plan.run.uid)
     other = certify.plan_certification(max_bytes="64KiB", iters=2)  # another run, not under Argo
-    first = certify.certify_node("node-00", plan, LOCAL_RECIPE)
-    again = certify.certify_node("node-00", plan, LOCAL_RECIPE)  # a retried step
-    certify.certify_node("node-00", other, LOCAL_RECIPE)
+    certify.store_recipe(other.run, LOCAL_RECIPE)
+    certify.certify_node("node-00", other.run)
     assert first.status == again.status == "pass" and len(first.model_dump_json()) < 600
     mine = port.list_objects("v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={uid}")
-    (stored,) = mine
+    (stored,) = [m for m in mine if m["metadata"]["labels"][vocab.LABEL_OUTCOME_KIND] == "node"]
     assert stored["metadata"]["ownerReferences"] == [
         {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "dsx-certify-x7k2p", "uid": uid}
     ]
     assert stored["metadata"]["annotations"][vocab.ANNOTATION_SUBJECT] == "node-00"
     theirs = OutcomeStore(port, other.run)
     (outcome,) = theirs.sweeps("node")
-    assert (
-        "ownerReferences"
-        not in port.list_objects(
+    assert not any(
+        "ownerReferences" in m["metadata"]
+        for m in port.list_objects(
             "v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={other.run.uid}"
-        )[0]["metadata"]
+        )
     )
-    assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 1
-    assert theirs.delete() == 1 and theirs.sweeps("node") == []
+    # Each run keeps its plan, its recipe and its outcomes; deleting one run's leaves the other's.
+    assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 3
+    assert theirs.delete() == 3 and theirs.sweeps("node") == []
     with pytest.raises(InputError, match="certify workflow uid"):
         certify.plan_certification(workflow_name="w", workflow_uid="not a uid!")
 
@@ -213,6 +293,7 @@ def test_group_job_is_pinned_to_exactly_the_groups_nodes(fleet) -> None:  # type
     assert "--nnodes=2 --nproc-per-node=8 --node-rank=$JOB_COMPLETION_INDEX" in script
     assert f"--master-addr={job.name}-0.{job.name}" in script
     assert f"python -m steps.readiness.jobs publish {job.name}" in script
+    certify.release_certification(plan.run.name, plan.run.uid)
     with pytest.raises(InputError, match="group jobs need an image"):
         settings_for(certify.plan_certification(launcher="job"))
 
