@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from steps.cluster import connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
@@ -17,6 +18,7 @@ from steps.readiness.jobs import render_group_job, run_sweep_job, settings_for
 from steps.readiness.models import Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import OutcomeStore, RunRef
+from tests.paths import REPO
 
 LOGS = Path(__file__).parent / "logs"
 LOCAL_RECIPE = {
@@ -77,7 +79,9 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
         certify.load_plan(plan.run)
 
 
-def test_the_default_selection_leaves_nodes_without_gpus_alone(kubeconfig: Path, k8s_emulator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_default_selection_leaves_nodes_without_gpus_alone(
+    kubeconfig: Path, k8s_emulator, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     """A real cluster mixes GPU nodes with CPU system nodes; certifying "every node" means every GPU node."""
     k8s_emulator.seed(load_fleet("sim:nodes=2,gpu=h100").manifests())
     k8s_emulator.seed(load_fleet("sim:nodes=1,gpu=h100,gpus=0,prefix=system-").manifests())
@@ -119,7 +123,7 @@ def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None: 
         }
     )
     certify.plan_certification(workflow_name="dsx-certify-old", workflow_uid=workflow["metadata"]["uid"])
-    with pytest.raises(InputError, match="held by dsx-certify/.*/dsx-certify-old/"):
+    with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-certify-old/"):
         certify.plan_certification()  # the old run's Workflow still exists: it may be running
     port.delete_object("argoproj.io/v1alpha1", "Workflow", "dsx-certify-old", port.namespace)
     plan = certify.plan_certification()  # it was deleted: its Leases are stale, taken over
@@ -378,3 +382,29 @@ def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path)
     configmap = port.get_object("v1", "ConfigMap", name, "gpu-ops")
     assert configmap is not None and configmap["metadata"]["ownerReferences"][0]["uid"] == run.uid
     assert store.delete() == 1 and store.sweeps("node") == []
+
+
+def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Argo keeps a Workflow in one etcd object (1 MiB): no step input may grow with the fleet."""
+    monkeypatch.setenv("DSX_CLUSTER", "sim:nodes=3000,gpu=h100,racks=200")
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
+    plan = certify.plan_certification(launcher="job", image="registry.example/dsx-gpu:1")
+    params = {p.name: p.read_text() for p in (tmp_path / "params").iterdir()}
+    assert len(params["run"]) < 200  # what every check, the smoke run and the report receive
+    assert len(json.loads(params["nodes"])) == 3000 and len(params["nodes"]) < 64 * 1024
+    assert len(json.loads(params["groups"])) == 200 and params["whole"] == "all"
+    stored = OutcomeStore(connect(), plan.run)  # a fresh fleet: the store is per process here
+    assert stored.run == plan.run
+    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    (dag,) = [t["dag"] for t in doc["spec"]["templates"] if t["name"] == "certify"]
+    fleet_sized = {"{{tasks.plan.outputs.parameters.nodes}}", "{{tasks.plan.outputs.parameters.groups}}"}
+    for task in dag["tasks"]:
+        values = [p["value"] for p in (task.get("arguments") or {}).get("parameters") or []]
+        assert not fleet_sized & set(values), f"{task['name']} takes a list of the whole fleet as an input"
+        assert task["name"] == "plan" or all(
+            v in ("{{item}}", "{{tasks.plan.outputs.parameters.run}}")
+            or v.startswith("{{tasks.plan.outputs.parameters.")
+            or v in ("{{tasks.resolve.outputs.result}}", "{{tasks.report.outputs.result}}")
+            or v == "training"
+            for v in values
+        ), task["name"]

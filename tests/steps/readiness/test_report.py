@@ -95,10 +95,27 @@ def _smoke() -> SmokeOutcome:
     )
 
 
-def test_a_failing_group_with_no_node_named_fails_its_members() -> None:
+def test_a_group_that_fails_together_leaves_its_members_pending_not_failed() -> None:
+    """Which member slows the group is not known (bisection finds it): no member is failed blindly."""
     verdict = Verdict(subject=RACK, test="allreduce-busbw@1GiB", status="fail", message="slow group")
-    nodes = {n.name: n.status for n in node_results(["node-1", "node-9"], [verdict])}
-    assert nodes == {"node-1": "failed", "node-2": "failed", "node-3": "failed", "node-9": "passed"}
+    results = node_results(["node-1", "node-9"], [verdict])
+    nodes = {n.name: n.status for n in results}
+    assert nodes == {"node-1": "pending", "node-2": "pending", "node-3": "pending", "node-9": "passed"}
+    assert results[0].reasons == ["member of group rack-a: allreduce-busbw@1GiB fail: slow group"]
+    # A verdict that names the node still fails it, whatever else it is a member of.
+    named = Verdict(subject=RACK, test="allreduce-straggler", status="fail", node="node-2", message="slow")
+    nodes = {n.name: n.status for n in node_results([], [verdict, named])}
+    assert nodes == {"node-1": "pending", "node-2": "failed", "node-3": "pending"}
+
+
+def test_a_group_test_that_could_not_be_scheduled_says_nothing_of_its_nodes() -> None:
+    unscheduled = Verdict(
+        subject=RACK, test="allreduce-sweep", status="unschedulable", message="2 pods Pending"
+    )
+    node = Subject(kind="node", name="node-9", members=["node-9"])
+    alone = Verdict(subject=node, test="allreduce-sweep", status="unschedulable", message="pod Pending")
+    nodes = {n.name: n.status for n in node_results([], [unscheduled, alone])}
+    assert nodes == {"node-1": "pending", "node-2": "pending", "node-3": "pending", "node-9": "pending"}
 
 
 def test_the_report_names_the_faulty_node_and_writes_json_markdown_and_plots(tmp_path: Path) -> None:
