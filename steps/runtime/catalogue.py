@@ -93,6 +93,15 @@ class ComponentRef(_Strict):
     manifests: list[str] | None = None
 
 
+class _Fabric(_Strict):
+    """How rank pods reach the fabric: a rank pod profile (readiness checks its fields) and, for every
+    setting, the documentation it follows."""
+
+    rankPod: dict[str, Any] | None = Field(default_factory=dict)
+    sources: dict[str, str] | None = Field(default_factory=dict)
+    """``null`` takes out what an earlier overlay set, as anywhere else in a merged mapping."""
+
+
 class _RecipeSpec(_Strict):
     base: str | None = None
     abstract: bool = False
@@ -101,6 +110,7 @@ class _RecipeSpec(_Strict):
     constraints: dict[str, Any] = Field(default_factory=dict)
     thresholds: dict[str, Any] = Field(default_factory=dict)
     scheduling: dict[str, Any] = Field(default_factory=dict)
+    fabric: _Fabric | None = None
 
 
 class _Recipe(_Strict):
@@ -125,6 +135,7 @@ class Overlay(BaseModel):
     constraints: dict[str, Any]
     thresholds: dict[str, Any]
     scheduling: dict[str, Any]
+    fabric: dict[str, Any]
     lines: dict[str, int]
 
     def where(self, *path: Any) -> str:
@@ -258,6 +269,7 @@ def _load_overlay(path: Path, shown: str, components: dict[str, ComponentSpec]) 
         constraints=recipe.spec.constraints,
         thresholds=recipe.spec.thresholds,
         scheduling=recipe.spec.scheduling,
+        fabric=recipe.spec.fabric.model_dump(exclude_unset=True) if recipe.spec.fabric else {},
         lines=lines,
     )
 

@@ -1,7 +1,8 @@
 """Merge rules of overlays, with provenance: which overlay set each value.
 
-- mappings (``values``, ``images``, ``constraints``, ``thresholds``, ``scheduling``) are deep-merged:
-  keys merge recursively, a later scalar or list replaces an earlier one, ``null`` deletes the key;
+- mappings (``values``, ``images``, ``constraints``, ``thresholds``, ``scheduling``, ``fabric``) are
+  deep-merged: keys merge recursively, a later scalar or list replaces an earlier one, ``null`` deletes
+  the key;
 - ``dependsOn`` is replaced as a whole;
 - ``manifests`` lists are added, without duplicates, in first-seen order;
 - ``version``, ``namespace`` and ``enabled`` are replaced.

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import InputError
 from steps.runtime.catalogue import Catalogue, ComponentRef, Overlay
@@ -102,6 +102,9 @@ class RecipeResult(BaseModel):
     tiers: list[list[str]]
     constraints: dict[str, Any]
     thresholds: dict[str, Any]
+    fabric: dict[str, Any] = Field(default_factory=dict)
+    """How rank pods reach the fabric: ``rankPod`` (a rank pod profile) and ``sources`` (the documentation
+    behind each setting); empty where the cluster has no fabric to ask for."""
     provenance: dict[str, str]
     digest: str = ""
 
@@ -339,6 +342,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
     constraints: dict[str, Any] = {}
     thresholds: dict[str, Any] = {}
     scheduling: dict[str, Any] = {}
+    fabric: dict[str, Any] = {}
     for overlay in overlays:
         for ref in overlay.componentRefs:
             state = states.get(ref.name)
@@ -349,6 +353,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
         deep_merge(constraints, overlay.constraints, overlay.name, provenance, "constraints")
         deep_merge(thresholds, overlay.thresholds, overlay.name, provenance, "thresholds")
         deep_merge(scheduling, overlay.scheduling, overlay.name, provenance, "scheduling")
+        deep_merge(fabric, overlay.fabric, overlay.name, provenance, "fabric")
     _apply_scheduling(catalogue, states, scheduling, provenance, rank)
 
     enabled = {name: state for name, state in states.items() if state.enabled}
@@ -386,7 +391,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
                 nodeFacts=dict(spec.nodeFacts),
             )
         )
-    kept = {*enabled, "constraints", "thresholds", "scheduling"}
+    kept = {*enabled, "constraints", "thresholds", "scheduling", "fabric"}
     result = RecipeResult(
         criteria=query.as_dict(),
         appliedOverlays=[
@@ -403,6 +408,7 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
         tiers=tiers,
         constraints=constraints,
         thresholds=thresholds,
+        fabric=fabric,
         provenance={k: v for k, v in sorted(provenance.items()) if k.split(".", 1)[0] in kept},
     )
     result.digest = compute_digest(result)

@@ -32,12 +32,14 @@ __all__ = [
 
 class RecipeSummary(BaseModel):
     """What ``resolve_recipe`` returns: the digest, the order, the pinned versions, and the recipe's
-    criteria, constraints and thresholds (what readiness judges against)."""
+    criteria, constraints, thresholds (what readiness judges against) and fabric (what its rank pods ask
+    for to reach the fabric)."""
 
     digest: str
     criteria: dict[str, Any]
     constraints: dict[str, Any]
     thresholds: dict[str, Any]
+    fabric: dict[str, Any]
     appliedOverlays: list[str]
     deploymentOrder: list[str]
     tiers: list[list[str]]
@@ -115,6 +117,7 @@ def resolve_recipe(
         criteria=result.criteria,
         constraints=result.constraints,
         thresholds=result.thresholds,
+        fabric=result.fabric,
         appliedOverlays=[o.name for o in result.appliedOverlays],
         deploymentOrder=result.deploymentOrder,
         tiers=result.tiers,

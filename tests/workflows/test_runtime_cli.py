@@ -83,7 +83,7 @@ def test_drift_names_the_node_on_an_older_driver_and_exits_1(tmp_path: Path) -> 
     assert conforming.returncode == 0, conforming.stdout + conforming.stderr
     report = json.loads(conforming.stdout)
     assert not report["drifted"] and report["findings"] == []
-    assert report["checked"]["gpuNodes"] == 8 and report["checked"]["components"] == 7
+    assert report["checked"]["gpuNodes"] == 8 and report["checked"]["components"] == 8  # EFA plugin too
 
     older = f"sim:{FLEET},faults=node-03:driver=570.124.06"
     run = _dsx("drift", "--cluster", older, *CRITERIA, "-o", "json", cwd=tmp_path)

@@ -66,6 +66,7 @@ def test_eks_h100_training_pins_versions_and_orders_dependencies(catalogue: Cata
         "h100",
         "training",
         "ubuntu",
+        "efa-fabric",
         "eks-h100",
     ]
     position = {name: index for index, name in enumerate(result.deploymentOrder)}
@@ -131,3 +132,84 @@ def test_gb200_brings_the_dra_driver_and_newer_kubernetes(catalogue: Catalogue) 
     assert result.constraints["gpu"]["countPerNode"] == 4
     assert result.component("gpu-operator").dependsOn == ["kube-prometheus-stack", "network-operator"]
     assert [o.name for o in result.appliedOverlays][:3] == ["base", "rdma-fabric", "bare-metal"]
+
+
+EFA = "vpc.amazonaws.com/efa"
+
+
+def test_eks_on_efa_instances_deploys_the_efa_device_plugin_and_asks_for_efa(catalogue: Catalogue) -> None:
+    result = resolve(catalogue, _query(service="eks", accelerator="h100", os="ubuntu", intent="training"))
+    plugin = result.component("aws-efa-k8s-device-plugin")
+    assert (plugin.repository, plugin.chart, plugin.version, plugin.namespace) == (
+        "https://aws.github.io/eks-charts",
+        "aws-efa-k8s-device-plugin",
+        "v0.5.30",
+        "kube-system",
+    )
+    assert plugin.dependsOn == ["gpu-operator"]
+    assert result.component("gpu-operator").tier < plugin.tier
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in plugin.values[
+        "tolerations"
+    ]
+    rank_pod = result.fabric["rankPod"]
+    assert rank_pod["resources"] == {EFA: "32"}  # p5.48xlarge: 32 EFA interfaces
+    assert {e["name"]: e["value"] for e in rank_pod["env"]} == {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+    }
+    assert result.provenance[f"fabric.rankPod.resources.{EFA}"] == "eks-h100"
+    assert result.provenance["fabric.rankPod.env"] == "efa-fabric"
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "count"), [("a100", "4"), ("h100", "32"), ("h200", "32"), ("b200", "8")]
+)
+def test_the_efa_count_follows_the_instance_of_each_accelerator(
+    catalogue: Catalogue, accelerator: str, count: str
+) -> None:
+    result = resolve(catalogue, _query(service="eks", accelerator=accelerator))
+    assert "aws-efa-k8s-device-plugin" in result.deploymentOrder
+    assert result.fabric["rankPod"]["resources"] == {EFA: count}
+
+
+@pytest.mark.parametrize(
+    "criteria",
+    [
+        {"service": "gke", "accelerator": "h100"},
+        {"service": "eks", "accelerator": "cpu"},
+        {"service": "eks", "accelerator": "gb200"},
+        {"service": "local", "accelerator": "cpu", "intent": "training"},
+    ],
+)
+def test_recipes_without_efa_neither_deploy_the_plugin_nor_ask_for_efa(
+    catalogue: Catalogue, criteria: dict[str, str]
+) -> None:
+    result = resolve(catalogue, _query(**criteria))
+    assert "aws-efa-k8s-device-plugin" not in result.deploymentOrder
+    assert EFA not in (result.fabric.get("rankPod") or {}).get("resources", {})
+
+
+def test_rdma_fabrics_ask_for_the_network_operators_rdma_device(catalogue: Catalogue) -> None:
+    for service in ("bare-metal", "aks", "oke"):
+        result = resolve(catalogue, _query(service=service, accelerator="h100"))
+        rank_pod = result.fabric["rankPod"]
+        assert rank_pod["resources"] == {"rdma/rdma_shared_device_a": "1"}, service
+        assert rank_pod["capabilities"] == ["IPC_LOCK"], service
+        assert "aws-efa-k8s-device-plugin" not in result.deploymentOrder
+    assert resolve(catalogue, _query(service="gke", accelerator="h100")).fabric == {}
+
+
+def test_every_fabric_setting_names_its_source(catalogue: Catalogue) -> None:
+    seen = 0
+    for service, accelerator in itertools.product(ALLOWED["service"], ALLOWED["accelerator"]):
+        fabric = resolve(catalogue, _query(service=service, accelerator=accelerator)).fabric
+        rank_pod, sources = fabric.get("rankPod") or {}, fabric.get("sources") or {}
+        settings = [f"resources.{name}" for name in rank_pod.get("resources", {})]
+        settings += [f"env.{item['name']}" for item in rank_pod.get("env", [])]
+        settings += [f"capabilities.{name}" for name in rank_pod.get("capabilities", [])]
+        settings += [key for key in rank_pod if key not in ("resources", "env", "capabilities")]
+        for setting in settings:
+            seen += 1
+            assert sources.get(setting, "").strip(), f"{service}/{accelerator}: {setting} cites no source"
+            assert all(key.split(".count")[0] in settings for key in sources), f"{service}/{accelerator}"
+    assert seen > 0

@@ -201,6 +201,11 @@ def test_dependency_errors_name_the_file_and_the_cycle(tmp_path: Path) -> None:
             "apiVersion: dsx.dev/v1alpha1\nkind: Recipe\nmetadata: {name: bad}\nmetadata: {name: again}\n",
             r"bad\.yaml:4: duplicate key 'metadata'",
         ),
+        (
+            "apiVersion: dsx.dev/v1alpha1\nkind: Recipe\nmetadata: {name: bad}\nspec:\n"
+            "  fabric:\n    rankPods: {}\n",
+            r"bad\.yaml:6: spec\.fabric\.rankPods: Extra inputs are not permitted",
+        ),
     ],
 )
 def test_bad_overlays_are_reported_with_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
@@ -262,3 +267,32 @@ def test_scheduling_abstract_overlays_and_disabling(tmp_path: Path) -> None:
     assert a["controller"]["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
     assert "gpu" not in metal.deploymentOrder
     assert metal.provenance["a.values.controller.tolerations"] == "fabric (scheduling.system.tolerations)"
+
+
+def test_fabric_merges_like_thresholds_and_records_its_overlays(tmp_path: Path) -> None:
+    root = write_catalogue(
+        tmp_path,
+        {"a": component()},
+        [
+            overlay(
+                "base",
+                componentRefs=[{"name": "a"}],
+                fabric={"rankPod": {"env": [{"name": "X", "value": "1"}]}, "sources": {"env.X": "doc"}},
+            ),
+            overlay(
+                "eks",
+                {"service": "eks"},
+                fabric={"rankPod": {"resources": {"vpc.amazonaws.com/efa": "4"}}, "sources": {"r": "doc2"}},
+            ),
+            overlay("gke", {"service": "gke"}, fabric={"rankPod": None, "sources": None}),
+        ],
+    )
+    eks = _resolve(root, service="eks")
+    assert eks.fabric == {
+        "rankPod": {"env": [{"name": "X", "value": "1"}], "resources": {"vpc.amazonaws.com/efa": "4"}},
+        "sources": {"env.X": "doc", "r": "doc2"},
+    }
+    assert eks.provenance["fabric.rankPod.env"] == "base"
+    assert eks.provenance["fabric.rankPod.resources.vpc.amazonaws.com/efa"] == "eks"
+    assert _resolve(root, service="gke").fabric == {}  # null takes an earlier overlay's fabric out
+    assert _resolve(root, service="local").digest != eks.digest
