@@ -214,6 +214,24 @@ def _accelerator(nodes: list[Node]) -> str:
     return found.pop()
 
 
+#: Node label prefixes each managed Kubernetes service puts on its nodes, to the recipe's service names.
+SERVICE_LABELS: tuple[tuple[str, str], ...] = (
+    ("eks.amazonaws.com/", "eks"),
+    ("cloud.google.com/gke-", "gke"),
+    ("kubernetes.azure.com/", "aks"),
+)
+
+
+def _service(nodes: list[Node]) -> str:
+    """The managed service the nodes run on, from the labels it puts on them; ``any`` when unknown or
+    mixed. It selects the recipe's fabric (EFA on EKS...), so rank pods ask for the right devices."""
+    found = {
+        next((name for prefix, name in SERVICE_LABELS if any(k.startswith(prefix) for k in n.labels)), "any")
+        for n in nodes
+    }
+    return found.pop() if len(found) == 1 else "any"
+
+
 def _os(nodes: list[Node]) -> str:
     images = {n.node_info.os_image.lower() for n in nodes}
     if images and all("ubuntu" in i for i in images):
@@ -389,7 +407,7 @@ def plan_certification(
         default_min, default_max = "64KiB", "4MiB"
     else:
         accelerator = _accelerator(ready) if options.accelerator == "auto" else options.accelerator
-        service = "any" if options.service == "auto" else options.service
+        service = _service(ready) if options.service == "auto" else options.service
         gpus = min(n.gpu_count for n in ready)
         default_min, default_max = "1MiB", "8GiB"
     os_name = _os(ready) if options.os == "auto" else options.os

@@ -81,7 +81,7 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
 
 def test_the_default_selection_leaves_nodes_without_gpus_alone(
     kubeconfig: Path, k8s_emulator, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+) -> None:  # type: ignore[no-untyped-def]
     """A real cluster mixes GPU nodes with CPU system nodes; certifying "every node" means every GPU node."""
     k8s_emulator.seed(load_fleet("sim:nodes=2,gpu=h100").manifests())
     k8s_emulator.seed(load_fleet("sim:nodes=1,gpu=h100,gpus=0,prefix=system-").manifests())
@@ -92,10 +92,19 @@ def test_the_default_selection_leaves_nodes_without_gpus_alone(
     plan = certify.plan_certification(launcher="job")
     assert plan.nodes == ["node-00", "node-01"] and plan.ignored == ["system-00"]
     assert plan.gpus_per_node == 8 and plan.criteria["accelerator"] == "h100"
+    assert plan.criteria["service"] == "any"  # no managed service's labels on these nodes
     system = connect().get_node("system-00")
     assert vocab.LABEL_CERTIFICATION not in system.labels
     with pytest.raises(InputError, match="matches no managed node with GPUs"):
         certify.plan_certification(selector="kubernetes.io/hostname=system-00", launcher="job")
+
+
+def test_the_service_is_read_from_the_labels_eks_puts_on_its_nodes(fleet) -> None:  # type: ignore[no-untyped-def]
+    """auto picks the recipe of the managed service, and with it the fabric its rank pods must ask for."""
+    fleet("sim:nodes=2,gpu=h100")
+    for name in ("node-00", "node-01"):
+        connect().set_labels(name, {"eks.amazonaws.com/nodegroup": "p5-train"})
+    assert certify.plan_certification(launcher="job", image="r/dsx-gpu:1").criteria["service"] == "eks"
 
 
 def test_two_certifications_of_one_node_exclude_each_other(fleet) -> None:  # type: ignore[no-untyped-def]
