@@ -156,6 +156,7 @@ def test_eks_on_efa_instances_deploys_the_efa_device_plugin_and_asks_for_efa(cat
     assert {e["name"]: e["value"] for e in rank_pod["env"]} == {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
+        "NCCL_NET_PLUGIN": "/opt/dsx-efa/lib/libnccl-net-ofi.so",  # where the GPU image puts aws-ofi-nccl
     }
     assert result.provenance[f"fabric.rankPod.resources.{EFA}"] == "eks-h100"
     assert result.provenance["fabric.rankPod.env"] == "efa-fabric"
