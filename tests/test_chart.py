@@ -12,6 +12,7 @@ import pytest
 import yaml
 from hera.workflows import DAG, Artifact, CronWorkflow
 
+from steps.cluster import connect
 from tests.paths import CHART, helm_binary, shared_path
 from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
@@ -380,11 +381,12 @@ def test_recipe_and_drift_give_their_results_without_artifacts(tmp_path: Path) -
     workflow = {"apiVersion": cron["apiVersion"], "kind": "Workflow", "metadata": {"name": "drift-run"}}
     workflow["spec"] = cron["spec"]["workflowSpec"]
     fleet = "sim:nodes=2,gpu=h100,faults=node-01:driver=570.124.06"
-    drift = run(
-        workflow, (), {**criteria, "scope": "nodes"}, RunOptions(out_dir=tmp_path / "d", cluster=fleet)
-    )
+    out = tmp_path / "drift"
+    drift = run(workflow, (), {**criteria, "scope": "nodes"}, RunOptions(out_dir=out, cluster=fleet))
     assert drift.phase == "Failed"
-    assert "nodes node-01" in drift.node("gate").message or "node-01" in drift.message
+    assert drift.node("gate").message.endswith("1 critical, 0 warning; nodes node-01")
+    labels = {n.name: n.labels.get("dsx.dev/drift") for n in connect(f"state:{out}/fleet.json").list_nodes()}
+    assert labels == {"node-00": None, "node-01": "true"}
 
 
 # ------------------------------------------------------------------ values applied to the compiled files
