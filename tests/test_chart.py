@@ -1,5 +1,7 @@
-"""The Helm chart installs every compiled file, applying image, namespace and service account values."""
+"""The Helm chart: every compiled file installed with the chart's values applied, and the RBAC, pod security,
+retries, garbage collection and artifacts a real cluster needs. Rendered with real helm."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -8,81 +10,438 @@ from typing import Any
 
 import pytest
 import yaml
+from hera.workflows import DAG, Artifact, CronWorkflow
 
+from steps.cluster import connect
 from tests.paths import CHART, helm_binary, shared_path
+from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
+from workflows.runner import RunOptions, run
+from workflows.templates._base import (
+    DEFAULT_IMAGE,
+    OUTPUT_DIR,
+    param,
+    rank_env,
+    step,
+    workflow_spec,
+    workflow_template,
+)
+
+WORKFLOW_KINDS = ("WorkflowTemplate", "CronWorkflow", "Workflow")
+ACCOUNTS = {
+    "dsx-certify": "dsx-certify",
+    "dsx-recipe": "dsx-recipe",
+    "dsx-bundle": "dsx-bundle",
+    "dsx-drift": "dsx-drift",
+}
 
 
 def _run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
 
 
-@pytest.fixture
-def chart_with_demo(tmp_path: Path) -> Path:
-    """A copy of the chart whose files/ holds the fixture workflow only."""
-    chart = tmp_path / "dsx"
-    shutil.copytree(CHART, chart)
-    for old in (chart / "files").glob("*.yaml"):
-        old.unlink()
-    compiler.write(compiler.compile_objects(["tests.workflows.fixtures.demo_templates"]), chart / "files")
-    return chart
-
-
 def _docs(rendered: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(rendered) if d]
 
 
-def test_helm_lint_passes_on_the_chart() -> None:
-    result = _run([helm_binary(), "lint", str(CHART)])
-    assert result.returncode == 0, result.stdout + result.stderr
+def _template(chart: Path, *values: str, release: str = "dsx", namespace: str = "gpu-ops") -> str:
+    """``helm template`` of ``chart`` with ``--set`` ``values``; the rendered text."""
+    cmd = [helm_binary(), "template", release, str(chart), "--namespace", namespace]
+    for value in values:
+        cmd += ["--set", value]
+    rendered = _run(cmd)
+    assert rendered.returncode == 0, rendered.stderr
+    return rendered.stdout
 
 
-def test_helm_template_of_the_chart_passes_validate_manifests() -> None:
+def _render(chart: Path, *values: str, release: str = "dsx") -> list[dict[str, Any]]:
+    return _docs(_template(chart, *values, release=release))
+
+
+def _validate(rendered: str) -> None:
     tool = shared_path("tools", "validate-manifests")
+    checked = _run([sys.executable, str(tool), "-"], stdin=rendered)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = doc["spec"]
+    return spec["workflowSpec"] if doc["kind"] == "CronWorkflow" else spec
+
+
+def _workflows(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] in WORKFLOW_KINDS}
+
+
+def _pod_templates(doc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(template, container) of every template that runs a pod."""
+    found = []
+    for template in _spec(doc)["templates"]:
+        for kind in ("script", "container"):
+            if kind in template:
+                found.append((template, template[kind]))
+    return found
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def _of(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _granted(docs: list[dict[str, Any]], account: str) -> list[tuple[str, str, str, str]]:
+    """Every (namespace or '*', api group, resource, verb) the bindings give ``account``."""
+    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in docs}
+    grants = []
+    for binding in _of(docs, "RoleBinding") + _of(docs, "ClusterRoleBinding"):
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account for s in binding["subjects"]):
+            continue
+        namespace = binding["metadata"].get("namespace", "*")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], "" if ref["kind"] == "ClusterRole" else namespace, ref["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants.append((namespace, group, resource, verb))
+    return sorted(grants)
+
+
+# ------------------------------------------------------------------ a chart with fixture workflows
+
+
+def _fixture_objects() -> list[Any]:
+    """A WorkflowTemplate whose step launches rank pods, and a dsx-drift CronWorkflow, built like dsx's."""
+    launch = step(
+        greet,
+        name="launch",
+        timeout="1m",
+        retries=2,
+        env={"DSX_IMAGE": DEFAULT_IMAGE, **rank_env()},
+        outputs=[Artifact(name="evidence", path=OUTPUT_DIR)],
+    )
+    with (
+        workflow_template(
+            "dsx-certify", "Fixture.", "main", [param("nodes", "Nodes.", '["n"]'), param("word", "W.", "hi")]
+        ) as wt,
+        DAG(name="main"),
+    ):
+        launch(
+            name="launch",
+            arguments={"nodes": "{{workflow.parameters.nodes}}", "word": "{{workflow.parameters.word}}"},
+        )
+    drift = step(greet, name="drift", env={"DSX_HELM_NAMESPACES": ""})
+    with (
+        CronWorkflow(
+            name="dsx-drift",
+            schedules=["0 6 * * *"],
+            entrypoint="main",
+            annotations={"workflows.argoproj.io/description": "Fixture."},
+            arguments=[param("nodes", "Nodes.", '["n"]'), param("word", "W.", "hi")],
+            **workflow_spec("dsx-drift"),
+        ) as cron,
+        DAG(name="main"),
+    ):
+        drift(
+            name="drift",
+            arguments={"nodes": "{{workflow.parameters.nodes}}", "word": "{{workflow.parameters.word}}"},
+        )
+    return [wt, cron]
+
+
+@pytest.fixture
+def fixture_chart(tmp_path: Path) -> Path:
+    """A copy of the chart whose files/ holds the fixture workflows only."""
+    chart = tmp_path / "dsx"
+    shutil.copytree(CHART, chart)
+    for old in (chart / "files").glob("*.yaml"):
+        old.unlink()
+    compiler.write([compiler.render(obj, "tests.test_chart") for obj in _fixture_objects()], chart / "files")
+    return chart
+
+
+# ------------------------------------------------------------------ lint and schema
+
+
+def test_helm_lint_passes_on_the_chart() -> None:
+    for values in ([], ["drift.helmNamespaces={gpu-operator}", "artifacts.enabled=true"]):
+        sets = [a for v in values for a in ("--set", v)]
+        result = _run([helm_binary(), "lint", str(CHART), *sets])
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["artifacts.enabled=true", "artifacts.repositoryRef.configMap=artifacts", "imagePullSecrets={reg}"],
+        ["drift.allNamespaces=true", "rankPods.hostNetwork=true", "rankPods.capabilities={IPC_LOCK}"],
+    ],
+    ids=["defaults", "artifacts-and-pull-secrets", "all-namespaces"],
+)
+def test_helm_template_of_the_chart_passes_validate_manifests(values: list[str]) -> None:
     if not list((CHART / "files").glob("*.yaml")):
         pytest.skip("no compiled dsx workflow yet")
-    rendered = _run([helm_binary(), "template", "dsx", str(CHART)])
-    assert rendered.returncode == 0, rendered.stderr
-    checked = _run([sys.executable, str(tool), "-"], stdin=rendered.stdout)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    _validate(_template(CHART, *values))
 
 
-def test_chart_applies_values_and_keeps_argo_expressions(chart_with_demo: Path) -> None:
-    rendered = _run(
-        [
-            helm_binary(),
-            "template",
-            "rel",
-            str(chart_with_demo),
-            "--namespace",
-            "gpu-ops",
-            "--set",
-            "image.repository=registry.example/dsx",
-            "--set",
-            "image.tag=1.2.3",
-            "--set",
-            "serviceAccount.name=certifier",
-        ]
+# ------------------------------------------------------------------ service accounts and RBAC
+
+
+def test_each_workflow_runs_as_its_own_service_account() -> None:
+    docs = _render(CHART)
+    workflows = _workflows(docs)
+    assert {name: _spec(doc)["serviceAccountName"] for name, doc in workflows.items()} == ACCOUNTS
+    assert sorted(d["metadata"]["name"] for d in _of(docs, "ServiceAccount")) == sorted(
+        [*ACCOUNTS.values(), "dsx-ranks"]
     )
-    assert rendered.returncode == 0, rendered.stderr
-    docs = _docs(rendered.stdout)
-    (wt,) = [d for d in docs if d["kind"] == "WorkflowTemplate"]
+    renamed = _render(CHART, "serviceAccounts.names.certify=certifier", "serviceAccounts.names.ranks=ranker")
+    assert _spec(_workflows(renamed)["dsx-certify"])["serviceAccountName"] == "certifier"
+    assert _granted(renamed, "certifier") == _granted(docs, "dsx-certify")
+    assert _granted(renamed, "ranker") == _granted(docs, "dsx-ranks")
+    assert "ServiceAccount" not in {d["kind"] for d in _render(CHART, "serviceAccounts.create=false")}
+
+
+def test_every_account_gets_only_what_its_steps_call() -> None:
+    docs = _render(CHART)
+    executor = ("gpu-ops", "argoproj.io", "workflowtaskresults")
+    for account in ACCOUNTS.values():
+        assert {g[3] for g in _granted(docs, account) if g[:3] == executor} == {"create", "patch"}
+    assert [g for g in _granted(docs, "dsx-recipe") if g[:3] != executor] == []
+    assert [g for g in _granted(docs, "dsx-bundle") if g[:3] != executor] == []
+    assert _granted(docs, "dsx-ranks") == [
+        ("gpu-ops", "", "configmaps", "create"),
+        ("gpu-ops", "", "configmaps", "get"),
+        ("gpu-ops", "", "configmaps", "update"),
+    ]
+    certify = _granted(docs, "dsx-certify")
+    assert {(g[0], g[2], g[3]) for g in certify if g[2] == "nodes"} == {
+        ("*", "nodes", "get"),
+        ("*", "nodes", "list"),
+        ("*", "nodes", "patch"),
+    }
+    # Node Events are accepted only in namespace default; nothing else of certify's is there.
+    assert [g for g in certify if g[0] == "default"] == [("default", "", "events", "create")]
+    assert ("gpu-ops", "argoproj.io", "workflows", "get") in certify
+    assert {g[2] for g in certify if g[0] == "gpu-ops" and g[3] == "create"} >= {
+        "jobs",
+        "services",
+        "configmaps",
+    }
+    assert not [g for g in certify if g[0] == "*" and g[2] != "nodes"]
+    everything = [g for account in [*ACCOUNTS.values(), "dsx-ranks"] for g in _granted(docs, account)]
+    assert not [g for g in everything if "*" in g[1:]]
+
+
+def test_no_account_may_read_secrets_unless_a_value_asks() -> None:
+    docs = _render(CHART)
+    for account in [*ACCOUNTS.values(), "dsx-ranks"]:
+        assert not [g for g in _granted(docs, account) if g[2] == "secrets"], account
+    drift = _workflows(docs)["dsx-drift"]
+    assert drift["spec"]["suspend"] is True  # it could read no Helm release
+    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "drift"]
+    assert _env(launch)["DSX_HELM_NAMESPACES"] == ""
+
+    listed = _render(CHART, "drift.helmNamespaces={nvidia-network-operator,gpu-operator}")
+    secrets = [g for g in _granted(listed, "dsx-drift") if g[2] == "secrets"]
+    assert secrets == [
+        ("gpu-operator", "", "secrets", "list"),
+        ("nvidia-network-operator", "", "secrets", "list"),
+    ]
+    workloads = {(g[0], g[2]) for g in _granted(listed, "dsx-drift") if g[1] == "apps"}
+    assert workloads == {
+        (ns, kind) for ns, _, _, _ in secrets for kind in ("daemonsets", "deployments", "statefulsets")
+    }
+    assert not [d for d in _of(listed, "ClusterRole") if any("secrets" in r["resources"] for r in d["rules"])]
+    drift = _workflows(listed)["dsx-drift"]
+    assert "suspend" not in drift["spec"]
+    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "drift"]
+    assert _env(launch)["DSX_HELM_NAMESPACES"] == "gpu-operator,nvidia-network-operator"
+
+    everywhere = _render(CHART, "drift.allNamespaces=true")
+    assert ("*", "", "secrets", "list") in _granted(everywhere, "dsx-drift")
+    (launch,) = [c for t, c in _pod_templates(_workflows(everywhere)["dsx-drift"]) if t["name"] == "drift"]
+    assert _env(launch)["DSX_HELM_NAMESPACES"] == ""
+
+
+def test_rbac_names_are_scoped_to_the_release() -> None:
+    for release in ("dsx", "lab"):
+        docs = _render(CHART, "drift.helmNamespaces={gpu-operator}", release=release)
+        kinds = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+        names = [d["metadata"]["name"] for d in docs if d["kind"] in kinds]
+        assert names and all(n.startswith(f"{release}-dsx-") for n in names), names
+
+
+# ------------------------------------------------------------------ workflow pods
+
+
+def test_every_workflow_pod_meets_pod_security_restricted() -> None:
+    workflows = _workflows(_render(CHART))
+    assert set(workflows) == set(ACCOUNTS)
+    for name, doc in workflows.items():
+        spec = _spec(doc)
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, name
+        assert pod["runAsUser"] == pod["runAsGroup"] == pod["fsGroup"] == 65532, name
+        assert pod["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC", "volumes")), name
+        pods = _pod_templates(doc)
+        assert pods, name
+        for template, container in pods:
+            where = f"{name}/{template['name']}"
+            assert "securityContext" not in template and "podSpecPatch" not in template, where
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context.get("privileged") is not True, where
+            assert "ALL" in context["capabilities"]["drop"], where
+            assert set(context["capabilities"].get("add") or []) <= {"NET_BIND_SERVICE"}, where
+            assert context.get("runAsUser", 65532) != 0 and context.get("runAsNonRoot", True), where
+            assert container["resources"]["requests"].keys() >= {"cpu", "memory"}, where
+            assert "memory" in container["resources"]["limits"], where
+
+
+def test_every_workflow_collects_its_pods_and_itself() -> None:
+    for name, doc in _workflows(_render(CHART)).items():
+        spec = _spec(doc)
+        assert spec["podGC"]["strategy"] in ("OnPodSuccess", "OnPodCompletion"), name
+        assert spec["podGC"]["deleteDelayDuration"], name
+        ttl = spec["ttlStrategy"]
+        assert ttl.get("secondsAfterCompletion") or (
+            ttl["secondsAfterSuccess"] and ttl["secondsAfterFailure"]
+        )
+
+
+def test_retried_steps_retry_infrastructure_errors_only() -> None:
+    retried = 0
+    for name, doc in _workflows(_render(CHART)).items():
+        for template in _spec(doc)["templates"]:
+            strategy = template.get("retryStrategy")
+            if strategy is None:
+                continue
+            retried += 1
+            where = f"{name}/{template['name']}"
+            assert strategy["retryPolicy"] == "OnError", where
+            assert strategy["backoff"]["duration"], where
+    assert retried >= 3
+
+
+def test_image_pull_secrets_reach_every_workflow_and_the_rank_pods(fixture_chart: Path) -> None:
+    assert all("imagePullSecrets" not in _spec(d) for d in _workflows(_render(CHART)).values())
+    docs = _render(CHART, "imagePullSecrets={reg,mirror}")
+    for name, doc in _workflows(docs).items():
+        assert _spec(doc)["imagePullSecrets"] == [{"name": "reg"}, {"name": "mirror"}], name
+    fixture = _render(fixture_chart, "imagePullSecrets={reg}", "rankPods.imagePullSecrets={gpu-reg,reg}")
+    (launch,) = [c for _, c in _pod_templates(_workflows(fixture)["dsx-certify"])]
+    assert json.loads(_env(launch)["DSX_RANK_POD"])["imagePullSecrets"] == ["reg", "gpu-reg"]
+
+
+# ------------------------------------------------------------------ artifacts
+
+
+def test_output_artifacts_are_removed_without_an_artifact_repository() -> None:
+    compiled = [yaml.safe_load(p.read_text()) for p in (CHART / "files").glob("*.yaml")]
+    assert any(t.get("outputs", {}).get("artifacts") for d in compiled for t in _spec(d)["templates"])
+    for name, doc in _workflows(_render(CHART)).items():
+        spec = _spec(doc)
+        assert "artifactRepositoryRef" not in spec, name
+        assert not [t["name"] for t in spec["templates"] if "artifacts" in (t.get("outputs") or {})], name
+        assert all(t.get("outputs") != {} for t in spec["templates"]), name
+
+
+def test_output_artifacts_are_kept_with_the_repository_named() -> None:
+    docs = _render(CHART, "artifacts.enabled=true", "artifacts.repositoryRef.configMap=repos")
+    for name, doc in _workflows(docs).items():
+        assert _spec(doc)["artifactRepositoryRef"] == {"configMap": "repos"}, name
+    kept = {
+        (name, t["name"]): [a["name"] for a in t["outputs"]["artifacts"]]
+        for name, doc in _workflows(docs).items()
+        for t in _spec(doc)["templates"]
+        if "artifacts" in (t.get("outputs") or {})
+    }
+    assert kept[("dsx-recipe", "resolve")] == ["recipe"]
+    assert kept[("dsx-drift", "drift")] == ["drift"]
+    both = _render(CHART, "artifacts.enabled=true", "artifacts.repositoryRef.key=s3")
+    assert _spec(_workflows(both)["dsx-drift"])["artifactRepositoryRef"] == {"key": "s3"}
+    plain = _render(CHART, "artifacts.enabled=true")
+    assert all("artifactRepositoryRef" not in _spec(d) for d in _workflows(plain).values())
+
+
+def test_recipe_and_drift_give_their_results_without_artifacts(tmp_path: Path) -> None:
+    """What the chart installs by default runs, and its user still gets the result, labels and gate."""
+    workflows = _workflows(_render(CHART))
+    criteria = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
+    recipe = run(workflows["dsx-recipe"], (), criteria, RunOptions(out_dir=tmp_path / "recipe"))
+    assert recipe.phase == "Succeeded", recipe.message
+    (output,) = recipe.outputs["parameters"]
+    assert output["name"] == "recipe" and json.loads(output["value"])["digest"].startswith("sha256:")
+
+    cron = workflows["dsx-drift"]
+    workflow = {"apiVersion": cron["apiVersion"], "kind": "Workflow", "metadata": {"name": "drift-run"}}
+    workflow["spec"] = cron["spec"]["workflowSpec"]
+    fleet = "sim:nodes=2,gpu=h100,faults=node-01:driver=570.124.06"
+    out = tmp_path / "drift"
+    drift = run(workflow, (), {**criteria, "scope": "nodes"}, RunOptions(out_dir=out, cluster=fleet))
+    assert drift.phase == "Failed"
+    assert drift.node("gate").message.endswith("1 critical, 0 warning; nodes node-01")
+    labels = {n.name: n.labels.get("dsx.dev/drift") for n in connect(f"state:{out}/fleet.json").list_nodes()}
+    assert labels == {"node-00": None, "node-01": "true"}
+
+
+# ------------------------------------------------------------------ values applied to the compiled files
+
+
+def test_chart_applies_values_and_keeps_argo_expressions(fixture_chart: Path) -> None:
+    docs = _render(
+        fixture_chart,
+        "image.repository=registry.example/dsx",
+        "image.tag=1.2.3",
+        "gpuImage.repository=registry.example/dsx-gpu",
+        "gpuImage.tag=1.2.3-cuda",
+        "serviceAccounts.names.ranks=fabric-ranks",
+        "rankPods.resources.vpc\\.amazonaws\\.com/efa=32",
+        "rankPods.capabilities={IPC_LOCK}",
+        "rankPods.env[0].name=FI_PROVIDER",
+        "rankPods.env[0].value=efa",
+    )
+    wt = _workflows(docs)["dsx-certify"]
     assert wt["metadata"]["namespace"] == "gpu-ops"
-    assert wt["spec"]["serviceAccountName"] == "certifier"
-    greet = next(t for t in wt["spec"]["templates"] if t["name"] == "greet")
-    assert greet["script"]["image"] == "registry.example/dsx:1.2.3"
-    assert greet["script"]["source"] == "{{inputs.parameters}}"
-    assert greet["retryStrategy"]["limit"] == 2
-    task = wt["spec"]["templates"][0]["dag"]["tasks"][0]
+    ((launch_template, launch),) = _pod_templates(wt)
+    assert launch["image"] == "registry.example/dsx:1.2.3"
+    assert launch["source"] == "{{inputs.parameters}}"
+    task = _spec(wt)["templates"][0]["dag"]["tasks"][0]
     assert task["arguments"]["parameters"][0]["value"] == "{{workflow.parameters.nodes}}"
-    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
-    assert sa["metadata"]["name"] == "certifier"
-    (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "dsx-workflow"]
-    assert {
-        "apiGroups": ["argoproj.io"],
-        "resources": ["workflowtaskresults"],
-        "verbs": ["create", "patch"],
-    } in (role["rules"])
-    tool = shared_path("tools", "validate-manifests")
-    checked = _run([sys.executable, str(tool), "-"], stdin=rendered.stdout)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    env = _env(launch)
+    assert env["DSX_IMAGE"] == "registry.example/dsx:1.2.3"
+    assert env["DSX_GPU_IMAGE"] == "registry.example/dsx-gpu:1.2.3-cuda"
+    assert env["DSX_RANK_SERVICE_ACCOUNT"] == "fabric-ranks"
+    profile = json.loads(env["DSX_RANK_POD"])
+    assert profile["resources"] == {"vpc.amazonaws.com/efa": 32}
+    assert profile["capabilities"] == ["IPC_LOCK"] and profile["env"] == [
+        {"name": "FI_PROVIDER", "value": "efa"}
+    ]
+    assert profile["shmSize"] == "16Gi" and profile["hostNetwork"] is False
+    assert launch_template["retryStrategy"]["retryPolicy"] == "OnError"
+    _validate(yaml.safe_dump_all(docs))
+
+
+def test_rank_pod_defaults_follow_the_chart_version(fixture_chart: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    ((_, launch),) = _pod_templates(_workflows(_render(fixture_chart))["dsx-certify"])
+    env = _env(launch)
+    assert env["DSX_GPU_IMAGE"] == f"ghcr.io/dsx-dev/dsx-gpu:{chart['appVersion']}"
+    assert env["DSX_RANK_SERVICE_ACCOUNT"] == "dsx-ranks"
+    assert json.loads(env["DSX_RANK_POD"]) == {
+        "annotations": {},
+        "capabilities": [],
+        "env": [],
+        "hostNetwork": False,
+        "imagePullSecrets": [],
+        "labels": {},
+        "nodeSelector": {},
+        "priorityClassName": "",
+        "resources": {},
+        "shmSize": "16Gi",
+        "tolerations": [],
+    }

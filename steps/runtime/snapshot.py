@@ -4,6 +4,10 @@ Per node: OS image, kernel, kubelet and container runtime versions (``status.nod
 count, driver and CUDA versions from the labels GPU Feature Discovery sets. Per Helm release: chart,
 chart version and status, decoded from the release secrets Helm 3 and 4 keep. Per workload
 (Deployment, DaemonSet, StatefulSet) in a namespace holding a release: its container images.
+
+Release Secrets are read in the namespaces ``DSX_HELM_NAMESPACES`` lists (comma-separated), or in every
+namespace when it is empty or unset. Listing Secrets returns their contents, so in a cluster the drift
+workflow's account may list them only where the chart grants it (``drift.helmNamespaces``).
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import base64
 import binascii
 import gzip
 import json
-from collections.abc import Iterable, Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from steps.cluster.errors import ForbiddenError
 from steps.errors import InputError
 from steps.runtime.yamlio import line_of, load_yaml
 
@@ -31,6 +38,7 @@ __all__ = [
     "Snapshot",
     "WorkloadImage",
     "decode_helm_release",
+    "helm_namespaces",
     "node_snapshot",
     "read_snapshot",
     "take_snapshot",
@@ -49,6 +57,9 @@ GFD_LABELS = {
     "cuda_minor": "nvidia.com/cuda.runtime.minor",
 }
 """GPU Feature Discovery labels read (newer ``*-version.full`` labels first, then the split ones)."""
+
+HELM_NAMESPACES_ENV = "DSX_HELM_NAMESPACES"
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 _WORKLOAD_KINDS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"))
 
@@ -218,17 +229,61 @@ def _images(objects: Iterable[Mapping[str, Any]], kind: str) -> list[WorkloadIma
     return found
 
 
-def take_snapshot(port: ClusterPort, cluster: str = "", selector: str | None = None) -> Snapshot:
+def helm_namespaces(text: str | None = None) -> list[str] | None:
+    """The namespaces whose Helm releases are read: ``text`` (default ``$DSX_HELM_NAMESPACES``) as a
+    sorted list, or ``None`` for every namespace when it is empty.
+
+    Raises:
+        InputError: an entry is not a namespace name.
+    """
+    raw = os.environ.get(HELM_NAMESPACES_ENV, "") if text is None else text
+    names = sorted({part.strip() for part in raw.split(",") if part.strip()})
+    for name in names:
+        if not _NAMESPACE.match(name):
+            raise InputError(f"{HELM_NAMESPACES_ENV}: {name!r} is not a namespace name (e.g. gpu-operator)")
+    return names or None
+
+
+def _release_secrets(port: ClusterPort, namespaces: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The Helm release Secrets of ``namespaces`` (every namespace when ``None``)."""
+    secrets: list[dict[str, Any]] = []
+    for namespace in namespaces if namespaces is not None else [None]:
+        try:
+            secrets.extend(port.list_objects("v1", "Secret", namespace, "owner=helm"))
+        except ForbiddenError as exc:
+            where = f"in namespace {namespace}" if namespace else "in every namespace"
+            raise ForbiddenError(
+                exc.call,
+                exc.target,
+                f"{exc.detail}; reading Helm releases {where} needs list on secrets there: list the "
+                f"namespaces in {HELM_NAMESPACES_ENV} (chart value drift.helmNamespaces) or grant access",
+                exc.status,
+            ) from None
+    return secrets
+
+
+def take_snapshot(
+    port: ClusterPort,
+    cluster: str = "",
+    selector: str | None = None,
+    namespaces: Sequence[str] | None = None,
+) -> Snapshot:
     """Read nodes, Helm releases and workload images through the cluster port.
 
     Args:
         port: a connected cluster.
         cluster: how the snapshot names the cluster (the ``--cluster`` spec).
         selector: label selector restricting the nodes read.
+        namespaces: namespaces whose Helm releases are read; ``None``: those of
+            ``$DSX_HELM_NAMESPACES`` (:func:`helm_namespaces`), every namespace when it is empty.
+
+    Raises:
+        InputError: ``$DSX_HELM_NAMESPACES`` names something that is not a namespace.
+        ForbiddenError: the account may not list release Secrets where they are read.
     """
+    wanted = helm_namespaces() if namespaces is None else helm_namespaces(",".join(namespaces))
     nodes = [node_snapshot(node) for node in port.list_nodes(selector)]
-    secrets = port.list_objects("v1", "Secret", None, "owner=helm")
-    releases = _latest_releases(secrets)
+    releases = _latest_releases(_release_secrets(port, wanted))
     images: list[WorkloadImage] = []
     for namespace in sorted({r.namespace for r in releases}):
         for api_version, kind in _WORKLOAD_KINDS:

@@ -3,13 +3,18 @@
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from hera.workflows import DAG
 
 from steps.errors import InputError
 from tests.paths import CHART, REPO, shared_path
+from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
+from workflows.runner.durations import parse_duration
+from workflows.templates._base import STARTUP_ALLOWANCE, step, workflow_template
 
 DEMO = "tests.workflows.fixtures.demo_templates"
 
@@ -82,8 +87,6 @@ def test_lint_rejects_templates_the_argo_ui_cannot_explain() -> None:
 
 
 def test_step_modules_with_postponed_annotations_are_refused() -> None:
-    from workflows.templates._base import step
-
     namespace: dict[str, object] = {}
     exec("from __future__ import annotations\ndef f(x: int) -> int:\n    return x\n", namespace)
     with pytest.raises(InputError, match="from __future__ import annotations"):
@@ -117,3 +120,53 @@ def test_lint_rejects_two_templates_with_one_name() -> None:
     assert compiler.lint(manifest, "mod") == [
         "mod: WorkflowTemplate dsx-x: two templates are named 'greet' (a task would call the wrong one)"
     ]
+
+
+def _template_of(obj: Any, name: str) -> dict[str, Any]:
+    manifest = compiler.render(obj, "tests").manifest
+    spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+    return next(t for t in spec["templates"] if t["name"] == name)
+
+
+def _wrapped(script: Any) -> Any:
+    with workflow_template("dsx-demo", "A demo.", "main") as wt, DAG(name="main"):
+        script(name="s")
+    return wt
+
+
+def test_a_steps_timeout_bounds_its_work_not_its_wait_for_a_node() -> None:
+    template = _template_of(_wrapped(step(greet, name="gate", timeout="1m")), "gate")
+    # The kubelet counts activeDeadlineSeconds once the pod is on a node; Argo's `timeout` would also
+    # count the wait for a node and (set together) replace the pod's own deadline.
+    assert "timeout" not in template
+    assert template["activeDeadlineSeconds"] == 60 + parse_duration(STARTUP_ALLOWANCE)
+
+    bounded = _template_of(_wrapped(step(greet, name="gate", timeout="1m", pending="30m")), "gate")
+    assert bounded["timeout"] == f"{31 + int(parse_duration(STARTUP_ALLOWANCE)) // 60}m"
+    assert "activeDeadlineSeconds" not in bounded
+    with pytest.raises(InputError, match="step gate: 'pending'"):
+        step(greet, name="gate", pending="30m")
+    with pytest.raises(InputError, match="step gate: timeout: invalid duration"):
+        step(greet, name="gate", timeout="soon")
+
+
+def test_steps_retry_infrastructure_errors_with_a_backoff_and_never_a_failure() -> None:
+    template = _template_of(_wrapped(step(greet, name="s", retries=3)), "s")
+    strategy = template["retryStrategy"]
+    assert strategy["limit"] == 3 and strategy["retryPolicy"] == "OnError"
+    assert parse_duration(strategy["backoff"]["duration"]) > 0 and int(strategy["backoff"]["factor"]) > 1
+    assert "retryStrategy" not in _template_of(_wrapped(step(greet, name="s")), "s")
+
+
+def test_workflows_run_as_their_own_account_with_restricted_pods_and_collected() -> None:
+    spec = compiler.render(_wrapped(step(greet, name="s")), "tests").manifest["spec"]
+    assert spec["serviceAccountName"] == "dsx-demo"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["podGC"] == {"strategy": "OnPodSuccess", "deleteDelayDuration": "10m"}
+    assert spec["ttlStrategy"]["secondsAfterFailure"] >= spec["ttlStrategy"]["secondsAfterSuccess"] > 0
+    container = spec["templates"][1]["script"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert container["resources"]["limits"] == {"memory": "1Gi"}

@@ -73,3 +73,36 @@ def test_drift_workflow_labels_drifted_nodes_and_fails(tmp_path: Path) -> None:
     assert json.loads(stdout.read_text().strip().splitlines()[-1])["labelled"] == report["driftedNodes"]
     (gate,) = (tmp_path / "drift" / "nodes").glob("gate*/stderr.log")
     assert "nodes node-00, node-02" in gate.read_text()
+
+
+def test_every_runtime_steps_result_is_referenced_so_argo_keeps_it() -> None:
+    """Argo records a step's outputs.result only when its parent template references it (the controller's
+    hasOutputResultRef); without an artifact repository the result is what the user gets."""
+    for name, manifest in _compiled().items():
+        spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+        entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
+        text = json.dumps(entry)
+        for task in entry["dag"]["tasks"]:
+            if task["name"] != "gate":
+                assert f"tasks.{task['name']}.outputs.result" in text, f"{name}: {task['name']}"
+
+
+def test_recipe_and_bundle_results_are_the_workflows_outputs(tmp_path: Path) -> None:
+    manifests = _compiled()
+    recipe = run(manifests["dsx-recipe"], (), CRITERIA, RunOptions(out_dir=tmp_path / "recipe"))
+    assert recipe.phase == "Succeeded", recipe.message
+    (output,) = recipe.outputs["parameters"]
+    summary = json.loads(output["value"])
+    assert output["name"] == "recipe" and "gpu-operator" in summary["versions"]
+    bundle = run(manifests["dsx-bundle"], (), CRITERIA, RunOptions(out_dir=tmp_path / "bundle"))
+    assert bundle.phase == "Succeeded", bundle.message
+    (output,) = bundle.outputs["parameters"]
+    assert output["name"] == "bundle" and json.loads(output["value"])["digest"] == summary["digest"]
+
+
+def test_runtime_steps_retry_only_infrastructure_errors() -> None:
+    for name, manifest in _compiled().items():
+        spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+        for template in spec["templates"]:
+            if "retryStrategy" in template:
+                assert template["retryStrategy"]["retryPolicy"] == "OnError", f"{name}: {template['name']}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit
 
 DEFAULT_LOCAL_FLEET = "sim:nodes=4,gpu=h100,racks=2"
 """The cluster of a local run given none: a small simulated fleet of two racks."""
+
+DEFAULT_NAMESPACE = "gpu-ops"
+"""Where the README installs the chart: the namespace ``argo submit`` is told when none is given."""
 
 _WORKFLOW_KINDS = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
 
@@ -99,16 +103,21 @@ def _referenced(docs: list[dict[str, Any]]) -> set[str]:
     return names
 
 
-def _submit_hint(entry: dict[str, Any], params: dict[str, str], file: Path | None) -> str:
+def _submit_hint(
+    entry: dict[str, Any], params: dict[str, str], file: Path | None, namespace: str | None
+) -> str:
+    """The ``argo submit`` command that runs ``entry`` on a cluster, every value quoted for a POSIX shell."""
     name = sorted(_names(entry))[0]
     kind = entry.get("kind")
+    chosen = namespace or os.environ.get("DSX_NAMESPACE") or DEFAULT_NAMESPACE
+    words = ["argo", "submit", "-n", chosen]
     if kind == "Workflow":
-        command = f"argo submit {file or name + '.yaml'}"
+        words.append(str(file or name + ".yaml"))
     else:
-        command = f"argo submit --from {str(kind).lower()}/{name}"
+        words += ["--from", f"{str(kind).lower()}/{name}"]
     for key, value in params.items():
-        command += f" -p {key}={value}"
-    return command
+        words += ["-p", f"{key}={value}"]
+    return shlex.join(words)
 
 
 def register(app: typer.Typer) -> None:
@@ -160,6 +169,14 @@ def register(app: typer.Typer) -> None:
         context: str | None = typer.Option(
             None, "--context", metavar="CONTEXT", help="Kubeconfig context of a real cluster."
         ),
+        namespace: str | None = typer.Option(
+            None,
+            "--namespace",
+            "-n",
+            metavar="NAMESPACE",
+            help="Without --local: the namespace dsx is installed in, for the printed argo submit "
+            f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}).",
+        ),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
         """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
@@ -177,6 +194,7 @@ def register(app: typer.Typer) -> None:
                 kubeconfig,
                 context,
                 output,
+                namespace,
             )
         except DsxError as exc:
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
@@ -197,6 +215,7 @@ def _run(
     kubeconfig: str | None,
     context: str | None,
     output: OutputFormat,
+    namespace: str | None = None,
 ) -> int:
     params = _parameters(parameter)
     if file is not None:
@@ -229,7 +248,7 @@ def _run(
             "command below, or add --local to run it on this machine.",
             err=True,
         )
-        typer.echo(_submit_hint(chosen, params, file))
+        typer.echo(_submit_hint(chosen, params, file, namespace))
         return 2
 
     from workflows import runner

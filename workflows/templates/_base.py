@@ -1,20 +1,75 @@
 """Conventions every dsx workflow definition follows.
 
-Image, namespace and service account are chart values: the compiled YAML carries the defaults below and
+Image, namespace and service accounts are chart values: the compiled YAML carries the defaults below and
 the Helm chart rewrites them from ``values.yaml`` when it installs the files (``charts/dsx/templates``).
 Every WorkflowTemplate explains itself in the Argo UI: a description annotation, a description on every
 parameter and an ``enum`` where the values are fixed.
+
+What Argo does with the fields set here (read in Argo Workflows v4.1's source):
+
+Retries (``retryStrategy.retryPolicy``; ``workflow/controller/operator.go``, ``processNodeRetries``):
+
+- ``Always`` retries a node that ended ``Failed`` or ``Error``.
+- ``OnFailure`` retries ``Failed`` only: the main container exited non-zero. This is the default when a
+  strategy names no policy (``RetryStrategy.RetryPolicyActual``) and it is the wrong way round for dsx: it
+  repeats deterministic failures (an ``InputError``, a 422 from the API server) and never retries what
+  the infrastructure broke.
+- ``OnError`` retries ``Error`` only: the pod was deleted (a drained or lost node: "pod deleted"), Argo's
+  ``init`` or ``wait`` container failed (an artifact that could not be saved), the pod failed before its
+  main container started (``inferFailedReason``), or the controller could not create the pod. A pod
+  that the kubelet evicts for node pressure while its step runs carries the kubelet's message and is
+  ``Failed``, so ``OnError`` does not repeat it; the controller's ``failedPodRestart`` setting restarts
+  pods evicted before their main container ran.
+- ``OnTransientError`` retries either phase when the node's message matches Argo's transient error
+  patterns (timeouts, refused connections, ``TRANSIENT_ERROR_PATTERN``).
+
+dsx steps retry the Kubernetes API themselves (429, 5xx, timeouts: ``steps.cluster.retry``), so a step
+that still fails has failed for a reason a new pod would meet again: :func:`step` retries ``OnError``
+only, with a backoff.
+
+Deadlines (``pkg/apis/workflow/v1alpha1/workflow_types.go``, ``workflow/controller/workflowpod.go``):
+
+- A template's ``timeout`` counts from the node's start: the time the pod waits for a node and pulls
+  its image is included, and the controller fails a node still Pending past it. When it is set, Argo
+  also replaces the pod's ``activeDeadlineSeconds`` with what is left of it when the pod is created
+  (``createWorkflowPod``), so the template's own ``activeDeadlineSeconds`` no longer applies.
+- A template's ``activeDeadlineSeconds`` becomes the pod's: the kubelet counts it from the moment it
+  accepts the pod (``status.startTime``), after scheduling and before pulling the image.
+
+:func:`step` therefore bounds the work with ``activeDeadlineSeconds`` (the work plus
+:data:`STARTUP_ALLOWANCE` for the image pull and Argo's ``init`` container), so a short step cannot fail
+because its pod waited for a node; a step that must also bound that wait passes ``pending``, which sets
+``timeout`` to the sum of the three instead.
+
+Pods (``workflow/controller/workflowpod.go``, ``newExecContainer``): the workflow's ``securityContext``
+becomes the pod's, so ``runAsNonRoot``, the user and group and the seccomp profile reach Argo's ``init``
+and ``wait`` containers too; their container ``securityContext`` is the controller's
+``executor.securityContext`` (none by default), which Pod Security ``restricted`` needs to drop every
+capability and forbid privilege escalation (the README's prerequisites say what to set). The root
+filesystem stays writable: steps write under ``/tmp`` (``$DSX_OUTPUT_DIR``) and Argo mounts no volume
+there for the main container; one would need ``volumes``, which the local runner refuses.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hera.workflows import Parameter, RetryStrategy, Script, WorkflowTemplate
+from hera.workflows import Parameter, Resources, RetryStrategy, Script, WorkflowTemplate
+from hera.workflows.models import (
+    Backoff,
+    Capabilities,
+    PodGC,
+    PodSecurityContext,
+    SeccompProfile,
+    SecurityContext,
+    TTLStrategy,
+)
 
 from steps.errors import InputError
+from workflows.runner.durations import parse_duration
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -22,10 +77,21 @@ __all__ = [
     "GPU_IMAGE",
     "OUTPUT_DIR",
     "PART_OF",
+    "POD_GC",
+    "RANK_POD",
     "RANK_SERVICE_ACCOUNT",
-    "SERVICE_ACCOUNT",
+    "RUN_AS",
+    "SERVICE_ACCOUNTS",
+    "STARTUP_ALLOWANCE",
+    "TTL_STRATEGY",
+    "container_security_context",
     "param",
+    "pod_security_context",
+    "rank_env",
+    "retry_on_error",
+    "service_account",
     "step",
+    "workflow_spec",
     "workflow_template",
 ]
 
@@ -38,16 +104,87 @@ GPU_IMAGE = "ghcr.io/dsx-dev/dsx-gpu:0.1.0"
 steps that launch them read it from ``DSX_GPU_IMAGE``; the chart replaces it with ``gpuImage``."""
 
 RANK_SERVICE_ACCOUNT = "dsx-ranks"
-"""Service account of the rank pods (``DSX_RANK_SERVICE_ACCOUNT``); the chart replaces it."""
+"""Service account of the rank pods (``DSX_RANK_SERVICE_ACCOUNT``); the chart replaces it with
+``serviceAccounts.names.ranks``."""
 
-SERVICE_ACCOUNT = "dsx-workflow"
-"""Service account the workflow pods run as; the chart replaces it with ``serviceAccount.name``."""
+RANK_POD = "{}"
+"""The rank pod profile as JSON (``DSX_RANK_POD``: fabric resources, NCCL env, annotations, tolerations,
+priority class, ``/dev/shm`` size, capabilities, host network, node selector, pull secrets); the chart
+replaces it with ``rankPods`` rendered as JSON."""
+
+SERVICE_ACCOUNTS = {
+    "certify": "dsx-certify",
+    "recipe": "dsx-recipe",
+    "bundle": "dsx-bundle",
+    "drift": "dsx-drift",
+    "ranks": RANK_SERVICE_ACCOUNT,
+}
+"""The service account of each workflow (named like the workflow) and of the rank pods. The chart maps
+each compiled name ``dsx-KEY`` to ``serviceAccounts.names.KEY`` and gives each account its own RBAC."""
+
+RUN_AS = 65532
+"""User and group of every dsx pod (both images run as this uid/gid)."""
 
 DESCRIPTION_ANNOTATION = "workflows.argoproj.io/description"
 PART_OF = {"app.kubernetes.io/part-of": "dsx"}
 
 OUTPUT_DIR = "/tmp/dsx-out"
 """Where a step writes its evidence files in a pod (``DSX_OUTPUT_DIR``); output artifacts live under it."""
+
+STARTUP_ALLOWANCE = "5m"
+"""Added to a step's work in ``activeDeadlineSeconds``: the kubelet's clock starts before it pulls the
+image and runs Argo's ``init`` container."""
+
+POD_GC = PodGC(strategy="OnPodSuccess", delete_delay_duration="10m")
+"""Pods of steps that succeeded go 10 minutes after they end (their result is in the Workflow by then).
+Pods of failed steps stay, with their logs, until the Workflow itself is deleted (:data:`TTL_STRATEGY`):
+without an artifact repository Argo archives no logs, and a failed step's log is the evidence."""
+
+TTL_STRATEGY = TTLStrategy(seconds_after_success=3 * 86400, seconds_after_failure=7 * 86400)
+"""Finished Workflows (with the pods they still own) are deleted 3 days after success, 7 after failure."""
+
+_RETRY_BACKOFF = Backoff(duration="15s", factor=2, cap="2m")
+
+
+def pod_security_context() -> PodSecurityContext:
+    """The pod-level part of Pod Security ``restricted``, applied to every pod of a workflow."""
+    return PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=RUN_AS,
+        run_as_group=RUN_AS,
+        fs_group=RUN_AS,
+        seccomp_profile=SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def container_security_context() -> SecurityContext:
+    """The container-level part of Pod Security ``restricted``, on every step container."""
+    return SecurityContext(
+        allow_privilege_escalation=False,
+        privileged=False,
+        run_as_non_root=True,
+        capabilities=Capabilities(drop=["ALL"]),
+        seccomp_profile=SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def retry_on_error(limit: int) -> RetryStrategy:
+    """Retry ``limit`` times what the infrastructure broke (``OnError``), never a failed step."""
+    return RetryStrategy(limit=limit, retry_policy="OnError", backoff=_RETRY_BACKOFF)
+
+
+def service_account(workflow: str) -> str:
+    """The service account a workflow runs as: the one named like it (``dsx-certify`` for ``dsx-certify``)."""
+    return workflow
+
+
+def rank_env() -> dict[str, str]:
+    """The environment of a step that launches rank pods: their image, account and pod profile."""
+    return {
+        "DSX_GPU_IMAGE": GPU_IMAGE,
+        "DSX_RANK_SERVICE_ACCOUNT": RANK_SERVICE_ACCOUNT,
+        "DSX_RANK_POD": RANK_POD,
+    }
 
 
 def param(name: str, description: str, default: Any = None, enum: Sequence[str] | None = None) -> Parameter:
@@ -69,33 +206,89 @@ def _check_annotations(fn: Callable[..., Any]) -> None:
         )
 
 
+def _seconds(value: str, what: str) -> int:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise InputError(f"{what}: {exc}") from None
+    if seconds <= 0:
+        raise InputError(f"{what}: {value!r} is not a positive duration")
+    return math.ceil(seconds)
+
+
+def _duration(seconds: int) -> str:
+    """Seconds as Argo reads a duration, in the largest whole unit."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def step(
     fn: Callable[..., Any],
     *,
     name: str | None = None,
     timeout: str | None = None,
+    pending: str | None = None,
     retries: int | None = None,
     outputs: Any = None,
     env: dict[str, str] | None = None,
+    cpu: str = "100m",
+    memory: str = "256Mi",
+    memory_limit: str = "1Gi",
 ) -> Script:
     """A script template running ``fn`` (a function in ``steps/``) through Hera's runner.
 
     In the pod this is ``python -m hera.workflows.runner -e module:function`` with the template's input
     parameters; the function's return value, serialised as JSON, becomes ``outputs.result``.
+
+    Args:
+        fn: the step function.
+        name: the template's name (default: the function's, in kebab case).
+        timeout: how long the step's work may take. Compiled as ``activeDeadlineSeconds`` (the work plus
+            :data:`STARTUP_ALLOWANCE`), which the kubelet counts once the pod is on a node: waiting for a
+            node never fails the step.
+        pending: also bound the wait for a node: sets the template's ``timeout`` to ``pending`` plus the
+            allowance plus ``timeout``. Argo then gives the pod what is left of that whole bound, so the
+            work is bounded by it rather than by ``timeout`` alone (see the module's notes).
+        retries: retries of infrastructure errors (``OnError``, with a backoff); failures are final.
+        outputs: the template's outputs (parameters, artifacts).
+        env: environment added to ``DSX_OUTPUT_DIR``.
+        cpu: the container's CPU request.
+        memory: the container's memory request.
+        memory_limit: the container's memory limit.
+
+    Raises:
+        InputError: a step module with postponed annotations, or a duration that is not one.
     """
     _check_annotations(fn)
+    template_name = name or fn.__name__.replace("_", "-")
     environment = {"DSX_OUTPUT_DIR": OUTPUT_DIR}
     environment.update(env or {})
+    deadline: int | None = None
+    outer: str | None = None
+    if pending is not None and timeout is None:
+        raise InputError(f"step {template_name}: 'pending' is the wait before the work; give 'timeout' too")
+    if timeout is not None:
+        work = _seconds(timeout, f"step {template_name}: timeout")
+        startup = _seconds(STARTUP_ALLOWANCE, "STARTUP_ALLOWANCE")
+        if pending is None:
+            deadline = work + startup
+        else:
+            outer = _duration(work + startup + _seconds(pending, f"step {template_name}: pending"))
     return Script(
-        name=name or fn.__name__.replace("_", "-"),
+        name=template_name,
         source=fn,
         constructor="runner",
         image=DEFAULT_IMAGE,
         command=["python"],
-        timeout=timeout,
-        retry_strategy=RetryStrategy(limit=retries) if retries else None,
+        active_deadline_seconds=deadline,
+        timeout=outer,
+        retry_strategy=retry_on_error(retries) if retries else None,
         outputs=outputs,
         env=environment,
+        resources=Resources(cpu_request=cpu, memory_request=memory, memory_limit=memory_limit),
+        security_context=container_security_context(),
         # The end of the step's log (its error) becomes the node's message in the Argo UI.
         termination_message_policy="FallbackToLogsOnError",
     )
@@ -108,13 +301,27 @@ def workflow_template(
     parameters: Sequence[Parameter] = (),
     **kwargs: Any,
 ) -> WorkflowTemplate:
-    """A WorkflowTemplate with dsx's labels, UI description and service account."""
+    """A WorkflowTemplate with dsx's labels, UI description, service account and pod hygiene.
+
+    Its pods run as the workflow's own service account (:func:`service_account`), meet Pod Security
+    ``restricted`` at the pod level, are garbage-collected by :data:`POD_GC`, and the Workflows it starts
+    are deleted by :data:`TTL_STRATEGY`.
+    """
     return WorkflowTemplate(
         name=name,
         entrypoint=entrypoint,
         annotations={DESCRIPTION_ANNOTATION: description},
         labels=dict(PART_OF),
-        service_account_name=SERVICE_ACCOUNT,
         arguments=list(parameters),
-        **kwargs,
+        **{**workflow_spec(name), **kwargs},
     )
+
+
+def workflow_spec(name: str) -> dict[str, Any]:
+    """The spec fields every dsx workflow shares, as Hera keyword arguments (for a CronWorkflow too)."""
+    return {
+        "service_account_name": service_account(name),
+        "security_context": pod_security_context(),
+        "pod_gc": POD_GC,
+        "ttl_strategy": TTL_STRATEGY,
+    }

@@ -26,25 +26,13 @@ from steps.readiness.certify import (
     store_recipe,
 )
 from steps.runtime.tasks import resolve_recipe
-from workflows.templates._base import (
-    GPU_IMAGE,
-    OUTPUT_DIR,
-    RANK_SERVICE_ACCOUNT,
-    param,
-    step,
-    workflow_template,
-)
+from workflows.templates._base import GPU_IMAGE, OUTPUT_DIR, param, rank_env, step, workflow_template
 
 __all__ = ["templates"]
 
 _PLAN_OUTPUTS = ("nodes", "groups", "whole", "run", "launcher", "service", "accelerator", "os")
 _GROUP_TIMEOUT = "6h"  # the outer bound; each group test has its own from the recipe (timeoutFactor)
-_JOB_ENV = {
-    "DSX_NAMESPACE": "{{workflow.namespace}}",
-    "DSX_GPU_IMAGE": GPU_IMAGE,
-    "DSX_RANK_SERVICE_ACCOUNT": RANK_SERVICE_ACCOUNT,
-    "DSX_RANK_POD": "{}",
-}
+_JOB_ENV = {"DSX_NAMESPACE": "{{workflow.namespace}}", **rank_env()}
 
 
 def _ended(task: str) -> str:

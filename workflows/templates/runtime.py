@@ -5,11 +5,17 @@ JSON) are the ``recipe`` artifact. ``dsx-bundle``: resolve and render a Helm, Ar
 the ``bundle`` artifact. ``dsx-drift``: every day, snapshot the cluster, compare it with the recipe,
 keep ``snapshot.json`` and ``drift.json`` as the ``drift`` artifact, label drifted nodes, and end Failed
 when the cluster drifted.
+
+Artifacts are extra: a default Argo install has no artifact repository, and the chart then removes every
+output artifact. What each workflow's user needs stays in the Workflow itself: the result of ``resolve``
+and ``bundle`` is the entry template's output parameter (Argo keeps a step's ``outputs.result`` only
+when something references it), and drift ends in its labels and its gate.
 """
 
 from typing import Any
 
-from hera.workflows import DAG, Artifact, CronWorkflow
+from hera.workflows import DAG, Artifact, CronWorkflow, Parameter
+from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
@@ -17,9 +23,9 @@ from workflows.templates._base import (
     DESCRIPTION_ANNOTATION,
     OUTPUT_DIR,
     PART_OF,
-    SERVICE_ACCOUNT,
     param,
     step,
+    workflow_spec,
     workflow_template,
 )
 
@@ -48,6 +54,16 @@ def _criteria_arguments() -> dict[str, str]:
     return {name: f"{{{{workflow.parameters.{name}}}}}" for name in names}
 
 
+def _result_of(task: str, name: str, description: str) -> Parameter:
+    """An output parameter of the entry DAG holding ``task``'s result, so that Argo keeps the result and
+    shows it on the Workflow (the only copy when there is no artifact repository)."""
+    return Parameter(
+        name=name,
+        description=description,
+        value_from=ValueFrom(parameter=f"{{{{tasks.{task}.outputs.result}}}}"),
+    )
+
+
 def _recipe_template() -> Any:
     resolve = step(
         resolve_recipe,
@@ -65,7 +81,10 @@ def _recipe_template() -> Any:
             "main",
             _criteria_params(),
         ) as wt,
-        DAG(name="main"),
+        DAG(
+            name="main",
+            outputs=[_result_of("resolve", "recipe", "Digest, order, tiers and pinned versions (JSON).")],
+        ),
     ):
         resolve(name="resolve", arguments=_criteria_arguments())
     return wt
@@ -94,7 +113,10 @@ def _bundle_template() -> Any:
                 *_criteria_params(),
             ],
         ) as wt,
-        DAG(name="main"),
+        DAG(
+            name="main",
+            outputs=[_result_of("bundle", "bundle", "Digest, format, file count, checksums.txt's sha256.")],
+        ),
     ):
         bundle(
             name="bundle",
@@ -116,6 +138,9 @@ def _drift_cron() -> Any:
         timeout="30m",
         retries=2,
         outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
+        # Namespaces whose Helm release Secrets the snapshot reads; the chart sets them
+        # (drift.helmNamespaces). Empty: every namespace.
+        env={"DSX_HELM_NAMESPACES": ""},
     )
     gate = step(drift_gate, name="gate", timeout="1m")
     with (
@@ -134,12 +159,12 @@ def _drift_cron() -> Any:
                 "true; the workflow ends Failed when anything drifted."
             },
             labels=dict(PART_OF),
-            service_account_name=SERVICE_ACCOUNT,
             arguments=[
                 param("scope", "What to compare.", "all", enum=["all", "nodes", "components"]),
                 param("label", "Node label marking drifted nodes; empty: label nothing.", DRIFT_LABEL),
                 *_criteria_params(),
             ],
+            **workflow_spec("dsx-drift"),
         ) as cron,
         DAG(name="main"),
     ):

@@ -1,6 +1,7 @@
 """``dsx run``: exit codes that match the final phase, dry runs, input errors, the cluster hint."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -170,13 +171,36 @@ def test_dry_run_prints_the_plan(tmp_path: Path) -> None:
     ] == "tests.workflows.runner.fixture_steps:echo"
 
 
-def test_without_local_it_prints_the_argo_submit_command() -> None:
+def test_without_local_it_prints_the_argo_submit_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DSX_NAMESPACE", raising=False)
     code, out, err = _invoke(
         "run", "fixture-when", "-f", str(FIXTURES / "when-default.yaml"), "-p", "side=tails"
     )
     assert code == 2
-    assert out.strip() == "argo submit --from workflowtemplate/dsx-fixture-when -p side=tails"
+    assert out.strip() == "argo submit -n gpu-ops --from workflowtemplate/dsx-fixture-when -p side=tails"
     assert "--local" in err
+
+
+def test_the_argo_submit_command_names_the_namespace_and_quotes_every_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSX_NAMESPACE", "ops")
+    hostile = "pool=a b; touch /tmp/x"
+    code, out, _ = _invoke("run", "certify", "-p", f"nodes={hostile}", "-p", "iters=5")
+    assert code == 2
+    assert shlex.split(out.strip()) == [
+        "argo", "submit", "-n", "ops", "--from", "workflowtemplate/dsx-certify",
+        "-p", f"nodes={hostile}", "-p", "iters=5",
+    ]  # fmt: skip
+    code, out, _ = _invoke("run", "drift", "--namespace", "gpu ops")
+    assert shlex.split(out.strip())[:6] == [
+        "argo",
+        "submit",
+        "-n",
+        "gpu ops",
+        "--from",
+        "cronworkflow/dsx-drift",
+    ]
 
 
 def test_the_dsx_process_exits_with_the_phase(tmp_path: Path) -> None:
