@@ -157,8 +157,15 @@ class PortBase(abc.ABC):
         """Delete an object, ``False`` on 404."""
 
     @abc.abstractmethod
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
-        """Post an Eviction: ``(status, message)`` for 201, 404, or a disruption-budget refusal."""
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
+        """Post an Eviction: ``(status, message)`` for 201, 404, or a disruption-budget refusal; 409 when
+        ``uid`` is given and the pod of that name has another one."""
+
+    @abc.abstractmethod
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        """Delete a pod, ``False`` on 404; 409 when ``uid`` is given and the pod of that name has another."""
 
     def _record(  # noqa: B027 - an optional hook, not an abstract method
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any, error: Exception | None
@@ -319,14 +326,45 @@ class PortBase(abc.ABC):
         )
         return sorted((Pod.from_manifest(i) for i in items), key=lambda p: (p.namespace, p.name))
 
+    def _pod_uid(self, call: str, pod: PodRef) -> str | None:
+        """The uid the call pins: the :class:`Pod`'s own, else that of the pod there now (``None``: no pod;
+        ``""``: a pod the server gave no uid)."""
+        if isinstance(pod, Pod) and pod.uid:
+            return pod.uid
+        namespace, name = pod_ref(pod)
+        data = self._run(call, f"pod/{namespace}/{name}", True, lambda: self._get(PODS, name, namespace))
+        return None if data is None else str((data.get("metadata") or {}).get("uid") or "")
+
+    def _replaced(self, call: str, pod: PodRef, uid: str) -> str | None:
+        """Why the pod with ``uid`` is gone (deleted, or a new pod holds its name); ``None`` if it is not."""
+        namespace, name = pod_ref(pod)
+        data = self._run(call, f"pod/{namespace}/{name}", True, lambda: self._get(PODS, name, namespace))
+        if data is None:
+            return f'pods "{name}" not found'
+        now = str((data.get("metadata") or {}).get("uid") or "")
+        return None if now == uid else f'pod "{name}" {uid} is gone; a new pod of that name has uid {now}'
+
     @logged
     def evict(self, pod: PodRef, grace_seconds: int | None = None) -> EvictionResult:
-        """Ask the API to evict a pod: evicted, blocked by a PodDisruptionBudget, or already gone."""
+        """Ask the API to evict a pod: evicted, blocked by a PodDisruptionBudget, or already gone.
+
+        The Eviction names the pod's uid in its ``deleteOptions.preconditions``: a retry after a lost
+        answer never evicts a new pod of the same name, and a pod replaced meanwhile reads as gone.
+        """
         namespace, name = pod_ref(pod)
         ref = f"{namespace}/{name}"
-        status, message = self._run(
-            "evict", f"pod/{ref}", True, lambda: self._evict(namespace, name, grace_seconds)
-        )
+        uid = self._pod_uid("evict", pod)
+        if uid is None:
+            return EvictionResult(pod=ref, outcome="gone", message=f'pods "{name}" not found')
+        try:
+            status, message = self._run(
+                "evict", f"pod/{ref}", True, lambda: self._evict(namespace, name, grace_seconds, uid or None)
+            )
+        except ConflictError:
+            why = self._replaced("evict", pod, uid) if uid else None
+            if why is None:
+                raise
+            return EvictionResult(pod=ref, outcome="gone", message=why)
         if status == 404:
             return EvictionResult(pod=ref, outcome="gone", message=message)
         if status in (429, 500):
@@ -335,14 +373,25 @@ class PortBase(abc.ABC):
 
     @logged
     def delete_pod(self, pod: PodRef, grace_seconds: int | None = None) -> bool:
-        """Delete a pod; ``False`` if it was already gone."""
+        """Delete a pod; ``False`` if it was already gone or replaced by a new pod of the same name.
+
+        The deletion names the pod's uid as a precondition, as :meth:`evict` does.
+        """
         namespace, name = pod_ref(pod)
-        return self._run(
-            "delete_pod",
-            f"pod/{namespace}/{name}",
-            True,
-            lambda: self._delete(PODS, name, namespace, grace_seconds),
-        )
+        uid = self._pod_uid("delete_pod", pod)
+        if uid is None:
+            return False
+        try:
+            return self._run(
+                "delete_pod",
+                f"pod/{namespace}/{name}",
+                True,
+                lambda: self._delete_pod(namespace, name, grace_seconds, uid or None),
+            )
+        except ConflictError:
+            if not uid or self._replaced("delete_pod", pod, uid) is None:
+                raise
+            return False
 
     @logged
     def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:

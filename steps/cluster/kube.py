@@ -225,7 +225,16 @@ class KubeCluster(PortBase):
             body["gracePeriodSeconds"] = grace_seconds
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        from steps.cluster.base import PODS
+
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **_delete_options(grace_seconds, uid)}
+        path = PODS.object_path(name, namespace)
+        return self._send("DELETE", path, body=body, missing_ok=True) is not None
+
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
         from steps.cluster.base import PODS
 
         body: dict[str, Any] = {
@@ -233,8 +242,9 @@ class KubeCluster(PortBase):
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        if grace_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        options = _delete_options(grace_seconds, uid)
+        if options:
+            body["deleteOptions"] = options
         status, data = self._request("POST", PODS.object_path(name, namespace, "eviction"), body=body)
         message = _message(data, status) if status >= 300 else ""
         if 200 <= status < 300 or status == 404:
@@ -251,6 +261,17 @@ class KubeCluster(PortBase):
                 retry_after=_retry_after(data),
             )
         raise ApiStatusError(status, message)
+
+
+def _delete_options(grace_seconds: int | None, uid: str | None) -> dict[str, Any]:
+    """The fields of a DeleteOptions: the grace period, and the uid the object must still have (the API
+    server answers 409 when the object of that name is another one)."""
+    options: dict[str, Any] = {}
+    if grace_seconds is not None:
+        options["gracePeriodSeconds"] = grace_seconds
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    return options
 
 
 def _one_line(exc: Exception) -> str:

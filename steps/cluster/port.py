@@ -219,10 +219,15 @@ class Node(_Model):
 
 
 class Pod(_Model):
-    """A pod as dsx sees it: where it runs and what owns it."""
+    """A pod as dsx sees it: where it runs and what owns it.
+
+    ``uid`` tells this pod from a later one of the same name (a StatefulSet's, or one created again):
+    evictions and deletions name it as a precondition, so a retry never reaches the newcomer.
+    """
 
     name: str
     namespace: str
+    uid: str = ""
     node: str = ""
     owner_kind: str = ""
     owner_name: str = ""
@@ -248,6 +253,7 @@ class Pod(_Model):
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid") or ""),
             node=str((data.get("spec") or {}).get("nodeName") or ""),
             owner_kind=str(owner.get("kind", "")),
             owner_name=str(owner.get("name", "")),
@@ -262,6 +268,8 @@ class Pod(_Model):
             "namespace": self.namespace,
             "labels": dict(self.labels),
         }
+        if self.uid:
+            metadata["uid"] = self.uid
         if self.owner_kind:
             api_version = "batch/v1" if self.owner_kind == "Job" else "apps/v1"
             metadata["ownerReferences"] = [
@@ -372,11 +380,18 @@ class ClusterPort(Protocol):
         ...
 
     def evict(self, pod: PodRef, grace_seconds: int | None = None) -> EvictionResult:
-        """Ask the API to evict a pod; PodDisruptionBudgets may block it."""
+        """Ask the API to evict a pod; PodDisruptionBudgets may block it.
+
+        The eviction names the pod's uid (the :class:`Pod`'s, or the one there when the call starts), so
+        a retry never evicts a new pod of the same name: a pod replaced meanwhile reads as ``gone``.
+        """
         ...
 
     def delete_pod(self, pod: PodRef, grace_seconds: int | None = None) -> bool:
-        """Delete a pod outright; ``False`` if it was already gone."""
+        """Delete a pod outright; ``False`` if it was already gone (or replaced by a new pod of its name).
+
+        Like :meth:`evict`, the deletion names the pod's uid as a precondition.
+        """
         ...
 
     def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:

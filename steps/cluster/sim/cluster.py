@@ -44,6 +44,17 @@ def _conflict(res: Resource, name: str) -> ApiStatusError:
     )
 
 
+def _check_uid(pod: Pod, uid: str | None) -> None:
+    """A deletion whose uid precondition names another pod than the one of that name: 409, as the API
+    server's storage refuses it."""
+    if uid and uid != pod.uid:
+        raise ApiStatusError(
+            409,
+            f'Operation cannot be fulfilled on pods "{pod.name}": Precondition failed: '
+            f"UID in precondition: {uid}, UID in object meta: {pod.uid}",
+        )
+
+
 def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of JSON data (faster than ``copy.deepcopy``)."""
     result: dict[str, Any] = json.loads(json.dumps(obj))
@@ -327,6 +338,8 @@ class SimCluster(PortBase):
             self._gate(fleet, "create", res, name, namespace=namespace)
             if self._find(fleet, res, name, namespace) is not None:
                 raise ApiStatusError(409, f'{res.plural} "{name}" already exists')
+            if res.kind == "Pod" and self._typed(res):
+                obj["metadata"]["uid"] = fleet.new_uid()  # the server names every new pod afresh
             return self._store(fleet, res, obj)
 
     def _replace(
@@ -403,7 +416,22 @@ class SimCluster(PortBase):
                 return fleet.pdbs.pop(f"{namespace}/{name}", None) is not None
             return fleet.objects.pop(object_key(res.api_version, res.kind, namespace, name), None) is not None
 
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        from steps.cluster.base import PODS
+
+        with self.store.transaction() as fleet:
+            pod = fleet.pods.get(f"{namespace}/{name}")
+            self._gate(fleet, "delete", PODS, name, node=pod.node if pod else None, namespace=namespace)
+            if pod is None:
+                return False
+            _check_uid(pod, uid)
+            del fleet.pods[pod.ref]
+            replace_pod(fleet, pod)
+            return True
+
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
         from steps.cluster.base import PODS
 
         eviction = Resource("v1", "Pod", "pods/eviction", True)
@@ -415,6 +443,7 @@ class SimCluster(PortBase):
             refusal = disruption_refusal(fleet, pod)
             if refusal is not None:
                 return refusal
+            _check_uid(pod, uid)  # after the budget, as the API server's eviction checks it
             del fleet.pods[pod.ref]
             replace_pod(fleet, pod)
             return 201, ""
