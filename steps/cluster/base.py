@@ -283,23 +283,53 @@ class PortBase(abc.ABC):
 
         return self._change_node("remove_taint", node, compute)
 
-    def _merge_metadata(self, call: str, node: str, field: str, values: Mapping[str, str | None]) -> Node:
-        _check_labels(call, node, values, values=field == "labels")
-        if not node:
-            raise InputError(f"{call}: no node name given")
-        patch = {"metadata": {field: dict(sorted(values.items()))}}
-        data = self._run(call, f"node/{node}", True, lambda: self._patch(NODES, node, None, patch))
-        return Node.from_manifest(data)
+    def _set_metadata(
+        self,
+        call: str,
+        node: str,
+        labels: Mapping[str, str | None] | None,
+        annotations: Mapping[str, str | None] | None,
+    ) -> Node:
+        """Labels and annotations in one patch carrying the node's ``resourceVersion``; nothing is written
+        when the node already says all of it."""
+        wanted_labels, wanted_annotations = dict(labels or {}), dict(annotations or {})
+        _check_labels(call, node, wanted_labels, values=True)
+        _check_labels(call, node, wanted_annotations, values=False)
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            metadata: dict[str, Any] = {}
+            if changed := changes.annotations_patch(n.labels, wanted_labels):
+                metadata["labels"] = changed
+            if changed := changes.annotations_patch(n.annotations, wanted_annotations):
+                metadata["annotations"] = changed
+            return {"metadata": metadata} if metadata else None
+
+        return self._change_node(call, node, compute)
+
+    @logged
+    def set_node_metadata(
+        self,
+        node: str,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> Node:
+        """Merge labels and annotations into the node in one patch (``None`` removes a key).
+
+        One write, with the node's ``resourceVersion`` (re-read and retried on a conflict): a reader
+        sees the labels and the annotations change together, never one without the other.
+        """
+        return self._set_metadata("set_node_metadata", node, labels, annotations)
 
     @logged
     def set_labels(self, node: str, labels: Mapping[str, str | None]) -> Node:
-        """Merge labels into the node (``None`` removes one)."""
-        return self._merge_metadata("set_labels", node, "labels", labels)
+        """Merge labels into the node (``None`` removes one); :meth:`set_node_metadata` with labels only."""
+        return self._set_metadata("set_labels", node, labels, None)
 
     @logged
     def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
-        """Merge annotations into the node (``None`` removes one)."""
-        return self._merge_metadata("set_annotations", node, "annotations", annotations)
+        """Merge annotations into the node (``None`` removes one); :meth:`set_node_metadata` with
+        annotations only."""
+        return self._set_metadata("set_annotations", node, None, annotations)
 
     @logged
     def set_condition(self, node: str, type_: str, status: bool, reason: str, message: str) -> Node:

@@ -363,12 +363,25 @@ class ClusterPort(Protocol):
         """Remove the taints with this key (and effect, when given); no change if there are none."""
         ...
 
+    def set_node_metadata(
+        self,
+        node: str,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> Node:
+        """Merge labels and annotations into the node in ONE patch; a value of ``None`` removes the key.
+
+        The patch carries the node's ``resourceVersion`` (re-read and retried on a conflict), so a reader
+        never sees a label without the annotations written with it (a verdict and its evidence).
+        """
+        ...
+
     def set_labels(self, node: str, labels: Mapping[str, str | None]) -> Node:
-        """Merge labels into the node; a value of ``None`` removes the label."""
+        """Merge labels into the node; a value of ``None`` removes the label (:meth:`set_node_metadata`)."""
         ...
 
     def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
-        """Merge annotations into the node; a value of ``None`` removes the annotation."""
+        """Merge annotations into the node; ``None`` removes the annotation (:meth:`set_node_metadata`)."""
         ...
 
     def set_condition(self, node: str, type_: str, status: bool, reason: str, message: str) -> Node:

@@ -118,6 +118,36 @@ def test_contract_labels_and_annotations_merge(backend: Backend) -> None:
         port.set_labels("node-04", {"dsx.dev/state": "not a valid value!"})
 
 
+def test_contract_labels_and_annotations_change_together_in_one_write(backend: Backend) -> None:
+    port = backend.port
+    reason = vocab.ANNOTATION_CERTIFICATION_REASON
+    port.set_node_metadata(
+        "node-04",
+        labels={vocab.LABEL_CERTIFICATION: "failed", vocab.LABEL_STATE: "recertifying"},
+        annotations={reason: "bus bandwidth 180 GB/s", "dsx.dev/evidence": "run-1"},
+    )
+    backend.inject_conflicts(1)  # someone else writes the node between dsx's read and its write
+    node = port.set_node_metadata(
+        "node-04",
+        labels={vocab.LABEL_CERTIFICATION: "passed", vocab.LABEL_STATE: None},
+        annotations={reason: "bus bandwidth 412 GB/s", "dsx.dev/evidence": None},
+    )
+    assert backend.conflicts() == 1  # the write named the version it read; the stale one was refused
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels
+    assert node.annotations[reason] == "bus bandwidth 412 GB/s"
+    assert "dsx.dev/evidence" not in node.annotations
+    assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # the others stay
+    assert port.get_node("node-04") == node
+    again = port.set_node_metadata(
+        "node-04", {vocab.LABEL_CERTIFICATION: "passed"}, {reason: "bus bandwidth 412 GB/s"}
+    )
+    assert again.resource_version == node.resource_version  # nothing to change, nothing written
+    with pytest.raises(InputError, match=r"^set_node_metadata node/node-04: label .* not a valid label"):
+        port.set_node_metadata("node-04", {vocab.LABEL_CERTIFICATION: "no good!"}, {reason: "x"})
+    assert port.get_node("node-04").annotations[reason] == "bus bandwidth 412 GB/s"  # neither was written
+
+
 def test_contract_opt_out_label_marks_node_unmanaged(backend: Backend) -> None:
     node = backend.port.set_labels("node-05", {vocab.LABEL_MANAGED: vocab.MANAGED_FALSE})
     assert not node.managed

@@ -123,6 +123,18 @@ def test_requests_use_the_api_server_conventions(port: KubeCluster, k8s_emulator
     assert ("GET", "/api/v1/pods", "application/json", {"fieldSelector": "spec.nodeName=node-01"}) in seen
 
 
+def test_labels_and_annotations_travel_in_one_patch(port: KubeCluster, k8s_emulator: Emulator) -> None:
+    port.set_node_metadata(
+        "node-01",
+        labels={"dsx.dev/certification": "passed"},
+        annotations={"dsx.dev/certification-reason": "412 GB/s"},
+    )
+    assert k8s_emulator.count("PATCH", "/api/v1/nodes/node-01") == 1
+    node = k8s_emulator.objects("nodes")[1]
+    assert node["metadata"]["labels"]["dsx.dev/certification"] == "passed"
+    assert node["metadata"]["annotations"]["dsx.dev/certification-reason"] == "412 GB/s"
+
+
 def test_read_modify_write_sends_the_resource_version(port: KubeCluster, k8s_emulator: Emulator) -> None:
     k8s_emulator.conflict(1)
     port.add_taint("node-02")
