@@ -31,6 +31,7 @@ from steps.cluster.errors import (
 )
 from steps.cluster.patches import merge_patch
 from steps.cluster.port import (
+    CordonResult,
     EvictionResult,
     Node,
     Pod,
@@ -90,6 +91,28 @@ def _check_labels(call: str, node: str, labels: Mapping[str, str | None], values
             raise InputError(f"{call} node/{node}: label {key}={value!r} is not a valid label value")
 
 
+def _cordon_summary(call: str, result: CordonResult, by: str) -> str:
+    """One line naming whose cordon the node carried and what became of it."""
+    name, previous = result.node.name, result.previous
+    reason = result.node.annotations.get(vocab.ANNOTATION_CORDON_REASON, "")
+    if call == "uncordon":
+        if previous is None:
+            stale = "; a stale dsx cordon record was cleared" if result.changed else ""
+            return f"{name} was not cordoned{stale}"
+        return f"{name} uncordoned: released {previous.describe()}" + (" (forced)" if result.forced else "")
+    if previous is None:
+        return f"{name} cordoned by {by}: {reason}"
+    if result.forced:
+        return f"{name} cordoned by {by}: {reason}; took over {previous.describe()}"
+    if previous.owner == by:
+        return f"{name} was already cordoned by {by}" + (f"; new reason: {reason}" if result.changed else "")
+    outside = previous.model_copy(update={"recorded_by": "", "reason": ""}).describe()
+    return (
+        f"{name} was already cordoned: {outside}; {by}'s reason is recorded with it ({reason}), "
+        "and dsx will not uncordon it"
+    )
+
+
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -101,6 +124,8 @@ class PortBase(abc.ABC):
         namespace: where dsx keeps its ConfigMaps, Leases and Events.
         retry: backoff for transient failures and for conflicts.
         clock: the current time (tests pass a fixed clock to age Leases).
+        field_manager: the name every write gives the API server as its field manager (``dsx``); a port
+            built with another name acts as another client (tests play kubectl with one).
     """
 
     def __init__(
@@ -108,8 +133,10 @@ class PortBase(abc.ABC):
         namespace: str = "dsx",
         retry: RetryPolicy | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        field_manager: str = vocab.FIELD_MANAGER,
     ) -> None:
         self.namespace = namespace
+        self.field_manager = field_manager
         self._retry = retry or RetryPolicy()
         self._clock = clock or _utc_now
 
@@ -246,15 +273,44 @@ class PortBase(abc.ABC):
         """One node."""
         return self._read_node("get_node", name)
 
-    @logged
-    def cordon(self, node: str, reason: str, by: str = "dsx") -> Node:
-        """Mark the node unschedulable, recording who, why and whether it was cordoned before."""
-        return self._change_node("cordon", node, lambda n: changes.cordon_patch(n, reason, by))
+    def _change_cordon(
+        self, call: str, node: str, by: str, force: bool, plan: Callable[[Node], dict[str, Any] | None]
+    ) -> CordonResult:
+        """Run a cordon or uncordon plan in one read-modify-write; say what it found and did."""
+        if not by or by != by.strip() or not by.isprintable() or len(by) > 253:
+            raise InputError(f"{call} node/{node}: the owner (by) must be a name on one line, not {by!r}")
+        seen: list[Node] = []
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            seen.append(n)
+            return plan(n)
+
+        after = self._change_node(call, node, compute)
+        before = seen[-1]  # the read the write was based on
+        previous = before.cordon
+        if previous is None:
+            forced = False
+        elif call == "uncordon":
+            forced = force and previous.owner != by
+        else:
+            forced = force and previous.holder not in ("", by)
+        result = CordonResult(node=after, previous=previous, changed=after is not before, forced=forced)
+        return result.model_copy(update={"summary": _cordon_summary(call, result, by)})
 
     @logged
-    def uncordon(self, node: str) -> Node:
-        """Make the node schedulable and clear dsx's cordon annotations."""
-        return self._change_node("uncordon", node, changes.uncordon_patch)
+    def cordon(self, node: str, reason: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Cordon the node for ``by``; another owner's cordon is refused unless ``force`` takes it over."""
+        now = self._clock()
+        return self._change_cordon(
+            "cordon", node, by, force, lambda n: changes.cordon_patch(n, reason, by, force, now)
+        )
+
+    @logged
+    def uncordon(self, node: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Release ``by``'s cordon; anyone else's (or one made outside dsx) is refused unless ``force``."""
+        return self._change_cordon(
+            "uncordon", node, by, force, lambda n: changes.uncordon_patch(n, by, force)
+        )
 
     @logged
     def add_taint(

@@ -18,11 +18,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
 from steps.cluster.patches import merge_patch, strategic_merge_patch
-from steps.cluster.port import EvictionResult, Node, Pod
+from steps.cluster.port import CordonResult, EvictionResult, Node, Pod
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import matches
@@ -80,6 +81,8 @@ def _summary(value: Any) -> Any:
             "unschedulable": value.unschedulable,
             "taints": [str(t) for t in value.taints],
         }
+    if isinstance(value, CordonResult):
+        return {**_summary(value.node), "summary": value.summary}
     if isinstance(value, EvictionResult):
         return value.model_dump()
     if isinstance(value, Pod):
@@ -120,6 +123,8 @@ class SimCluster(PortBase):
         namespace: where dsx keeps its ConfigMaps, Leases and Events.
         retry: backoff for injected transient failures.
         clock: the current time.
+        field_manager: who this port's writes are, as ``managedFields`` records the owner of
+            ``spec.unschedulable`` (another name plays another client, e.g. kubectl).
     """
 
     def __init__(
@@ -128,8 +133,9 @@ class SimCluster(PortBase):
         namespace: str = "dsx",
         retry: RetryPolicy | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        field_manager: str = vocab.FIELD_MANAGER,
     ) -> None:
-        super().__init__(namespace=namespace, retry=retry, clock=clock)
+        super().__init__(namespace=namespace, retry=retry, clock=clock, field_manager=field_manager)
         self.store: FleetStore = MemoryStore(store) if isinstance(store, Fleet) else store
 
     @property
@@ -278,7 +284,14 @@ class SimCluster(PortBase):
         namespace, name = self._ident(obj)
         try:
             if res.kind == "Node" and self._typed(res):
-                node = Node.from_manifest(obj).model_copy(update={"resource_version": fleet.next_revision()})
+                node = Node.from_manifest(obj)
+                before = fleet.nodes.get(name)
+                managers = before.unschedulable_managers if before else []
+                if node.unschedulable != (before.unschedulable if before else False):
+                    # As managedFields record an update: the writer that changed the field owns it.
+                    managers = [self.field_manager] if node.unschedulable else []
+                update = {"resource_version": fleet.next_revision(), "unschedulable_managers": managers}
+                node = node.model_copy(update=update)
                 fleet.nodes[name] = node
                 return node.to_manifest()
             if res.kind == "Pod" and self._typed(res):

@@ -15,7 +15,7 @@ def test_contract_idempotent_calls_ride_out_a_burst_of_server_errors(backend: Ba
     backend.inject_errors(FAST.attempts - 1)
     assert len(backend.port.list_nodes()) == 6
     backend.inject_errors(FAST.attempts - 1)
-    assert backend.port.cordon("node-01", "burst").unschedulable
+    assert backend.port.cordon("node-01", "burst").node.unschedulable
     assert backend.injected() >= 2 * (FAST.attempts - 1)
 
 
