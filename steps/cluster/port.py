@@ -429,9 +429,10 @@ StateChange = Callable[[dict[str, str]], dict[str, str]]
 class ClusterPort(Protocol):
     """Everything dsx asks of a Kubernetes cluster.
 
-    Node calls take the node name and return the node as it is after the call. Calls that change a
-    node read it first and write with its ``resourceVersion``, retrying on a conflict; calls that
-    cannot be repeated safely are never retried blindly. Failures raise
+    Node calls take the node name and return the node as it is after the call (``cordon`` and
+    ``uncordon`` return it in a :class:`CordonResult` that also says whose cordon it was). Calls that
+    change a node read it first and write with its ``resourceVersion``, retrying on a conflict; calls
+    that cannot be repeated safely are never retried blindly. Failures raise
     :class:`steps.cluster.errors.ClusterError` subclasses naming the call and the node.
     """
 
