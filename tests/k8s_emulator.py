@@ -9,6 +9,8 @@ It speaks the JSON the kubernetes client expects, for every call dsx makes:
 - the status subresource (``/status`` changes only ``status``; the main resource ignores it);
 - the eviction subresource, refusing with 429 and the API's message while a PodDisruptionBudget
   allows no disruption (500 when two budgets select the pod);
+- a delete, or an eviction's ``deleteOptions``, whose ``preconditions.uid`` names another object than the
+  one stored gets 409 (for an eviction after the budget check, as in the API server);
 - controllers that replace a deleted or evicted ReplicaSet or Job pod on the least loaded schedulable
   node, and a DaemonSet pod on its own node;
 - RBAC refusals (403) and a bearer token check (401), both configurable;
@@ -406,6 +408,22 @@ class Emulator:
             {"name": route.name, "kind": route.plural},
         )
 
+    def _check_uid(self, route: _Route, current: dict[str, Any], options: Any) -> None:
+        """A delete (or an eviction's deleteOptions) naming another object's uid is refused with 409, as the
+        API server's storage refuses a failed precondition."""
+        preconditions = (options.get("preconditions") or {}) if isinstance(options, dict) else {}
+        wanted = preconditions.get("uid")
+        actual = current["metadata"].get("uid", "")
+        if wanted and wanted != actual:
+            raise _fail(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {route.plural} "{route.name}": StorageError: invalid '
+                f"object, Code: 4, AdditionalErrorMsg: Precondition failed: UID in precondition: {wanted}, "
+                f"UID in object meta: {actual}",
+                {"name": route.name, "kind": route.plural},
+            )
+
     def _check_version(self, route: _Route, current: dict[str, Any], wanted: Any) -> None:
         if not wanted:
             return
@@ -427,7 +445,7 @@ class Emulator:
         if method == "GET" and not route.name:
             return 200, self._list(route, query), {}
         if method == "POST" and route.sub == "eviction" and route.plural == "pods":
-            return self._evict(route)
+            return self._evict(route, body)
         if method == "POST" and not route.name:
             return 201, self._create(route, body), {}
         current = self._objects.get(self._key(route))
@@ -436,6 +454,7 @@ class Emulator:
         if method == "GET":
             return 200, copy.deepcopy(current), {}
         if method == "DELETE":
+            self._check_uid(route, current, body)
             del self._objects[self._key(route)]
             self._controllers(current)
             return 200, copy.deepcopy(current), {}
@@ -556,7 +575,7 @@ class Emulator:
             )
         ]
 
-    def _evict(self, route: _Route) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _evict(self, route: _Route, body: Any = None) -> tuple[int, dict[str, Any], dict[str, str]]:
         pod = self._objects.get(self._key(route))
         if pod is None:
             raise self._not_found(route)
@@ -611,6 +630,7 @@ class Emulator:
                         ]
                     },
                 )
+        self._check_uid(route, pod, (body or {}).get("deleteOptions") if isinstance(body, dict) else None)
         del self._objects[self._key(route)]
         self._controllers(pod)
         return (

@@ -10,10 +10,22 @@ from steps.cluster.errors import (
     ClusterConfigError,
     ClusterError,
     ConflictError,
+    CordonRefusedError,
     ForbiddenError,
     NotFoundError,
 )
-from steps.cluster.port import ClusterPort, Condition, EvictionResult, Node, NodeInfo, Pod, PodRef, Taint
+from steps.cluster.port import (
+    ClusterPort,
+    Condition,
+    Cordon,
+    CordonResult,
+    EvictionResult,
+    Node,
+    NodeInfo,
+    Pod,
+    PodRef,
+    Taint,
+)
 from steps.cluster.retry import RetryPolicy
 
 __all__ = [
@@ -23,6 +35,9 @@ __all__ = [
     "ClusterPort",
     "Condition",
     "ConflictError",
+    "Cordon",
+    "CordonRefusedError",
+    "CordonResult",
     "EvictionResult",
     "ForbiddenError",
     "Node",

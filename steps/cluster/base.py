@@ -31,6 +31,7 @@ from steps.cluster.errors import (
 )
 from steps.cluster.patches import merge_patch
 from steps.cluster.port import (
+    CordonResult,
     EvictionResult,
     Node,
     Pod,
@@ -90,6 +91,28 @@ def _check_labels(call: str, node: str, labels: Mapping[str, str | None], values
             raise InputError(f"{call} node/{node}: label {key}={value!r} is not a valid label value")
 
 
+def _cordon_summary(call: str, result: CordonResult, by: str) -> str:
+    """One line naming whose cordon the node carried and what became of it."""
+    name, previous = result.node.name, result.previous
+    reason = result.node.annotations.get(vocab.ANNOTATION_CORDON_REASON, "")
+    if call == "uncordon":
+        if previous is None:
+            stale = "; a stale dsx cordon record was cleared" if result.changed else ""
+            return f"{name} was not cordoned{stale}"
+        return f"{name} uncordoned: released {previous.describe()}" + (" (forced)" if result.forced else "")
+    if previous is None:
+        return f"{name} cordoned by {by}: {reason}"
+    if result.forced:
+        return f"{name} cordoned by {by}: {reason}; took over {previous.describe()}"
+    if previous.owner == by:
+        return f"{name} was already cordoned by {by}" + (f"; new reason: {reason}" if result.changed else "")
+    outside = previous.model_copy(update={"recorded_by": "", "reason": ""}).describe()
+    return (
+        f"{name} was already cordoned: {outside}; {by}'s reason is recorded with it ({reason}), "
+        "and dsx will not uncordon it"
+    )
+
+
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -101,6 +124,8 @@ class PortBase(abc.ABC):
         namespace: where dsx keeps its ConfigMaps, Leases and Events.
         retry: backoff for transient failures and for conflicts.
         clock: the current time (tests pass a fixed clock to age Leases).
+        field_manager: the name every write gives the API server as its field manager (``dsx``); a port
+            built with another name acts as another client (tests play kubectl with one).
     """
 
     def __init__(
@@ -108,8 +133,10 @@ class PortBase(abc.ABC):
         namespace: str = "dsx",
         retry: RetryPolicy | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        field_manager: str = vocab.FIELD_MANAGER,
     ) -> None:
         self.namespace = namespace
+        self.field_manager = field_manager
         self._retry = retry or RetryPolicy()
         self._clock = clock or _utc_now
 
@@ -157,8 +184,15 @@ class PortBase(abc.ABC):
         """Delete an object, ``False`` on 404."""
 
     @abc.abstractmethod
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
-        """Post an Eviction: ``(status, message)`` for 201, 404, or a disruption-budget refusal."""
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
+        """Post an Eviction: ``(status, message)`` for 201, 404, or a disruption-budget refusal; 409 when
+        ``uid`` is given and the pod of that name has another one."""
+
+    @abc.abstractmethod
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        """Delete a pod, ``False`` on 404; 409 when ``uid`` is given and the pod of that name has another."""
 
     def _record(  # noqa: B027 - an optional hook, not an abstract method
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any, error: Exception | None
@@ -239,15 +273,44 @@ class PortBase(abc.ABC):
         """One node."""
         return self._read_node("get_node", name)
 
-    @logged
-    def cordon(self, node: str, reason: str, by: str = "dsx") -> Node:
-        """Mark the node unschedulable, recording who, why and whether it was cordoned before."""
-        return self._change_node("cordon", node, lambda n: changes.cordon_patch(n, reason, by))
+    def _change_cordon(
+        self, call: str, node: str, by: str, force: bool, plan: Callable[[Node], dict[str, Any] | None]
+    ) -> CordonResult:
+        """Run a cordon or uncordon plan in one read-modify-write; say what it found and did."""
+        if not by or by != by.strip() or not by.isprintable() or len(by) > 253:
+            raise InputError(f"{call} node/{node}: the owner (by) must be a name on one line, not {by!r}")
+        seen: list[Node] = []
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            seen.append(n)
+            return plan(n)
+
+        after = self._change_node(call, node, compute)
+        before = seen[-1]  # the read the write was based on
+        previous = before.cordon
+        if previous is None:
+            forced = False
+        elif call == "uncordon":
+            forced = force and previous.owner != by
+        else:
+            forced = force and previous.holder not in ("", by)
+        result = CordonResult(node=after, previous=previous, changed=after is not before, forced=forced)
+        return result.model_copy(update={"summary": _cordon_summary(call, result, by)})
 
     @logged
-    def uncordon(self, node: str) -> Node:
-        """Make the node schedulable and clear dsx's cordon annotations."""
-        return self._change_node("uncordon", node, changes.uncordon_patch)
+    def cordon(self, node: str, reason: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Cordon the node for ``by``; another owner's cordon is refused unless ``force`` takes it over."""
+        now = self._clock()
+        return self._change_cordon(
+            "cordon", node, by, force, lambda n: changes.cordon_patch(n, reason, by, force, now)
+        )
+
+    @logged
+    def uncordon(self, node: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Release ``by``'s cordon; anyone else's (or one made outside dsx) is refused unless ``force``."""
+        return self._change_cordon(
+            "uncordon", node, by, force, lambda n: changes.uncordon_patch(n, by, force)
+        )
 
     @logged
     def add_taint(
@@ -276,23 +339,53 @@ class PortBase(abc.ABC):
 
         return self._change_node("remove_taint", node, compute)
 
-    def _merge_metadata(self, call: str, node: str, field: str, values: Mapping[str, str | None]) -> Node:
-        _check_labels(call, node, values, values=field == "labels")
-        if not node:
-            raise InputError(f"{call}: no node name given")
-        patch = {"metadata": {field: dict(sorted(values.items()))}}
-        data = self._run(call, f"node/{node}", True, lambda: self._patch(NODES, node, None, patch))
-        return Node.from_manifest(data)
+    def _set_metadata(
+        self,
+        call: str,
+        node: str,
+        labels: Mapping[str, str | None] | None,
+        annotations: Mapping[str, str | None] | None,
+    ) -> Node:
+        """Labels and annotations in one patch carrying the node's ``resourceVersion``; nothing is written
+        when the node already says all of it."""
+        wanted_labels, wanted_annotations = dict(labels or {}), dict(annotations or {})
+        _check_labels(call, node, wanted_labels, values=True)
+        _check_labels(call, node, wanted_annotations, values=False)
+
+        def compute(n: Node) -> dict[str, Any] | None:
+            metadata: dict[str, Any] = {}
+            if changed := changes.annotations_patch(n.labels, wanted_labels):
+                metadata["labels"] = changed
+            if changed := changes.annotations_patch(n.annotations, wanted_annotations):
+                metadata["annotations"] = changed
+            return {"metadata": metadata} if metadata else None
+
+        return self._change_node(call, node, compute)
+
+    @logged
+    def set_node_metadata(
+        self,
+        node: str,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> Node:
+        """Merge labels and annotations into the node in one patch (``None`` removes a key).
+
+        One write, with the node's ``resourceVersion`` (re-read and retried on a conflict): a reader
+        sees the labels and the annotations change together, never one without the other.
+        """
+        return self._set_metadata("set_node_metadata", node, labels, annotations)
 
     @logged
     def set_labels(self, node: str, labels: Mapping[str, str | None]) -> Node:
-        """Merge labels into the node (``None`` removes one)."""
-        return self._merge_metadata("set_labels", node, "labels", labels)
+        """Merge labels into the node (``None`` removes one); :meth:`set_node_metadata` with labels only."""
+        return self._set_metadata("set_labels", node, labels, None)
 
     @logged
     def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
-        """Merge annotations into the node (``None`` removes one)."""
-        return self._merge_metadata("set_annotations", node, "annotations", annotations)
+        """Merge annotations into the node (``None`` removes one); :meth:`set_node_metadata` with
+        annotations only."""
+        return self._set_metadata("set_annotations", node, None, annotations)
 
     @logged
     def set_node_metadata(
@@ -341,14 +434,45 @@ class PortBase(abc.ABC):
         )
         return sorted((Pod.from_manifest(i) for i in items), key=lambda p: (p.namespace, p.name))
 
+    def _pod_uid(self, call: str, pod: PodRef) -> str | None:
+        """The uid the call pins: the :class:`Pod`'s own, else that of the pod there now (``None``: no pod;
+        ``""``: a pod the server gave no uid)."""
+        if isinstance(pod, Pod) and pod.uid:
+            return pod.uid
+        namespace, name = pod_ref(pod)
+        data = self._run(call, f"pod/{namespace}/{name}", True, lambda: self._get(PODS, name, namespace))
+        return None if data is None else str((data.get("metadata") or {}).get("uid") or "")
+
+    def _replaced(self, call: str, pod: PodRef, uid: str) -> str | None:
+        """Why the pod with ``uid`` is gone (deleted, or a new pod holds its name); ``None`` if it is not."""
+        namespace, name = pod_ref(pod)
+        data = self._run(call, f"pod/{namespace}/{name}", True, lambda: self._get(PODS, name, namespace))
+        if data is None:
+            return f'pods "{name}" not found'
+        now = str((data.get("metadata") or {}).get("uid") or "")
+        return None if now == uid else f'pod "{name}" {uid} is gone; a new pod of that name has uid {now}'
+
     @logged
     def evict(self, pod: PodRef, grace_seconds: int | None = None) -> EvictionResult:
-        """Ask the API to evict a pod: evicted, blocked by a PodDisruptionBudget, or already gone."""
+        """Ask the API to evict a pod: evicted, blocked by a PodDisruptionBudget, or already gone.
+
+        The Eviction names the pod's uid in its ``deleteOptions.preconditions``: a retry after a lost
+        answer never evicts a new pod of the same name, and a pod replaced meanwhile reads as gone.
+        """
         namespace, name = pod_ref(pod)
         ref = f"{namespace}/{name}"
-        status, message = self._run(
-            "evict", f"pod/{ref}", True, lambda: self._evict(namespace, name, grace_seconds)
-        )
+        uid = self._pod_uid("evict", pod)
+        if uid is None:
+            return EvictionResult(pod=ref, outcome="gone", message=f'pods "{name}" not found')
+        try:
+            status, message = self._run(
+                "evict", f"pod/{ref}", True, lambda: self._evict(namespace, name, grace_seconds, uid or None)
+            )
+        except ConflictError:
+            why = self._replaced("evict", pod, uid) if uid else None
+            if why is None:
+                raise
+            return EvictionResult(pod=ref, outcome="gone", message=why)
         if status == 404:
             return EvictionResult(pod=ref, outcome="gone", message=message)
         if status in (429, 500):
@@ -357,14 +481,25 @@ class PortBase(abc.ABC):
 
     @logged
     def delete_pod(self, pod: PodRef, grace_seconds: int | None = None) -> bool:
-        """Delete a pod; ``False`` if it was already gone."""
+        """Delete a pod; ``False`` if it was already gone or replaced by a new pod of the same name.
+
+        The deletion names the pod's uid as a precondition, as :meth:`evict` does.
+        """
         namespace, name = pod_ref(pod)
-        return self._run(
-            "delete_pod",
-            f"pod/{namespace}/{name}",
-            True,
-            lambda: self._delete(PODS, name, namespace, grace_seconds),
-        )
+        uid = self._pod_uid("delete_pod", pod)
+        if uid is None:
+            return False
+        try:
+            return self._run(
+                "delete_pod",
+                f"pod/{namespace}/{name}",
+                True,
+                lambda: self._delete_pod(namespace, name, grace_seconds, uid or None),
+            )
+        except ConflictError:
+            if not uid or self._replaced("delete_pod", pod, uid) is None:
+                raise
+            return False
 
     @logged
     def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:

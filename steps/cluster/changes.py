@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import CordonRefusedError
 from steps.cluster.port import Condition, Node, Taint, TaintEffect
 
 __all__ = [
@@ -43,34 +44,74 @@ def parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def cordon_patch(node: Node, reason: str, by: str) -> dict[str, Any] | None:
-    """The patch that cordons ``node``, or ``None`` if it is already cordoned by ``by`` for ``reason``.
+def cordon_patch(node: Node, reason: str, by: str, force: bool, now: dt.datetime) -> dict[str, Any] | None:
+    """The patch that cordons ``node`` for the owner ``by``, or ``None`` if ``by`` already holds it so.
 
-    ``dsx.dev/cordoned-before-dsx`` records whether the node was unschedulable before dsx first
-    cordoned it; a later cordon keeps the first answer.
+    - not cordoned (a stale record included): cordon it, recording ``by``, the reason and the time;
+    - cordoned by ``by``: only a new reason is written (the cordon keeps its start);
+    - cordoned outside dsx, with no owner recorded: record ``by`` with ``cordoned-before-dsx=true``,
+      so that no dsx uncordon releases it;
+    - held by another owner: refused, unless ``force`` takes it over.
+
+    Raises:
+        CordonRefusedError: another owner holds the cordon and ``force`` is not set.
     """
-    before = node.annotations.get(vocab.ANNOTATION_CORDONED_BEFORE)
-    if before is None:
-        before = "true" if node.unschedulable else "false"
-    wanted = {
+    current = node.cordon
+    reason = " ".join(reason.split())
+    record = {
         vocab.ANNOTATION_CORDONED_BY: by,
-        vocab.ANNOTATION_CORDON_REASON: " ".join(reason.split()),
-        vocab.ANNOTATION_CORDONED_BEFORE: before,
+        vocab.ANNOTATION_CORDON_REASON: reason,
+        vocab.ANNOTATION_CORDONED_AT: format_time(now),
+        vocab.ANNOTATION_CORDONED_BEFORE: "false",
     }
-    if node.unschedulable and all(node.annotations.get(k) == v for k, v in wanted.items()):
-        return None
-    return {"metadata": {"annotations": wanted}, "spec": {"unschedulable": True}}
+    if current is None:
+        return {"metadata": {"annotations": record}, "spec": {"unschedulable": True}}
+    if current.holder == by:
+        if current.reason == reason:
+            return None
+        return {"metadata": {"annotations": {vocab.ANNOTATION_CORDON_REASON: reason}}}
+    if current.holder and not force:
+        first = f"uncordon it as {current.owner} first, or " if current.owner else ""
+        raise CordonRefusedError(
+            "cordon",
+            f"node/{node.name}",
+            f"{node.name} carries {current.describe()}; dsx does not write over another owner's cordon "
+            f"({first}--force to take it over)",
+            current,
+            node.resource_version,
+        )
+    if not current.owner:
+        record[vocab.ANNOTATION_CORDONED_BEFORE] = "true"
+    return {"metadata": {"annotations": record}}
 
 
-def uncordon_patch(node: Node) -> dict[str, Any] | None:
-    """The patch that makes ``node`` schedulable and drops dsx's cordon annotations, or ``None``."""
+def uncordon_patch(node: Node, by: str, force: bool) -> dict[str, Any] | None:
+    """The patch that releases ``by``'s cordon and drops dsx's cordon annotations, or ``None``.
+
+    A node that is not cordoned only loses a stale record, if it has one.
+
+    Raises:
+        CordonRefusedError: the cordon is not ``by``'s (another owner's, or one made outside dsx, before
+            or after dsx came) and ``force`` is not set.
+    """
+    current = node.cordon
     present = [k for k in vocab.CORDON_ANNOTATIONS if k in node.annotations]
-    if not node.unschedulable and not present:
-        return None
-    patch: dict[str, Any] = {"spec": {"unschedulable": None}}
-    if present:
-        patch["metadata"] = {"annotations": dict.fromkeys(present)}
-    return patch
+    clear = {"metadata": {"annotations": dict.fromkeys(present)}} if present else {}
+    if current is None:
+        return clear or None
+    if current.owner != by and not force:
+        if current.owner:
+            how = f"dsx releases a cordon only for its owner (uncordon it as {current.owner}, or --force)"
+        else:
+            how = "dsx never releases a cordon it did not make (kubectl uncordon it, or --force)"
+        raise CordonRefusedError(
+            "uncordon",
+            f"node/{node.name}",
+            f"{node.name} carries {current.describe()}; {how}",
+            current,
+            node.resource_version,
+        )
+    return {**clear, "spec": {"unschedulable": None}}
 
 
 def annotations_patch(current: Mapping[str, str], wanted: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -8,12 +8,18 @@ __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "ConflictError",
+    "CordonRefusedError",
     "ForbiddenError",
     "NotFoundError",
     "classify",
 ]
 
+from typing import TYPE_CHECKING
+
 from steps.errors import DsxError, InputError
+
+if TYPE_CHECKING:
+    from steps.cluster.port import Cordon
 
 
 class ClusterError(DsxError):
@@ -49,6 +55,25 @@ class ConflictError(ClusterError):
 
 class ApiUnavailableError(ClusterError):
     """The API server could not be reached, timed out or kept failing (5xx, 429) after retries."""
+
+
+class CordonRefusedError(DsxError):
+    """A cordon or uncordon that would take over a cordon the caller does not own (the CLI exits 2).
+
+    Attributes:
+        call: ``cordon`` or ``uncordon``.
+        target: ``node/NAME``.
+        cordon: the :class:`~steps.cluster.port.Cordon` the node carries.
+        resource_version: the node's ``resourceVersion`` when the refusal was decided.
+    """
+
+    def __init__(self, call: str, target: str, detail: str, cordon: Cordon, resource_version: str) -> None:
+        self.call = call
+        self.target = target
+        self.cordon = cordon
+        self.resource_version = resource_version
+        self.detail = " ".join(detail.split())
+        super().__init__(f"{call} {target}: refused: {self.detail}")
 
 
 class ClusterConfigError(InputError):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.errors import ApiStatusError, ClusterConfigError
 from steps.cluster.resources import Resource
@@ -84,6 +85,8 @@ class KubeCluster(PortBase):
         retry: backoff for transient failures.
         timeout: ``(connect, read)`` seconds for each request.
         clock: the current time.
+        field_manager: named on every write (``?fieldManager=``), so ``managedFields`` tells dsx's
+            writes from anyone else's.
     """
 
     def __init__(
@@ -93,8 +96,9 @@ class KubeCluster(PortBase):
         retry: RetryPolicy | None = None,
         timeout: tuple[float, float] = (5.0, 30.0),
         clock: Callable[[], dt.datetime] | None = None,
+        field_manager: str = vocab.FIELD_MANAGER,
     ) -> None:
-        super().__init__(namespace=namespace, retry=retry, clock=clock)
+        super().__init__(namespace=namespace, retry=retry, clock=clock, field_manager=field_manager)
         self._api = api_client
         self._api.configuration.retries = False
         self._timeout = timeout
@@ -195,13 +199,15 @@ class KubeCluster(PortBase):
         return list(data.get("items") or [])
 
     def _create(self, res: Resource, namespace: str | None, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self._send("POST", res.collection_path(namespace), body=dict(manifest))
+        path, query = res.collection_path(namespace), {"fieldManager": self.field_manager}
+        result: dict[str, Any] = self._send("POST", path, query, body=dict(manifest))
         return result
 
     def _replace(
         self, res: Resource, name: str, namespace: str | None, manifest: Mapping[str, Any]
     ) -> dict[str, Any]:
-        result: dict[str, Any] = self._send("PUT", res.object_path(name, namespace), body=dict(manifest))
+        path, query = res.object_path(name, namespace), {"fieldManager": self.field_manager}
+        result: dict[str, Any] = self._send("PUT", path, query, body=dict(manifest))
         return result
 
     def _patch(
@@ -215,7 +221,11 @@ class KubeCluster(PortBase):
     ) -> dict[str, Any]:
         kind = "application/strategic-merge-patch+json" if strategic else "application/merge-patch+json"
         result: dict[str, Any] = self._send(
-            "PATCH", res.object_path(name, namespace, subresource), body=dict(patch), content_type=kind
+            "PATCH",
+            res.object_path(name, namespace, subresource),
+            {"fieldManager": self.field_manager},
+            body=dict(patch),
+            content_type=kind,
         )
         return result
 
@@ -225,7 +235,16 @@ class KubeCluster(PortBase):
             body["gracePeriodSeconds"] = grace_seconds
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        from steps.cluster.base import PODS
+
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **_delete_options(grace_seconds, uid)}
+        path = PODS.object_path(name, namespace)
+        return self._send("DELETE", path, body=body, missing_ok=True) is not None
+
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
         from steps.cluster.base import PODS
 
         body: dict[str, Any] = {
@@ -233,8 +252,9 @@ class KubeCluster(PortBase):
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        if grace_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        options = _delete_options(grace_seconds, uid)
+        if options:
+            body["deleteOptions"] = options
         status, data = self._request("POST", PODS.object_path(name, namespace, "eviction"), body=body)
         message = _message(data, status) if status >= 300 else ""
         if 200 <= status < 300 or status == 404:
@@ -251,6 +271,17 @@ class KubeCluster(PortBase):
                 retry_after=_retry_after(data),
             )
         raise ApiStatusError(status, message)
+
+
+def _delete_options(grace_seconds: int | None, uid: str | None) -> dict[str, Any]:
+    """The fields of a DeleteOptions: the grace period, and the uid the object must still have (the API
+    server answers 409 when the object of that name is another one)."""
+    options: dict[str, Any] = {}
+    if grace_seconds is not None:
+        options["gracePeriodSeconds"] = grace_seconds
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    return options
 
 
 def _one_line(exc: Exception) -> str:

@@ -21,6 +21,8 @@ __all__ = [
     "GPU_RESOURCE",
     "ClusterPort",
     "Condition",
+    "Cordon",
+    "CordonResult",
     "EvictionOutcome",
     "EvictionResult",
     "Node",
@@ -125,14 +127,60 @@ class NodeInfo(_Model):
         return {key: getattr(self, field) for field, key in _NODE_INFO_KEYS if getattr(self, field)}
 
 
+class Cordon(_Model):
+    """Whose cordon a node carries, as dsx reads it from the node (see :attr:`Node.cordon`).
+
+    Attributes:
+        owner: the dsx owner whose cordon it is (the ``by`` that made it); ``""`` when the cordon was
+            made outside dsx (kubectl, another tool), which dsx never releases unless forced.
+        recorded_by: a dsx owner who cordoned the node when it was already cordoned outside dsx
+            (``dsx.dev/cordoned-before-dsx=true``): the record sits on someone else's cordon.
+        reason: the recorded reason (the owner's, or ``recorded_by``'s).
+        at: when it was recorded.
+        manager: the field manager that last set ``spec.unschedulable``, when the API server says
+            (``metadata.managedFields``): ``dsx`` for a cordon dsx made, e.g. ``kubectl-cordon`` otherwise.
+    """
+
+    owner: str = ""
+    recorded_by: str = ""
+    reason: str = ""
+    at: str = ""
+    manager: str = ""
+
+    @property
+    def holder(self) -> str:
+        """The dsx owner a new cordon would have to take over: the owner, or the one recorded on top."""
+        return self.owner or self.recorded_by
+
+    def describe(self) -> str:
+        """Whose cordon it is, in words: ``alice's cordon (bad NIC, since ...)``, or one made outside dsx."""
+        if self.owner:
+            details = ", ".join(x for x in (self.reason, f"since {self.at}" if self.at else "") if x)
+            return f"{self.owner}'s cordon" + (f" ({details})" if details else "")
+        made = "a cordon made outside dsx"
+        if self.manager and self.manager != vocab.FIELD_MANAGER:
+            made += f" (by {self.manager})"
+        if self.recorded_by:
+            made += f", before {self.recorded_by} cordoned it through dsx"
+            if self.reason:
+                made += f" ({self.reason})"
+        return made
+
+
 class Node(_Model):
-    """A node as dsx sees it."""
+    """A node as dsx sees it.
+
+    ``unschedulable_managers`` are the field managers the API server names as owners of
+    ``spec.unschedulable`` in ``metadata.managedFields`` (empty when it does not say): they tell a cordon
+    dsx made from one set again outside dsx after dsx's was lifted, which the annotations cannot.
+    """
 
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     unschedulable: bool = False
+    unschedulable_managers: list[str] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
     capacity: dict[str, str] = Field(default_factory=dict)
     allocatable: dict[str, str] = Field(default_factory=dict)
@@ -162,6 +210,25 @@ class Node(_Model):
         except ValueError:
             return 0
 
+    @property
+    def cordon(self) -> Cordon | None:
+        """Whose cordon the node carries; ``None`` when it is schedulable (any dsx record left on it then
+        is stale: someone uncordoned the node outside dsx)."""
+        if not self.unschedulable:
+            return None
+        notes = self.annotations
+        by = notes.get(vocab.ANNOTATION_CORDONED_BY, "")
+        reason = notes.get(vocab.ANNOTATION_CORDON_REASON, "")
+        at = notes.get(vocab.ANNOTATION_CORDONED_AT, "")
+        managers = self.unschedulable_managers
+        manager = ",".join(managers)
+        if by and notes.get(vocab.ANNOTATION_CORDONED_BEFORE) == "true":
+            return Cordon(recorded_by=by, reason=reason, at=at, manager=manager)
+        if by and managers in ([], [vocab.FIELD_MANAGER]):
+            return Cordon(owner=by, reason=reason, at=at, manager=manager)
+        # No record, or a record whose cordon was lifted and set again by another field manager.
+        return Cordon(manager=manager)
+
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, if the node has one."""
         return next((c for c in self.conditions if c.type == type_), None)
@@ -185,6 +252,7 @@ class Node(_Model):
                 for t in spec.get("taints") or []
             ],
             unschedulable=bool(spec.get("unschedulable", False)),
+            unschedulable_managers=_unschedulable_managers(meta.get("managedFields")),
             conditions=[Condition.from_manifest(c) for c in status.get("conditions") or []],
             capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
             allocatable={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
@@ -199,6 +267,17 @@ class Node(_Model):
             metadata["annotations"] = dict(self.annotations)
         if self.resource_version:
             metadata["resourceVersion"] = self.resource_version
+        if self.unschedulable_managers:
+            metadata["managedFields"] = [
+                {
+                    "manager": manager,
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:unschedulable": {}}},
+                }
+                for manager in self.unschedulable_managers
+            ]
         spec: dict[str, Any] = {}
         if self.unschedulable:
             spec["unschedulable"] = True
@@ -218,11 +297,45 @@ class Node(_Model):
         }
 
 
+def _unschedulable_managers(entries: Any) -> list[str]:
+    """The managers that own ``spec.unschedulable`` in a ``metadata.managedFields`` list, sorted."""
+    found = set()
+    for entry in entries if isinstance(entries, list) else []:
+        fields = entry.get("fieldsV1") if isinstance(entry, Mapping) else None
+        spec = fields.get("f:spec") if isinstance(fields, Mapping) else None
+        if isinstance(spec, Mapping) and "f:unschedulable" in spec and entry.get("manager"):
+            found.add(str(entry["manager"]))
+    return sorted(found)
+
+
+class CordonResult(_Model):
+    """What a cordon or an uncordon did, and whose cordon the node carried before it.
+
+    Attributes:
+        node: the node as it is after the call.
+        previous: the cordon the call found (``None``: the node was schedulable).
+        changed: whether the call wrote anything.
+        forced: whether ``force`` took over a cordon that was not the caller's.
+        summary: one line for the operator, naming whose cordon it was.
+    """
+
+    node: Node
+    previous: Cordon | None = None
+    changed: bool = False
+    forced: bool = False
+    summary: str = ""
+
+
 class Pod(_Model):
-    """A pod as dsx sees it: where it runs and what owns it."""
+    """A pod as dsx sees it: where it runs and what owns it.
+
+    ``uid`` tells this pod from a later one of the same name (a StatefulSet's, or one created again):
+    evictions and deletions name it as a precondition, so a retry never reaches the newcomer.
+    """
 
     name: str
     namespace: str
+    uid: str = ""
     node: str = ""
     owner_kind: str = ""
     owner_name: str = ""
@@ -248,6 +361,7 @@ class Pod(_Model):
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid") or ""),
             node=str((data.get("spec") or {}).get("nodeName") or ""),
             owner_kind=str(owner.get("kind", "")),
             owner_name=str(owner.get("name", "")),
@@ -262,6 +376,8 @@ class Pod(_Model):
             "namespace": self.namespace,
             "labels": dict(self.labels),
         }
+        if self.uid:
+            metadata["uid"] = self.uid
         if self.owner_kind:
             api_version = "batch/v1" if self.owner_kind == "Job" else "apps/v1"
             metadata["ownerReferences"] = [
@@ -313,9 +429,10 @@ StateChange = Callable[[dict[str, str]], dict[str, str]]
 class ClusterPort(Protocol):
     """Everything dsx asks of a Kubernetes cluster.
 
-    Node calls take the node name and return the node as it is after the call. Calls that change a
-    node read it first and write with its ``resourceVersion``, retrying on a conflict; calls that
-    cannot be repeated safely are never retried blindly. Failures raise
+    Node calls take the node name and return the node as it is after the call (``cordon`` and
+    ``uncordon`` return it in a :class:`CordonResult` that also says whose cordon it was). Calls that
+    change a node read it first and write with its ``resourceVersion``, retrying on a conflict; calls
+    that cannot be repeated safely are never retried blindly. Failures raise
     :class:`steps.cluster.errors.ClusterError` subclasses naming the call and the node.
     """
 
@@ -335,12 +452,25 @@ class ClusterPort(Protocol):
         """One node; :class:`~steps.cluster.errors.NotFoundError` if it does not exist."""
         ...
 
-    def cordon(self, node: str, reason: str, by: str = "dsx") -> Node:
-        """Mark the node unschedulable, recording who and why, and whether it was cordoned before."""
+    def cordon(self, node: str, reason: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Mark the node unschedulable for the owner ``by``, recording who, why, when, and whether the
+        node was cordoned outside dsx before.
+
+        A node cordoned by another dsx owner is refused (:class:`~steps.cluster.errors.CordonRefusedError`
+        naming that owner), never written over; ``force=True`` takes the cordon over and the result says
+        whose it was. The same owner again only updates the reason. All in one read-modify-write with
+        ``resourceVersion``, so a concurrent cordon or uncordon (dsx's or kubectl's) is never lost.
+        """
         ...
 
-    def uncordon(self, node: str) -> Node:
-        """Make the node schedulable again and clear dsx's cordon annotations."""
+    def uncordon(self, node: str, by: str = "dsx", force: bool = False) -> CordonResult:
+        """Release the owner ``by``'s cordon: make the node schedulable and clear dsx's cordon annotations.
+
+        A cordon of another owner, one made outside dsx (kubectl, another tool), or one that was there
+        before dsx is refused (:class:`~steps.cluster.errors.CordonRefusedError` naming whose it is);
+        ``force=True`` releases it anyway and the result says whose cordon it released. A node that is
+        not cordoned is left as it is (a stale dsx record is cleared).
+        """
         ...
 
     def add_taint(
@@ -355,8 +485,21 @@ class ClusterPort(Protocol):
         """Remove the taints with this key (and effect, when given); no change if there are none."""
         ...
 
+    def set_node_metadata(
+        self,
+        node: str,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> Node:
+        """Merge labels and annotations into the node in ONE patch; a value of ``None`` removes the key.
+
+        The patch carries the node's ``resourceVersion`` (re-read and retried on a conflict), so a reader
+        never sees a label without the annotations written with it (a verdict and its evidence).
+        """
+        ...
+
     def set_labels(self, node: str, labels: Mapping[str, str | None]) -> Node:
-        """Merge labels into the node; a value of ``None`` removes the label."""
+        """Merge labels into the node; a value of ``None`` removes the label (:meth:`set_node_metadata`)."""
         ...
 
     def set_node_metadata(
@@ -369,7 +512,7 @@ class ClusterPort(Protocol):
         ...
 
     def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
-        """Merge annotations into the node; a value of ``None`` removes the annotation."""
+        """Merge annotations into the node; ``None`` removes the annotation (:meth:`set_node_metadata`)."""
         ...
 
     def set_condition(self, node: str, type_: str, status: bool, reason: str, message: str) -> Node:
@@ -381,11 +524,18 @@ class ClusterPort(Protocol):
         ...
 
     def evict(self, pod: PodRef, grace_seconds: int | None = None) -> EvictionResult:
-        """Ask the API to evict a pod; PodDisruptionBudgets may block it."""
+        """Ask the API to evict a pod; PodDisruptionBudgets may block it.
+
+        The eviction names the pod's uid (the :class:`Pod`'s, or the one there when the call starts), so
+        a retry never evicts a new pod of the same name: a pod replaced meanwhile reads as ``gone``.
+        """
         ...
 
     def delete_pod(self, pod: PodRef, grace_seconds: int | None = None) -> bool:
-        """Delete a pod outright; ``False`` if it was already gone."""
+        """Delete a pod outright; ``False`` if it was already gone (or replaced by a new pod of its name).
+
+        Like :meth:`evict`, the deletion names the pod's uid as a precondition.
+        """
         ...
 
     def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:

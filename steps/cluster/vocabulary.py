@@ -12,12 +12,20 @@ Labels on a node:
 
 Taint: ``dsx.dev/unhealthy`` with effect ``NoSchedule``, put on at once when a fatal fault is seen.
 
-Annotations written by :meth:`steps.cluster.port.ClusterPort.cordon`:
+Annotations written by :meth:`steps.cluster.port.ClusterPort.cordon` (cordons have owners: dsx
+uncordons only a cordon dsx made, and only for the owner who made it):
 
-- ``dsx.dev/cordoned-by``: who cordoned the node through dsx (``dsx`` or a person's name).
+- ``dsx.dev/cordoned-by``: the owner of the cordon, the ``by`` of the call (``dsx``, ``sentinel``, a
+  person's name). A cordon by another owner is refused, never written over, unless forced.
 - ``dsx.dev/cordon-reason``: why, in one line.
-- ``dsx.dev/cordoned-before-dsx``: ``true`` when the node was already cordoned before dsx cordoned
-  it, so that dsx never uncordons a node someone else took out of service.
+- ``dsx.dev/cordoned-at``: when the owner cordoned the node (RFC 3339, UTC).
+- ``dsx.dev/cordoned-before-dsx``: ``true`` when the node was already cordoned outside dsx (kubectl,
+  another tool) and no dsx owner held it, so the owner's record sits on someone else's cordon and dsx
+  never uncordons it; ``false`` when dsx made the cordon.
+
+Every write of ``spec.unschedulable`` names the field manager ``dsx`` (:data:`FIELD_MANAGER`), so where the
+API server keeps ``metadata.managedFields`` dsx also sees a cordon set again outside dsx (kubectl uncordon,
+then kubectl cordon) after its own was lifted, and leaves that one alone too.
 
 Topology labels set by the simulated fleet (and expected on real nodes where the operator labels racks):
 ``topology.dsx.dev/rack`` and ``topology.dsx.dev/block`` (a block is a group of racks under one
@@ -36,6 +44,7 @@ __all__ = [
     "ANNOTATION_CERTIFICATION_REASON",
     "ANNOTATION_CERTIFICATION_RECIPE",
     "ANNOTATION_CERTIFIED_AT",
+    "ANNOTATION_CORDONED_AT",
     "ANNOTATION_CORDONED_BEFORE",
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
@@ -46,6 +55,7 @@ __all__ = [
     "CONDITION_NIC_DEGRADED",
     "CONDITION_NOT_CERTIFIED",
     "CORDON_ANNOTATIONS",
+    "FIELD_MANAGER",
     "LABEL_BLOCK",
     "LABEL_CERTIFICATION",
     "LABEL_CERTIFICATION_REPORT",
@@ -87,11 +97,20 @@ TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
 
 ANNOTATION_CORDONED_BY: Final = "dsx.dev/cordoned-by"
 ANNOTATION_CORDON_REASON: Final = "dsx.dev/cordon-reason"
+ANNOTATION_CORDONED_AT: Final = "dsx.dev/cordoned-at"
 ANNOTATION_CORDONED_BEFORE: Final = "dsx.dev/cordoned-before-dsx"
 ANNOTATION_CERTIFIED_AT: Final = "dsx.dev/certified-at"
 ANNOTATION_CERTIFICATION_RECIPE: Final = "dsx.dev/certification-recipe"
 ANNOTATION_CERTIFICATION_REASON: Final = "dsx.dev/certification-reason"
-CORDON_ANNOTATIONS: Final = (ANNOTATION_CORDONED_BY, ANNOTATION_CORDON_REASON, ANNOTATION_CORDONED_BEFORE)
+CORDON_ANNOTATIONS: Final = (
+    ANNOTATION_CORDONED_BY,
+    ANNOTATION_CORDON_REASON,
+    ANNOTATION_CORDONED_AT,
+    ANNOTATION_CORDONED_BEFORE,
+)
+
+FIELD_MANAGER: Final = "dsx"
+"""The field manager every dsx write names (``?fieldManager=dsx``), as ``managedFields`` records it."""
 
 CONDITION_GPU_XID: Final = "DsxGpuXid"
 CONDITION_GPU_FAILED: Final = "DsxGpuFailed"

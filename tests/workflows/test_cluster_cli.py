@@ -83,8 +83,9 @@ def test_levers_change_a_shared_fleet(tmp_path: Path) -> None:
             "json",
         )
     )
-    assert cordoned["unschedulable"] is True
-    assert cordoned["annotations"]["dsx.dev/cordoned-by"] == "alice"
+    assert cordoned["node"]["unschedulable"] is True
+    assert cordoned["node"]["annotations"]["dsx.dev/cordoned-by"] == "alice"
+    assert cordoned["summary"] == "node-02 cordoned by alice: bad NIC"
     tainted = json.loads(_run("cluster", "taint", "node-02", "--cluster", spec, "-o", "json"))
     assert tainted["taints"] == [{"effect": "NoSchedule", "key": "dsx.dev/unhealthy", "value": ""}]
     custom = json.loads(
@@ -94,9 +95,12 @@ def test_levers_change_a_shared_fleet(tmp_path: Path) -> None:
     _run("cluster", "taint", "node-02", "maintenance:NoExecute-", "--cluster", spec, "-o", "json")
     removed = json.loads(_run("cluster", "taint", "node-02", "--remove", "--cluster", spec, "-o", "json"))
     assert removed["taints"] == []
-    uncordoned = json.loads(_run("cluster", "uncordon", "node-02", "--cluster", spec, "-o", "json"))
-    assert uncordoned["unschedulable"] is False
-    assert "dsx.dev/cordoned-by" not in uncordoned["annotations"]
+    uncordoned = json.loads(
+        _run("cluster", "uncordon", "node-02", "--by", "alice", "--cluster", spec, "-o", "json")
+    )
+    assert uncordoned["node"]["unschedulable"] is False
+    assert "dsx.dev/cordoned-by" not in uncordoned["node"]["annotations"]
+    assert uncordoned["previous"]["owner"] == "alice"
     listed = json.loads(_run("cluster", "nodes", "-o", "json", env={"DSX_CLUSTER": spec}))
     assert [n["unschedulable"] for n in listed] == [False] * 4
 
@@ -106,6 +110,34 @@ def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     return lines[0]
+
+
+def test_someone_elses_cordon_is_refused_with_exit_2_naming_whose_it_is(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=4,cordoned=node-03", tmp_path)
+    table = _run("cluster", "cordon", "node-01", "--by", "alice", "--reason", "bad NIC", "--cluster", spec)
+    assert table.splitlines()[0] == "node-01 cordoned by alice: bad NIC"
+    line = _one_line_error(_dsx("cluster", "cordon", "node-01", "--by", "bob", "--cluster", spec))
+    assert line.startswith(
+        "error: cordon node/node-01: refused: node-01 carries alice's cordon (bad NIC, since "
+    )
+    line = _one_line_error(_dsx("cluster", "uncordon", "node-01", "--by", "bob", "--cluster", spec))
+    assert line.startswith("error: uncordon node/node-01: refused: node-01 carries alice's cordon (bad NIC")
+    assert line.endswith("(uncordon it as alice, or --force)")
+    line = _one_line_error(_dsx("cluster", "uncordon", "node-03", "--by", "alice", "--cluster", spec))
+    assert line.startswith(
+        "error: uncordon node/node-03: refused: node-03 carries a cordon made outside dsx;"
+    )
+
+    table = _run("cluster", "uncordon", "node-01", "--by", "bob", "--force", "--cluster", spec)
+    assert table.splitlines()[0].startswith("node-01 uncordoned: released alice's cordon (bad NIC, since ")
+    assert table.splitlines()[0].endswith("(forced)")
+    nodes = _run("cluster", "nodes", "--cluster", spec)
+    assert "outside dsx" in nodes  # node-03's cordon column: not dsx's
+    forced = json.loads(
+        _run("cluster", "uncordon", "node-03", "--by", "bob", "--force", "--cluster", spec, "-o", "json")
+    )
+    assert forced["forced"] is True and forced["node"]["unschedulable"] is False
+    assert forced["summary"] == "node-03 uncordoned: released a cordon made outside dsx (forced)"
 
 
 def test_unknown_node_is_one_line_naming_node_and_call() -> None:
@@ -148,7 +180,7 @@ def test_commands_work_on_a_real_cluster_api(tmp_path: Path) -> None:
         cordoned = _run(
             "cluster", "cordon", "node-01", "--kubeconfig", str(config), "--context", "emulator", "-o", "json"
         )
-        assert json.loads(cordoned)["unschedulable"] is True
+        assert json.loads(cordoned)["node"]["unschedulable"] is True
         nodes = json.loads(_run("cluster", "nodes", "--kubeconfig", str(config), "-o", "json"))
         assert [n["unschedulable"] for n in nodes] == [False, True, False]
         emulator.forbid("patch", "nodes")

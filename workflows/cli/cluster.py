@@ -21,6 +21,11 @@ KUBECONFIG_OPTION = typer.Option(
 )
 CONTEXT_OPTION = typer.Option(None, "--context", help="Kubeconfig context (default the current one).")
 DEFAULT_TAINT = "dsx.dev/unhealthy:NoSchedule"
+BY_OPTION = typer.Option(
+    os.environ.get("USER") or "operator",
+    "--by",
+    help="The owner of the cordon, recorded on the node (default $USER): uncordon releases only its own.",
+)
 
 
 def _port(cluster: str | None, kubeconfig: str | None, context: str | None) -> Any:
@@ -39,7 +44,7 @@ def _nodes_table(nodes: list[Any]) -> None:
             [
                 node.name,
                 "Ready" if node.ready else "NotReady",
-                "yes" if node.unschedulable else "no",
+                _cordon_cell(node),
                 gpu,
                 node.labels.get(vocab.LABEL_RACK, "-"),
                 node.labels.get(vocab.LABEL_CERTIFICATION, "-"),
@@ -48,6 +53,22 @@ def _nodes_table(nodes: list[Any]) -> None:
             ]
         )
     print_table(None, ["node", "ready", "cordoned", "gpus", "rack", "certified", "state", "taints"], rows)
+
+
+def _cordon_cell(node: Any) -> str:
+    """``no``, the dsx owner of the cordon, or ``outside dsx`` for one made with kubectl or another tool."""
+    cordon = node.cordon
+    if cordon is None:
+        return "no"
+    return cordon.owner or "outside dsx"
+
+
+def _cordon_result(result: Any) -> None:
+    """The line saying whose cordon it was and what became of it, then the node."""
+    from workflows.cli.output import console
+
+    console().print(result.summary, markup=False, highlight=False, soft_wrap=True)
+    _nodes_table([result.node])
 
 
 def _parse_taint(text: str) -> tuple[str, str, str, bool]:
@@ -93,29 +114,38 @@ def register(app: typer.Typer) -> None:
     def cordon_cmd(
         node: str = typer.Argument(..., help="Node name."),
         reason: str = typer.Option("cordoned by hand", "--reason", help="Why, recorded on the node."),
-        by: str = typer.Option(
-            os.environ.get("USER") or "operator", "--by", help="Who, recorded on the node."
+        by: str = BY_OPTION,
+        force: bool = typer.Option(
+            False, "--force", help="Take over a cordon another owner made (the output says whose)."
         ),
         cluster: str | None = CLUSTER_OPTION,
         kubeconfig: str | None = KUBECONFIG_OPTION,
         context: str | None = CONTEXT_OPTION,
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
-        """Mark a node unschedulable, recording who, why, and whether it was cordoned before."""
-        result = _port(cluster, kubeconfig, context).cordon(node, reason, by=by)
-        emit(result, output, lambda n: _nodes_table([n]))
+        """Cordon a node for an owner (--by), recording who, why, when, and whether it was cordoned
+        before. A node another owner cordoned is refused (exit 2) unless --force."""
+        result = _port(cluster, kubeconfig, context).cordon(node, reason, by=by, force=force)
+        emit(result, output, _cordon_result)
 
     @group.command("uncordon")
     def uncordon_cmd(
         node: str = typer.Argument(..., help="Node name."),
+        by: str = BY_OPTION,
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Release a cordon that is not this owner's: another owner's, or one made outside dsx.",
+        ),
         cluster: str | None = CLUSTER_OPTION,
         kubeconfig: str | None = KUBECONFIG_OPTION,
         context: str | None = CONTEXT_OPTION,
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
-        """Make a node schedulable again and clear dsx's cordon annotations."""
-        result = _port(cluster, kubeconfig, context).uncordon(node)
-        emit(result, output, lambda n: _nodes_table([n]))
+        """Release an owner's (--by) cordon and clear dsx's cordon annotations. Someone else's cordon
+        (another owner's, kubectl's, or one there before dsx) is refused (exit 2) unless --force."""
+        result = _port(cluster, kubeconfig, context).uncordon(node, by=by, force=force)
+        emit(result, output, _cordon_result)
 
     @group.command("taint")
     def taint_cmd(

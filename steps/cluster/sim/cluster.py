@@ -18,11 +18,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
 from steps.cluster.patches import merge_patch, strategic_merge_patch
-from steps.cluster.port import EvictionResult, Node, Pod
+from steps.cluster.port import CordonResult, EvictionResult, Node, Pod
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import matches
@@ -42,6 +43,17 @@ def _conflict(res: Resource, name: str) -> ApiStatusError:
         f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
     )
+
+
+def _check_uid(pod: Pod, uid: str | None) -> None:
+    """A deletion whose uid precondition names another pod than the one of that name: 409, as the API
+    server's storage refuses it."""
+    if uid and uid != pod.uid:
+        raise ApiStatusError(
+            409,
+            f'Operation cannot be fulfilled on pods "{pod.name}": Precondition failed: '
+            f"UID in precondition: {uid}, UID in object meta: {pod.uid}",
+        )
 
 
 def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -69,6 +81,8 @@ def _summary(value: Any) -> Any:
             "unschedulable": value.unschedulable,
             "taints": [str(t) for t in value.taints],
         }
+    if isinstance(value, CordonResult):
+        return {**_summary(value.node), "summary": value.summary}
     if isinstance(value, EvictionResult):
         return value.model_dump()
     if isinstance(value, Pod):
@@ -109,6 +123,8 @@ class SimCluster(PortBase):
         namespace: where dsx keeps its ConfigMaps, Leases and Events.
         retry: backoff for injected transient failures.
         clock: the current time.
+        field_manager: who this port's writes are, as ``managedFields`` records the owner of
+            ``spec.unschedulable`` (another name plays another client, e.g. kubectl).
     """
 
     def __init__(
@@ -117,8 +133,9 @@ class SimCluster(PortBase):
         namespace: str = "dsx",
         retry: RetryPolicy | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        field_manager: str = vocab.FIELD_MANAGER,
     ) -> None:
-        super().__init__(namespace=namespace, retry=retry, clock=clock)
+        super().__init__(namespace=namespace, retry=retry, clock=clock, field_manager=field_manager)
         self.store: FleetStore = MemoryStore(store) if isinstance(store, Fleet) else store
 
     @property
@@ -267,7 +284,14 @@ class SimCluster(PortBase):
         namespace, name = self._ident(obj)
         try:
             if res.kind == "Node" and self._typed(res):
-                node = Node.from_manifest(obj).model_copy(update={"resource_version": fleet.next_revision()})
+                node = Node.from_manifest(obj)
+                before = fleet.nodes.get(name)
+                managers = before.unschedulable_managers if before else []
+                if node.unschedulable != (before.unschedulable if before else False):
+                    # As managedFields record an update: the writer that changed the field owns it.
+                    managers = [self.field_manager] if node.unschedulable else []
+                update = {"resource_version": fleet.next_revision(), "unschedulable_managers": managers}
+                node = node.model_copy(update=update)
                 fleet.nodes[name] = node
                 return node.to_manifest()
             if res.kind == "Pod" and self._typed(res):
@@ -327,6 +351,8 @@ class SimCluster(PortBase):
             self._gate(fleet, "create", res, name, namespace=namespace)
             if self._find(fleet, res, name, namespace) is not None:
                 raise ApiStatusError(409, f'{res.plural} "{name}" already exists')
+            if res.kind == "Pod" and self._typed(res):
+                obj["metadata"]["uid"] = fleet.new_uid()  # the server names every new pod afresh
             return self._store(fleet, res, obj)
 
     def _replace(
@@ -403,7 +429,22 @@ class SimCluster(PortBase):
                 return fleet.pdbs.pop(f"{namespace}/{name}", None) is not None
             return fleet.objects.pop(object_key(res.api_version, res.kind, namespace, name), None) is not None
 
-    def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:
+    def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
+        from steps.cluster.base import PODS
+
+        with self.store.transaction() as fleet:
+            pod = fleet.pods.get(f"{namespace}/{name}")
+            self._gate(fleet, "delete", PODS, name, node=pod.node if pod else None, namespace=namespace)
+            if pod is None:
+                return False
+            _check_uid(pod, uid)
+            del fleet.pods[pod.ref]
+            replace_pod(fleet, pod)
+            return True
+
+    def _evict(
+        self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
+    ) -> tuple[int, str]:
         from steps.cluster.base import PODS
 
         eviction = Resource("v1", "Pod", "pods/eviction", True)
@@ -415,6 +456,7 @@ class SimCluster(PortBase):
             refusal = disruption_refusal(fleet, pod)
             if refusal is not None:
                 return refusal
+            _check_uid(pod, uid)  # after the budget, as the API server's eviction checks it
             del fleet.pods[pod.ref]
             replace_pod(fleet, pod)
             return 201, ""

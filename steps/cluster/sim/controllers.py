@@ -51,7 +51,12 @@ def replace_pod(fleet: Fleet, gone: Pod) -> Pod | None:
     index = fleet.owner_next.get(key, 0)
     fleet.owner_next[key] = index + 1
     pod = gone.model_copy(
-        update={"name": f"{gone.owner_name}-{index}", "node": node, "phase": "Running" if node else "Pending"}
+        update={
+            "name": f"{gone.owner_name}-{index}",
+            "uid": fleet.new_uid(),
+            "node": node,
+            "phase": "Running" if node else "Pending",
+        }
     )
     fleet.pods[pod.ref] = pod
     return pod

@@ -8,6 +8,7 @@ simulated node shows: the bandwidth of its links, each GPU's XIDs, ECC errors an
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -166,6 +167,7 @@ class Fleet(_Model):
         pdbs: by ``namespace/name``.
         objects: every other object (ConfigMaps, Leases, Events, Secrets...) by :func:`object_key`.
         owner_next: per controller, the index its next pod gets (``-N`` suffix).
+        uids: the uids handed out so far (see :meth:`new_uid`).
         api: injected API misbehaviour.
         log: the call log, oldest first; at most ``log_limit`` entries are kept.
         dropped_calls: entries dropped from the front of the log.
@@ -179,6 +181,7 @@ class Fleet(_Model):
     pdbs: dict[str, Pdb] = Field(default_factory=dict)
     objects: dict[str, dict[str, Any]] = Field(default_factory=dict)
     owner_next: dict[str, int] = Field(default_factory=dict)
+    uids: int = 0
     api: ApiFaults = Field(default_factory=ApiFaults)
     log: list[CallRecord] = Field(default_factory=list)
     dropped_calls: int = 0
@@ -188,6 +191,12 @@ class Fleet(_Model):
         """A fresh ``resourceVersion``."""
         self.revision += 1
         return str(self.revision)
+
+    def new_uid(self) -> str:
+        """A fresh uid for a new pod, as the API server gives one on create (derived from a counter, so
+        the same spec builds the same fleet)."""
+        self.uids += 1
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://dsx.dev/sim/uid/{self.uids}"))
 
     def append_log(self, record: CallRecord) -> None:
         """Add a call to the log, dropping the oldest beyond ``log_limit``."""

@@ -339,7 +339,7 @@ def _add_workloads(fleet: Fleet, names: list[str]) -> None:
     n = len(names)
 
     def add(pod: Pod) -> None:
-        fleet.pods[pod.ref] = pod
+        fleet.pods[pod.ref] = pod.model_copy(update={"uid": fleet.new_uid()})
         if pod.owner_kind:
             key = owner_key(pod)
             fleet.owner_next[key] = fleet.owner_next.get(key, 0) + 1

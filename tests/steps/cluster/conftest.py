@@ -17,6 +17,7 @@ from steps.cluster.sim.model import Fleet
 from tests.k8s_emulator import Emulator, write_kubeconfig
 
 FLEET = "sim:nodes=6,gpu=h100,racks=2"
+KUBECTL = "kubectl-cordon"  # the field manager kubectl cordon and uncordon write as
 FAST = RetryPolicy(attempts=6, base_delay=0.0, max_delay=0.0, jitter=0.0)
 
 
@@ -41,6 +42,8 @@ class Backend:
     port: PortBase
     clock: Clock
     new_port: Callable[[], PortBase]
+    kubectl: Callable[[], PortBase]
+    """A port playing another client (field manager ``kubectl-cordon``): someone cordoning outside dsx."""
     inject_errors: Callable[[int], None]
     inject_conflicts: Callable[[int], None]
     forbid: Callable[[str, str], None]
@@ -52,15 +55,16 @@ def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Bac
     emulator.seed(fleet.manifests())
     config = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
 
-    def new_port() -> PortBase:
+    def new_port(field_manager: str = "dsx") -> PortBase:
         api_client, _ = load_api_client(str(config))
-        return KubeCluster(api_client, retry=FAST, clock=clock)
+        return KubeCluster(api_client, retry=FAST, clock=clock, field_manager=field_manager)
 
     return Backend(
         kind="kube",
         port=new_port(),
         clock=clock,
         new_port=new_port,
+        kubectl=lambda: new_port(KUBECTL),
         inject_errors=lambda n: emulator.fail(n, 500),
         inject_conflicts=emulator.conflict,
         forbid=emulator.forbid,
@@ -81,6 +85,7 @@ def _sim(fleet: Fleet, clock: Clock) -> Backend:
         port=port,
         clock=clock,
         new_port=lambda: SimCluster(store, retry=FAST, clock=clock),
+        kubectl=lambda: SimCluster(store, retry=FAST, clock=clock, field_manager=KUBECTL),
         inject_errors=lambda n: port.inject_api(errors=n),
         inject_conflicts=lambda n: port.inject_api(conflicts=n),
         forbid=forbid,

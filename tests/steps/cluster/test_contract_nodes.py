@@ -6,6 +6,7 @@ import pytest
 
 from steps.cluster import NotFoundError
 from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import CordonRefusedError
 from steps.errors import InputError
 from tests.steps.cluster.conftest import Backend
 
@@ -57,31 +58,127 @@ def test_contract_unknown_node_names_the_node_and_the_call(backend: Backend) -> 
         backend.port.pods_on("node-99")
 
 
-def test_contract_cordon_records_who_why_and_earlier_state(backend: Backend) -> None:
-    port = backend.port
-    node = port.cordon("node-01", "xid 79 on GPU 3", by="sentinel")
+def test_contract_cordon_records_owner_reason_time_and_earlier_state(backend: Backend) -> None:
+    port, clock = backend.port, backend.clock
+    result = port.cordon("node-01", "xid 79 on GPU 3", by="sentinel")
+    node = result.node
     assert node.unschedulable
-    assert node.annotations[vocab.ANNOTATION_CORDONED_BY] == "sentinel"
-    assert node.annotations[vocab.ANNOTATION_CORDON_REASON] == "xid 79 on GPU 3"
-    assert node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "false"
+    assert {k: v for k, v in node.annotations.items() if k in vocab.CORDON_ANNOTATIONS} == {
+        vocab.ANNOTATION_CORDONED_BY: "sentinel",
+        vocab.ANNOTATION_CORDON_REASON: "xid 79 on GPU 3",
+        vocab.ANNOTATION_CORDONED_AT: "2025-03-01T12:00:00Z",
+        vocab.ANNOTATION_CORDONED_BEFORE: "false",
+    }
+    assert (result.previous, result.changed, result.forced) == (None, True, False)
+    assert result.summary == "node-01 cordoned by sentinel: xid 79 on GPU 3"
+    assert node.cordon is not None and node.cordon.owner == "sentinel"
+
     again = port.cordon("node-01", "xid 79 on GPU 3", by="sentinel")
-    assert again.resource_version == node.resource_version  # nothing written the second time
-    assert port.get_node("node-01") == node
+    assert not again.changed
+    assert again.node.resource_version == node.resource_version  # nothing written the second time
+    clock.advance(60)
+    update = port.cordon("node-01", "xid 79 on GPU 3 and 5", by="sentinel")
+    assert update.node.annotations[vocab.ANNOTATION_CORDON_REASON] == "xid 79 on GPU 3 and 5"
+    assert update.node.annotations[vocab.ANNOTATION_CORDONED_AT] == "2025-03-01T12:00:00Z"  # same cordon
 
-    restored = port.uncordon("node-01")
-    assert not restored.unschedulable
-    assert not set(vocab.CORDON_ANNOTATIONS) & set(restored.annotations)
-    assert port.uncordon("node-01").resource_version == restored.resource_version
+    released = port.uncordon("node-01", by="sentinel")
+    assert not released.node.unschedulable
+    assert not set(vocab.CORDON_ANNOTATIONS) & set(released.node.annotations)
+    assert released.previous is not None and released.previous.owner == "sentinel"
+    assert released.summary == (
+        "node-01 uncordoned: released sentinel's cordon (xid 79 on GPU 3 and 5, since 2025-03-01T12:00:00Z)"
+    )
+    assert port.get_node("node-01") == released.node
+    twice = port.uncordon("node-01", by="sentinel")
+    assert (twice.changed, twice.summary) == (False, "node-01 was not cordoned")
 
 
-def test_contract_cordon_of_a_node_cordoned_by_someone_else_says_so(backend: Backend) -> None:
+def test_contract_a_second_owner_is_refused_and_the_first_record_kept(backend: Backend) -> None:
     port = backend.port
-    port.patch_object("v1", "Node", "node-02", {"spec": {"unschedulable": True}})
-    node = port.cordon("node-02", "suspect NIC")
-    assert node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
-    node = port.cordon("node-02", "now sure", by="sentinel")
-    assert node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"  # the first answer is kept
-    assert node.annotations[vocab.ANNOTATION_CORDON_REASON] == "now sure"
+    first = port.cordon("node-02", "bad NIC", by="alice").node
+    with pytest.raises(CordonRefusedError) as caught:
+        port.cordon("node-02", "drain for RMA", by="bob")
+    message = str(caught.value)
+    assert message.startswith("cordon node/node-02: refused: node-02 carries alice's cordon (bad NIC, since ")
+    assert "\n" not in message
+    with pytest.raises(CordonRefusedError, match=r"^uncordon node/node-02: refused: .*alice's cordon"):
+        port.uncordon("node-02", by="bob")
+    assert port.get_node("node-02") == first  # neither refusal wrote anything
+
+    taken = port.cordon("node-02", "drain for RMA", by="bob", force=True)
+    assert taken.forced and taken.previous is not None and taken.previous.owner == "alice"
+    assert taken.node.annotations[vocab.ANNOTATION_CORDONED_BY] == "bob"
+    assert taken.summary.startswith(
+        "node-02 cordoned by bob: drain for RMA; took over alice's cordon (bad NIC"
+    )
+    released = port.uncordon("node-02", by="carol", force=True)
+    assert released.forced and not released.node.unschedulable
+    assert released.summary.startswith("node-02 uncordoned: released bob's cordon (drain for RMA, since ")
+    assert released.summary.endswith("(forced)")
+
+
+def test_contract_a_cordon_made_outside_dsx_is_never_released(backend: Backend) -> None:
+    kubectl = backend.kubectl()
+    kubectl.patch_object("v1", "Node", "node-02", {"spec": {"unschedulable": True}})  # kubectl cordon
+    port = backend.port
+    with pytest.raises(CordonRefusedError) as caught:
+        port.uncordon("node-02", by="alice")
+    assert str(caught.value).startswith(
+        "uncordon node/node-02: refused: node-02 carries a cordon made outside dsx"
+    )
+
+    recorded = port.cordon("node-02", "suspect NIC", by="alice")
+    assert recorded.node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
+    assert recorded.node.annotations[vocab.ANNOTATION_CORDONED_BY] == "alice"
+    assert recorded.previous is not None and (recorded.previous.owner, recorded.forced) == ("", False)
+    assert "was already cordoned: a cordon made outside dsx" in recorded.summary
+    assert recorded.summary.endswith("and dsx will not uncordon it")
+    assert port.cordon("node-02", "now sure", by="alice").node.annotations[
+        vocab.ANNOTATION_CORDONED_BEFORE
+    ] == (
+        "true"  # the same owner again keeps the first answer
+    )
+    for who in ("alice", "dsx"):  # not even the owner of the record: the cordon itself is not dsx's
+        with pytest.raises(CordonRefusedError, match="before alice cordoned it through dsx"):
+            port.uncordon("node-02", by=who)
+    with pytest.raises(
+        CordonRefusedError, match=r"before alice cordoned it through dsx \(now sure\); dsx does"
+    ):
+        port.cordon("node-02", "mine", by="bob")
+    assert port.get_node("node-02").unschedulable
+
+    forced = port.uncordon("node-02", by="alice", force=True)
+    assert forced.forced and not forced.node.unschedulable
+    assert "released a cordon made outside dsx" in forced.summary
+    assert "before alice cordoned it through dsx (now sure)" in forced.summary
+
+
+def test_contract_a_stale_record_is_no_cordon(backend: Backend) -> None:
+    port, kubectl = backend.port, backend.kubectl()
+    port.cordon("node-03", "bad NIC", by="alice")
+    kubectl.patch_object("v1", "Node", "node-03", {"spec": {"unschedulable": None}})  # kubectl uncordon
+    node = port.get_node("node-03")
+    assert node.cordon is None and node.annotations[vocab.ANNOTATION_CORDONED_BY] == "alice"
+    fresh = port.cordon("node-03", "xid 48", by="bob")  # alice's record is stale: no refusal
+    assert fresh.previous is None and fresh.node.annotations[vocab.ANNOTATION_CORDONED_BY] == "bob"
+    assert fresh.node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "false"
+    kubectl.patch_object("v1", "Node", "node-03", {"spec": {"unschedulable": None}})
+    cleared = port.uncordon("node-03", by="carol")
+    assert cleared.summary == "node-03 was not cordoned; a stale dsx cordon record was cleared"
+    assert not set(vocab.CORDON_ANNOTATIONS) & set(cleared.node.annotations)
+
+
+def test_contract_a_cordon_that_races_another_writer_is_decided_on_a_fresh_read(backend: Backend) -> None:
+    port = backend.port
+    port.cordon("node-05", "bad NIC", by="alice")
+    backend.inject_conflicts(2)  # the node will change twice between dsx's read and its write
+    with pytest.raises(CordonRefusedError):
+        port.uncordon("node-05", by="bob")
+    assert backend.conflicts() == 0  # a refusal tries no write
+    assert not port.uncordon("node-05", by="alice").node.unschedulable
+    assert backend.conflicts() == 2  # the release was read again and decided again, twice
+    with pytest.raises(InputError, match="the owner"):
+        port.cordon("node-05", "x", by=" ")
 
 
 def test_contract_taints_are_added_once_replaced_and_removed(backend: Backend) -> None:
@@ -116,6 +213,36 @@ def test_contract_labels_and_annotations_merge(backend: Backend) -> None:
     assert port.get_node("node-04") == port.list_nodes("dsx.dev/certification=passed")[0]
     with pytest.raises(InputError, match="set_labels node/node-04"):
         port.set_labels("node-04", {"dsx.dev/state": "not a valid value!"})
+
+
+def test_contract_labels_and_annotations_change_together_in_one_write(backend: Backend) -> None:
+    port = backend.port
+    reason = vocab.ANNOTATION_CERTIFICATION_REASON
+    port.set_node_metadata(
+        "node-04",
+        labels={vocab.LABEL_CERTIFICATION: "failed", vocab.LABEL_STATE: "recertifying"},
+        annotations={reason: "bus bandwidth 180 GB/s", "dsx.dev/evidence": "run-1"},
+    )
+    backend.inject_conflicts(1)  # someone else writes the node between dsx's read and its write
+    node = port.set_node_metadata(
+        "node-04",
+        labels={vocab.LABEL_CERTIFICATION: "passed", vocab.LABEL_STATE: None},
+        annotations={reason: "bus bandwidth 412 GB/s", "dsx.dev/evidence": None},
+    )
+    assert backend.conflicts() == 1  # the write named the version it read; the stale one was refused
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels
+    assert node.annotations[reason] == "bus bandwidth 412 GB/s"
+    assert "dsx.dev/evidence" not in node.annotations
+    assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # the others stay
+    assert port.get_node("node-04") == node
+    again = port.set_node_metadata(
+        "node-04", {vocab.LABEL_CERTIFICATION: "passed"}, {reason: "bus bandwidth 412 GB/s"}
+    )
+    assert again.resource_version == node.resource_version  # nothing to change, nothing written
+    with pytest.raises(InputError, match=r"^set_node_metadata node/node-04: label .* not a valid label"):
+        port.set_node_metadata("node-04", {vocab.LABEL_CERTIFICATION: "no good!"}, {reason: "x"})
+    assert port.get_node("node-04").annotations[reason] == "bus bandwidth 412 GB/s"  # neither was written
 
 
 def test_contract_opt_out_label_marks_node_unmanaged(backend: Backend) -> None:

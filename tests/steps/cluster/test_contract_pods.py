@@ -115,3 +115,23 @@ def test_contract_events_are_recorded_about_the_node(backend: Backend) -> None:
     assert event["firstTimestamp"] == "2025-03-01T12:00:00Z"
     with pytest.raises(InputError, match="Normal or Warning"):
         port.record_event("node-03", "X", "y", "Error")
+
+
+def test_contract_a_pod_replaced_under_its_name_reads_as_gone_the_newcomer_stays(backend: Backend) -> None:
+    port = backend.port
+    (old,) = [p for p in port.pods_on("node-01") if p.name == "debug-shell"]
+    assert old.uid
+    assert port.delete_pod(old) is True
+    port.create_object(old.model_copy(update={"uid": ""}).to_manifest())  # created again under its name
+    (new,) = [p for p in port.pods_on("node-01") if p.name == "debug-shell"]
+    assert new.uid and new.uid != old.uid
+
+    result = port.evict(old, grace_seconds=30)  # e.g. a drain retrying with the pod it listed
+    assert (result.pod, result.outcome) == ("default/debug-shell", "gone")
+    assert old.uid in result.message and new.uid in result.message
+    assert port.delete_pod(old) is False
+    assert _all_pods(backend)["default/debug-shell"].uid == new.uid  # the newcomer was not touched
+
+    assert port.evict("default/debug-shell").outcome == "evicted"  # by name: the pod there now
+    assert "default/debug-shell" not in _all_pods(backend)
+    assert port.delete_pod(new) is False

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from steps.cluster import (
     ApiUnavailableError,
     ClusterConfigError,
+    CordonRefusedError,
     ForbiddenError,
     RetryPolicy,
     connect,
@@ -118,9 +120,63 @@ def test_requests_use_the_api_server_conventions(port: KubeCluster, k8s_emulator
     port.set_condition("node-01", "DsxNicDegraded", True, "SlowLink", "mlx5_0 at 100 Gb/s")
     port.pods_on("node-01")
     seen = [(r.method, r.path, r.content_type, r.query) for r in k8s_emulator.requests]
-    assert ("PATCH", "/api/v1/nodes/node-01", "application/merge-patch+json", {}) in seen
-    assert ("PATCH", "/api/v1/nodes/node-01/status", "application/strategic-merge-patch+json", {}) in seen
+    manager = {"fieldManager": "dsx"}  # so managedFields tell dsx's writes from kubectl's
+    assert ("PATCH", "/api/v1/nodes/node-01", "application/merge-patch+json", manager) in seen
+    assert (
+        "PATCH",
+        "/api/v1/nodes/node-01/status",
+        "application/strategic-merge-patch+json",
+        manager,
+    ) in seen
     assert ("GET", "/api/v1/pods", "application/json", {"fieldSelector": "spec.nodeName=node-01"}) in seen
+
+
+def test_labels_and_annotations_travel_in_one_patch(port: KubeCluster, k8s_emulator: Emulator) -> None:
+    port.set_node_metadata(
+        "node-01",
+        labels={"dsx.dev/certification": "passed"},
+        annotations={"dsx.dev/certification-reason": "412 GB/s"},
+    )
+    assert k8s_emulator.count("PATCH", "/api/v1/nodes/node-01") == 1
+    node = k8s_emulator.objects("nodes")[1]
+    assert node["metadata"]["labels"]["dsx.dev/certification"] == "passed"
+    assert node["metadata"]["annotations"]["dsx.dev/certification-reason"] == "412 GB/s"
+
+
+def test_who_set_unschedulable_is_read_from_managed_fields(k8s_emulator: Emulator, kubeconfig: Path) -> None:
+    """dsx cordoned node-01 as alice; kubectl uncordoned and cordoned it again: the annotations still say
+    alice, managedFields say kubectl-cordon owns spec.unschedulable now, and dsx leaves it alone."""
+    manifests = load_fleet("sim:nodes=2").manifests()
+    node = manifests[1]
+    node["spec"]["unschedulable"] = True
+    node["metadata"]["annotations"] = {
+        "dsx.dev/cordoned-by": "alice",
+        "dsx.dev/cordon-reason": "bad NIC",
+        "dsx.dev/cordoned-before-dsx": "false",
+    }
+
+    def entry(manager: str, fields: dict[str, Any], **extra: str) -> dict[str, Any]:
+        return {
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2025-03-01T12:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
+            **extra,
+        }
+
+    node["metadata"]["managedFields"] = [
+        entry("kubelet", {"f:status": {"f:conditions": {}}}, subresource="status"),
+        entry("dsx", {"f:metadata": {"f:annotations": {"f:dsx.dev/cordoned-by": {}}}}),
+        entry("kubectl-cordon", {"f:spec": {"f:unschedulable": {}}}),
+    ]
+    k8s_emulator.seed(manifests)
+    port = connect("kube", kubeconfig=str(kubeconfig), retry=FAST)
+    assert port.get_node("node-01").unschedulable_managers == ["kubectl-cordon"]
+    with pytest.raises(CordonRefusedError, match=r"carries a cordon made outside dsx \(by kubectl-cordon\)"):
+        port.uncordon("node-01", by="alice")
+    assert k8s_emulator.count("PATCH") == 0
 
 
 def test_read_modify_write_sends_the_resource_version(port: KubeCluster, k8s_emulator: Emulator) -> None:

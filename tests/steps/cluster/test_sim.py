@@ -15,6 +15,7 @@ import pytest
 
 from steps.cluster import NotFoundError, connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import CordonRefusedError
 from steps.cluster.sim import GPU_MODELS, SimCluster
 from steps.cluster.sim.gpus import cuda_for_driver
 from steps.errors import InputError
@@ -103,7 +104,33 @@ def test_node_scoped_api_errors_hit_only_that_node() -> None:
 def test_cordoned_nodes_in_the_spec_were_cordoned_before_dsx() -> None:
     port = _sim("sim:nodes=4,cordoned=node-01;node-03")
     assert [n.name for n in port.list_nodes() if n.unschedulable] == ["node-01", "node-03"]
-    assert port.cordon("node-03", "x").annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
+    assert port.cordon("node-03", "x").node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
+    with pytest.raises(CordonRefusedError, match="a cordon made outside dsx, before dsx cordoned it"):
+        port.uncordon("node-03")
+
+
+def test_a_cordon_set_again_outside_dsx_after_dsx_s_was_lifted_is_not_dsx_s() -> None:
+    """kubectl uncordon, then kubectl cordon, between dsx's cordon and its uncordon: the annotations
+    still name alice, but managedFields say kubectl set spec.unschedulable, so dsx leaves it alone."""
+    port = _sim("sim:nodes=4")
+    kubectl = SimCluster(port.store, field_manager="kubectl-cordon")
+    assert port.cordon("node-02", "bad NIC", by="alice").node.unschedulable_managers == ["dsx"]
+    kubectl.patch_object("v1", "Node", "node-02", {"spec": {"unschedulable": None}})
+    assert port.get_node("node-02").unschedulable_managers == []
+    kubectl.patch_object("v1", "Node", "node-02", {"spec": {"unschedulable": True}})
+    node = port.get_node("node-02")
+    assert node.unschedulable_managers == ["kubectl-cordon"]
+    assert node.annotations[vocab.ANNOTATION_CORDONED_BY] == "alice"  # a stale record
+    with pytest.raises(CordonRefusedError, match=r"carries a cordon made outside dsx \(by kubectl-cordon\)"):
+        port.uncordon("node-02", by="alice")
+    bob = port.cordon("node-02", "xid 79", by="bob")  # alice's record is stale: bob records on top
+    assert bob.node.annotations[vocab.ANNOTATION_CORDONED_BEFORE] == "true"
+    assert bob.node.unschedulable_managers == ["kubectl-cordon"]  # the cordon stays kubectl's
+    with pytest.raises(CordonRefusedError):
+        port.uncordon("node-02", by="bob")
+    manifest = port.get_object("v1", "Node", "node-02")
+    assert manifest is not None
+    assert manifest["metadata"]["managedFields"][0]["manager"] == "kubectl-cordon"
 
 
 @pytest.mark.parametrize(
@@ -178,7 +205,12 @@ def test_every_call_is_logged_with_arguments_and_result() -> None:
     calls = port.calls()
     assert [c.method for c in calls] == ["cordon", "evict", "update_state", "get_node"]
     assert calls[0].args == {"node": "node-01", "reason": "xid 79", "by": "sentinel"}
-    assert calls[0].result == {"node": "node-01", "unschedulable": True, "taints": []}
+    assert calls[0].result == {
+        "node": "node-01",
+        "unschedulable": True,
+        "taints": [],
+        "summary": "node-01 cordoned by sentinel: xid 79",
+    }
     assert calls[1].result["outcome"] == "blocked"
     assert calls[2].args == {"name": "s", "change": "<function>"}
     assert calls[3].error is not None and calls[3].error.startswith("get_node node/node-99: not found")
