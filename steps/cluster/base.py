@@ -388,28 +388,6 @@ class PortBase(abc.ABC):
         return self._set_metadata("set_annotations", node, None, annotations)
 
     @logged
-    def set_node_metadata(
-        self,
-        node: str,
-        labels: Mapping[str, str | None] | None = None,
-        annotations: Mapping[str, str | None] | None = None,
-    ) -> Node:
-        """Merge labels and annotations into the node in one patch (``None`` removes one)."""
-        call = "set_node_metadata"
-        _check_labels(call, node, labels or {}, values=True)
-        _check_labels(call, node, annotations or {}, values=False)
-        if not node:
-            raise InputError(f"{call}: no node name given")
-        patch = {
-            "metadata": {
-                "labels": dict(sorted((labels or {}).items())),
-                "annotations": dict(sorted((annotations or {}).items())),
-            }
-        }
-        data = self._run(call, f"node/{node}", True, lambda: self._patch(NODES, node, None, patch))
-        return Node.from_manifest(data)
-
-    @logged
     def set_condition(self, node: str, type_: str, status: bool, reason: str, message: str) -> Node:
         """Set a node condition through the status subresource."""
         if not re.match(r"^[A-Za-z][A-Za-z0-9]*$", type_) or (

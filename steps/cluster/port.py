@@ -502,15 +502,6 @@ class ClusterPort(Protocol):
         """Merge labels into the node; a value of ``None`` removes the label (:meth:`set_node_metadata`)."""
         ...
 
-    def set_node_metadata(
-        self,
-        node: str,
-        labels: Mapping[str, str | None] | None = None,
-        annotations: Mapping[str, str | None] | None = None,
-    ) -> Node:
-        """Merge labels and annotations into the node in one patch; ``None`` removes a key."""
-        ...
-
     def set_annotations(self, node: str, annotations: Mapping[str, str | None]) -> Node:
         """Merge annotations into the node; ``None`` removes the annotation (:meth:`set_node_metadata`)."""
         ...
