@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import shlex
 import sys
@@ -20,6 +21,13 @@ DEFAULT_NAMESPACE = "gpu-ops"
 """Where the README installs the chart: the namespace ``argo submit`` is told when none is given."""
 
 _WORKFLOW_KINDS = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate")
+
+
+class ArtifactRepository(enum.StrEnum):
+    """What stands for Argo's artifact repository in a local run."""
+
+    local = "local"
+    none = "none"
 
 
 def _parameters(pairs: list[str]) -> dict[str, str]:
@@ -177,6 +185,14 @@ def register(app: typer.Typer) -> None:
             help="Without --local: the namespace dsx is installed in, for the printed argo submit "
             f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}).",
         ),
+        artifact_repository: ArtifactRepository = typer.Option(
+            ArtifactRepository.local,
+            "--artifact-repository",
+            case_sensitive=False,
+            help="local: output artifacts are kept in the run folder, standing for a configured repository "
+            "(a warning names the steps a cluster without one would fail); none: play a cluster without "
+            "one, as a default Argo install is, where those steps end Error.",
+        ),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
         """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
@@ -195,6 +211,7 @@ def register(app: typer.Typer) -> None:
                 context,
                 output,
                 namespace,
+                artifact_repository=artifact_repository.value,
             )
         except DsxError as exc:
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
@@ -216,6 +233,7 @@ def _run(
     context: str | None,
     output: OutputFormat,
     namespace: str | None = None,
+    artifact_repository: str = "local",
 ) -> int:
     params = _parameters(parameter)
     if file is not None:
@@ -283,11 +301,18 @@ def _run(
         context=context,
         entrypoint=entry,
         on_update=reporter.update,
+        artifact_repository=artifact_repository,
     )
     runner.validate(chosen, library, entry)
+    printed = runner.warnings(chosen, library, entry, artifact_repository)
+    for warning in printed:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     with reporter:
         result = runner.run(chosen, library, params, options)
     if isinstance(reporter, LineReporter) and output is OutputFormat.table:
         sys.stdout.write("\n")
+    for warning in result.warnings:
+        if warning not in printed:
+            typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     emit(result.to_dict(), output, lambda _: print(result_text(result), end=""))
     return 0 if result.succeeded else 1

@@ -5,12 +5,13 @@ and where); ``plan`` says what a run would do; ``run`` carries the workflow out,
 logs, outputs and artifacts in a run folder, and returns Argo's final phase with every node.
 """
 
-from workflows.runner.api import plan, resolve_parameters, run, suspend_names
+from workflows.runner.api import ARTIFACT_REPOSITORIES, plan, resolve_parameters, run, suspend_names, warnings
 from workflows.runner.errors import NodeError, UnsupportedConstruct
 from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult
 from workflows.runner.validate import check, validate
 
 __all__ = [
+    "ARTIFACT_REPOSITORIES",
     "NodeError",
     "NodeStatus",
     "Phase",
@@ -24,4 +25,5 @@ __all__ = [
     "run",
     "suspend_names",
     "validate",
+    "warnings",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import json
 import os
 import secrets
@@ -14,15 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from steps.errors import InputError
-from workflows.runner.engine import STOPPED_MESSAGE, Engine
+from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.validate import validate
 
-__all__ = ["plan", "resolve_parameters", "run", "suspend_names"]
+__all__ = [
+    "ARTIFACT_REPOSITORIES",
+    "MAX_WORKFLOW_SIZE",
+    "plan",
+    "resolve_parameters",
+    "run",
+    "suspend_names",
+    "warnings",
+    "workflow_size_warning",
+]
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+ARTIFACT_REPOSITORIES = ("local", "none")
+"""``--artifact-repository``: ``local`` keeps artifacts in the run folder, standing for a configured
+repository; ``none`` plays a cluster without one (a default Argo install), where saving one fails."""
 
 
 def resolve_parameters(entry: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, str]:
@@ -66,6 +80,45 @@ def suspend_names(library: Library, entrypoint: str) -> list[str]:
                 if "suspend" in target and holder.get("name"):
                     names.add(str(holder["name"]))
     return sorted(names)
+
+
+def _warnings(lib: Library, entrypoint: str, artifact_repository: str) -> list[str]:
+    if artifact_repository not in ARTIFACT_REPOSITORIES:
+        raise InputError(
+            f"--artifact-repository {artifact_repository}: not one of {', '.join(ARTIFACT_REPOSITORIES)}"
+        )
+    if artifact_repository != "local" or spec_of(lib.entry).get("artifactRepositoryRef") is not None:
+        return []
+    names = sorted(
+        {
+            name if scope.is_entry else f"{scope.name}/{name}"
+            for scope, name in lib.reachable(entrypoint)
+            if (scope.templates[name].get("outputs") or {}).get("artifacts")
+        }
+    )
+    if not names:
+        return []
+    return [
+        f"template{'s' if len(names) > 1 else ''} {', '.join(names)} declare{'' if len(names) > 1 else 's'} "
+        "output artifacts and the workflow declares no artifactRepositoryRef: here they are kept in the "
+        "run folder, but on a cluster they need an artifact repository (a default Argo install has none, "
+        "and there these steps end Error); rehearse that with --artifact-repository none"
+    ]
+
+
+def warnings(
+    entry: Mapping[str, Any],
+    library: Sequence[Mapping[str, Any]] = (),
+    entrypoint: str | None = None,
+    artifact_repository: str = "local",
+) -> list[str]:
+    """What would work here but fail on a cluster as Argo is installed by default, one line each.
+
+    Today: output artifacts with no ``artifactRepositoryRef`` while the run folder stands for a
+    repository (``artifact_repository="local"``).
+    """
+    lib = Library(entry, library)
+    return _warnings(lib, str(entrypoint or spec_of(entry).get("entrypoint")), artifact_repository)
 
 
 def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
@@ -186,6 +239,7 @@ def run(
     values = resolve_parameters(entry, parameters or {})
     spec = spec_of(entry)
     entrypoint = str(options.entrypoint or spec.get("entrypoint"))
+    cautions = _warnings(lib, entrypoint, options.artifact_repository)
     known = suspend_names(lib, entrypoint)
     for name in options.approve:
         if name not in known:
@@ -208,10 +262,11 @@ def run(
         engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
         outcome: dict[str, Any] = {}
         finished = threading.Event()
+        refused = engine.artifact_repository_error()
 
         def work() -> None:
             try:
-                outcome["nodes"] = engine.run(entrypoint)
+                outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
             except BaseException as exc:  # surfaced in the calling thread
                 outcome["error"] = exc
             finally:
@@ -231,12 +286,15 @@ def run(
         if "error" in outcome:
             raise outcome["error"]
         root, exit_node = outcome["nodes"]
-        phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
-        message = root.message if phase is not Phase.Succeeded else ""
-        if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
-            phase, message = exit_node.phase, exit_node.message
-        if engine.stop.is_set():
-            phase, message = Phase.Failed, STOPPED_MESSAGE
+        if root is None:
+            phase, message = Phase.Error, str(refused)
+        else:
+            phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
+            message = root.message if phase is not Phase.Succeeded else ""
+            if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
+                phase, message = exit_node.phase, exit_node.message
+            if engine.stop.is_set():
+                phase, message = Phase.Failed, STOPPED_MESSAGE
         result = RunResult(
             phase=phase,
             message=message,
@@ -246,14 +304,48 @@ def run(
             parameters=values,
             started_at=engine.created,
             finished_at=time.time(),
-            root_id=root.id,
+            root_id=root.id if root is not None else workflow_name,
+            warnings=cautions,
         )
-        _write_json(run_dir / "workflow.json", _workflow_document(entry, result, engine, entrypoint))
+        document = _workflow_document(entry, result, engine, entrypoint)
+        too_large = workflow_size_warning(document, spec)
+        if too_large is not None:
+            result.warnings.append(too_large)
+        _write_json(run_dir / "workflow.json", document)
         return result
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
+
+
+MAX_WORKFLOW_SIZE = 1024 * 1024
+"""Argo's limit on a Workflow object (MAX_WORKFLOW_SIZE), checked with its node status compressed."""
+
+
+def workflow_size_warning(document: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
+    """Whether Argo would refuse to store this run's Workflow object, and by how much.
+
+    Argo's controller writes the whole status after every step; past 1 MiB it gzips the nodes, and if
+    that is still too large (no node status offloading, which needs a database) the workflow ends
+    Error: "workflow is longer than maximum allowed size". The run's document stands for the object,
+    with the template's spec Argo stores beside it.
+    """
+    stored = {**document, "status": {**document["status"], "storedWorkflowTemplateSpec": spec}}
+    plain = len(go_json(stored).encode())
+    if plain <= MAX_WORKFLOW_SIZE:
+        return None
+    nodes = go_json(stored["status"]["nodes"]).encode()
+    compressed = base64.b64encode(gzip.compress(nodes, mtime=0)).decode()
+    status = {k: v for k, v in stored["status"].items() if k != "nodes"}
+    packed = len(go_json({**stored, "status": {**status, "compressedNodes": compressed}}).encode())
+    if packed <= MAX_WORKFLOW_SIZE:
+        return None
+    return (
+        f"the Workflow object of this run would be {plain} bytes ({packed} with its nodes compressed): "
+        f"Argo refuses more than {MAX_WORKFLOW_SIZE} (workflow is longer than maximum allowed size), so "
+        "without node status offloading this workflow would end Error on a cluster; pass less to each step"
+    )
 
 
 def _workflow_document(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "humanize_duration", "parse_duration"]
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
@@ -52,3 +52,44 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+_DAY = 86400
+_MONTH = 30 * _DAY
+# Argo's util/humanize magnitudes (go-humanize's Day, Week, Month = 30 days, Year = 12 months):
+# below each limit, the text, with {} the whole number of the divisor.
+_MAGNITUDES = (
+    (1, "0 seconds", 1),
+    (2, "1 second", 1),
+    (60, "{} seconds", 1),
+    (120, "1 minute", 1),
+    (3600, "{} minutes", 60),
+    (7200, "1 hour", 1),
+    (_DAY, "{} hours", 3600),
+    (2 * _DAY, "1 day", 1),
+    (7 * _DAY, "{} days", _DAY),
+    (14 * _DAY, "1 week", 1),
+    (_MONTH, "{} weeks", 7 * _DAY),
+    (2 * _MONTH, "1 month", 1),
+    (12 * _MONTH, "{} months", _MONTH),
+    (18 * _MONTH, "1 year", 1),
+    (24 * _MONTH, "2 years", 1),
+)
+
+
+def _truncated(seconds: float) -> str:
+    for limit, text, divisor in _MAGNITUDES:
+        if seconds < limit:
+            return text.format(int(seconds // divisor))
+    return f"{int(seconds // (12 * _MONTH))} years"
+
+
+def humanize_duration(seconds: float) -> str:
+    """A duration as Argo's messages write it (``Backoff for 1 minute 30 seconds``): up to two units."""
+    if seconds < 60:
+        return _truncated(seconds)
+    if seconds < 3600:
+        return f"{_truncated(seconds)} {int(seconds % 60)} seconds"
+    if seconds < _DAY:
+        return f"{_truncated(seconds)} {int(seconds // 60 % 60)} minutes"
+    return f"{_truncated(seconds)} {int(seconds // 3600 % 24)} hours"

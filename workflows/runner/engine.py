@@ -22,7 +22,7 @@ from typing import Any
 
 from workflows.runner.conditions import ConditionError, json_path, matches, parse_condition
 from workflows.runner.depends import TaskResults, depends_logic, evaluate_depends, task_names
-from workflows.runner.durations import parse_duration
+from workflows.runner.durations import humanize_duration, parse_duration
 from workflows.runner.errors import NodeError
 from workflows.runner.executor import Launcher, ProcessSpec, hera_entrypoint, wait_for
 from workflows.runner.library import Library, TemplateScope, spec_of
@@ -32,13 +32,19 @@ from workflows.runner.validate import LOCAL_PREFIXES, local_path
 from workflows.runner.when import WhenError, evaluate_when
 
 __all__ = [
+    "ARTIFACT_REPOSITORY_MESSAGE",
     "DEADLINE_MESSAGE",
     "DEPTH_MESSAGE",
     "MAX_DEPTH",
+    "MAX_RESULT_BYTES",
     "STOPPED_MESSAGE",
     "Engine",
+    "go_json",
+    "go_quote",
     "node_id",
     "pod_name",
+    "step_or_task_name",
+    "transient",
 ]
 
 MAX_DEPTH = 100
@@ -48,6 +54,17 @@ DEPTH_MESSAGE = (
 )
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 STOPPED_MESSAGE = "Stopped with strategy 'Terminate'"
+ARTIFACT_REPOSITORY_MESSAGE = (
+    "artifact storage is not configured; see the docs for setup instructions: "
+    "https://argo-workflows.readthedocs.io/en/latest/configure-artifact-repository/"
+)
+"""The executor's error for an output artifact when the cluster has no artifact repository."""
+MAX_RESULT_BYTES = 256 * (1 << 10)
+"""The executor keeps only the last 256 kB of a step's stdout as ``outputs.result``."""
+WAIT_EXIT_CODE = 64
+"""argoexec's exit code when the wait container ends with an error (its message is the first error)."""
+VAR_RUN_ARGO = "/var/run/argo"
+"""Where the emissary stages a step's output parameters and artifacts for the wait container."""
 _NODE_TYPES = {
     "script": "Pod",
     "container": "Pod",
@@ -58,11 +75,32 @@ _NODE_TYPES = {
 }
 _KINDS = ("dag", "steps", "script", "container", "resource", "suspend")
 _MEMBER_VAR = re.compile(r"(?P<prefix>tasks|steps)\.(?P<name>[-\w]+)\.(?P<field>.+)")
-_TRANSIENT = re.compile(
-    r"connection refused|connection reset|i/o timeout|timed out|too many requests|service unavailable"
-    r"|temporarily unavailable|EOF|try again|api server could not be reached",
-    re.I,
+# What Argo's IsTransientErr finds in a message alone (util/errors: the network, etcd and rate-limiter
+# texts it matches by substring, case-sensitive); OnTransientError retries only these.
+_TRANSIENT_TEXTS = (
+    "unexpected error when reading response body",
+    "stream error when reading response body",
+    "Connection closed by foreign host",
+    "net/http: TLS handshake timeout",
+    "i/o timeout",
+    "connection timed out",
+    "connection reset by peer",
+    "http2: client connection lost",
+    "http2: server sent GOAWAY and closed the connection",
+    "request did not complete within requested timeout",
+    "connect: connection refused",
+    "invalid connection",
+    "etcdserver: leader changed",
+    "etcdserver: request timed out",
+    "etcdserver: too many requests",
+    "client rate limiter Wait returned an error",
+    "upper: no more rows in",
 )
+
+
+def transient(message: str) -> bool:
+    """Whether Argo's OnTransientError retry policy counts a node's message as a transient error."""
+    return any(text in message for text in _TRANSIENT_TEXTS)
 
 
 def _fnv32a(text: str) -> int:
@@ -88,6 +126,92 @@ def pod_name(workflow: str, name: str, template: str | None) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def go_json(value: Any) -> str:
+    """``value`` as Go's ``json.Marshal`` writes it: compact, with ``<``, ``>``, ``&`` escaped."""
+    text = _json(value)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escaped)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote``: a double-quoted literal, ``"`` and ``\\`` escaped, unprintables as escapes."""
+    out = ['"']
+    for char in text:
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable() or char == " ":
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) < 0x10000:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def step_or_task_name(node_name: str) -> str:
+    """Argo's getStepOrDAGTaskName: ``wf.fan(0:a)(1)`` -> ``fan``, ``wf[0].flip`` -> ``flip``."""
+    name = node_name
+    opener = ""
+    for index in range(len(name) - 1, -1, -1):
+        char = name[index]
+        if opener and char == opener:
+            opener = ""
+        elif opener:
+            continue
+        elif char == ")":
+            opener = "("
+        elif char == "]":
+            opener = "["
+        else:
+            name = name[: index + 1]
+            break
+    return name.rsplit(".", 1)[-1]
+
+
+def script_result(stdout: bytes) -> str:
+    """The executor's ``outputs.result``: stdout less one trailing newline, its last 256 kB only."""
+    if stdout.endswith(b"\n"):
+        stdout = stdout[:-1]
+    if len(stdout) > MAX_RESULT_BYTES:
+        stdout = stdout[-MAX_RESULT_BYTES:]
+    return stdout.decode("utf-8", errors="replace")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
+
+
+def _go_unmarshal(text: str) -> Any:
+    """``text`` as JSON, refused where Go's ``json.Unmarshal`` refuses it (with its message)."""
+    stripped = text.strip(" \t\r\n")
+    if not stripped:
+        raise NodeError("unexpected end of JSON input")
+    if stripped[0] not in '{["-0123456789tfn':
+        raise NodeError(f"invalid character {stripped[0]!r} looking for beginning of value")
+    try:
+        return json.loads(stripped, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise NodeError(f"invalid JSON in a result: {exc}") from exc
+
+
+def _sorted_keys(value: Any) -> Any:
+    """Maps with their keys sorted, as Go marshals a map."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
 
 
 def _item_text(value: Any) -> str:
@@ -201,6 +325,7 @@ class Engine:
         parallelism = self.spec.get("parallelism")
         self.workflow_slots = threading.BoundedSemaphore(int(parallelism)) if parallelism else None
         self.boundary_slots: dict[str, threading.BoundedSemaphore] = {}
+        self.boundary_templates: dict[str, tuple[str, str]] = {}
         self.approve = set(options.approve)
         self.folders: set[str] = set()
         self.globals = self._globals()
@@ -226,6 +351,9 @@ class Engine:
             "workflow.mainEntrypoint": str(self.options.entrypoint or self.spec.get("entrypoint")),
             "workflow.serviceAccountName": str(self.spec.get("serviceAccountName") or "default"),
             "workflow.creationTimestamp": str(timestamp(self.created)),
+            # Until the exit handler, Argo gives the workflow's phase while it runs; the exit handler
+            # gets the final one (and workflow.failures, which nothing else may read).
+            "workflow.status": "Running",
         }
         declared = (self.spec.get("arguments") or {}).get("parameters") or []
         listed = []
@@ -245,6 +373,8 @@ class Engine:
         """A global variable (``workflow.*``), including ``workflow.creationTimestamp.<strftime letter>``."""
         if tag in self.globals:
             return self.globals[tag]
+        if tag == "workflow.duration":  # seconds since the workflow started, at the time of asking
+            return f"{time.time() - self.created:f}"
         if tag.startswith("workflow.creationTimestamp."):
             import datetime as dt
 
@@ -477,45 +607,48 @@ class Engine:
             )
             if first_start is None:
                 first_start = child.started_at or time.time()
+            # Argo's processNodeRetries, in its order: success, stop, backoff (max duration, then the wait,
+            # which only a numeric limit with retries left allows), the policy, then the limit.
+            node.outputs = dict(child.outputs)
             if child.phase is Phase.Succeeded:
-                node.outputs = dict(child.outputs)
                 return self.finish(node, Phase.Succeeded, "")
             if self.stop.is_set():
                 return self.finish(node, child.phase, child.message)
-            retry_it = {
-                "Always": child.phase.failed_or_error,
-                "OnFailure": child.phase is Phase.Failed,
-                "OnError": child.phase is Phase.Error,
-                "OnTransientError": child.phase.failed_or_error and bool(_TRANSIENT.search(child.message)),
-            }[policy]
-            if not retry_it:
-                node.outputs = dict(child.outputs)
-                return self.finish(node, child.phase, child.message)
-            if limit is not None and attempt + 1 > limit:
-                node.outputs = dict(child.outputs)
-                return self.finish(node, child.phase, "No more retries left")
             if backoff:
+                finished = child.finished_at or time.time()
+                max_at = None
+                if backoff.get("maxDuration") is not None:
+                    max_at = first_start + parse_duration(backoff["maxDuration"])
+                    if time.time() > max_at:
+                        return self.finish(node, child.phase, "Max duration limit exceeded")
                 wait = parse_duration(backoff["duration"])
                 factor = int(str(backoff.get("factor") or 0))
                 if factor > 0:
                     wait *= factor**attempt
                 if backoff.get("cap") is not None:
                     wait = min(wait, parse_duration(backoff["cap"]))
-                if backoff.get("maxDuration") is not None:
-                    limit_at = first_start + parse_duration(backoff["maxDuration"])
-                    if time.time() > limit_at:
-                        return self.finish(node, child.phase, "Max duration limit exceeded")
-                    if (child.finished_at or time.time()) + wait > limit_at:
-                        return self.finish(node, child.phase, "Backoff would exceed max duration limit")
-                resume = (child.finished_at or time.time()) + wait
-                if resume > time.time():
+                if max_at is not None and finished + wait > max_at:
+                    return self.finish(node, child.phase, "Backoff would exceed max duration limit")
+                if time.time() < finished + wait and limit is not None and attempt + 1 <= limit:
                     with self.lock:
-                        node.message = f"Backoff for {wait:g}s"
+                        node.message = f"Backoff for {humanize_duration(wait)}"
                     self.notify(node)
-                    if self.stop.wait(max(0.0, resume - time.time())):
+                    if self.stop.wait(max(0.0, finished + wait - time.time())):
                         return self.finish(node, child.phase, child.message)
                     with self.lock:
                         node.message = ""
+            retry_failed, retry_error = {
+                "Always": (True, True),
+                "OnFailure": (True, False),
+                "OnError": (False, True),
+                "OnTransientError": (transient(child.message),) * 2,
+            }[policy]
+            if (child.phase is Phase.Failed and not retry_failed) or (
+                child.phase is Phase.Error and not retry_error
+            ):
+                return self.finish(node, child.phase, child.message)
+            if limit is not None and attempt + 1 > limit:
+                return self.finish(node, child.phase, "No more retries left")
             attempt += 1
 
     def execute_body(
@@ -541,6 +674,11 @@ class Engine:
             return self.error_node(name, ctx, str(exc), holder)
         node_type = _NODE_TYPES[kind]
         node = self.new_node(name, ctx, node_type, Phase.Pending, template, holder)
+        if kind in ("dag", "steps"):
+            # The boundary of the steps it runs, as written (Argo marshals the stored template to JSON).
+            text = json.dumps(template, ensure_ascii=False)
+            with self.lock:
+                self.boundary_templates[node.id] = ("tasks" if kind == "dag" else "steps", text)
         node.inputs = {"parameters": inputs} if inputs else {}
         if kind in ("script", "container", "resource"):
             node.pod_name = local.get("pod.name")
@@ -641,8 +779,9 @@ class Engine:
             with self.lock:
                 self.processes.discard(process)
             process.close()
-        stdout = (folder / "stdout.log").read_bytes().decode("utf-8", errors="replace")
-        outputs: dict[str, Any] = {"result": _trim_newline(stdout)}
+        outputs: dict[str, Any] = {}
+        if self.include_script_output(node.name, ctx.boundary_id):
+            outputs["result"] = script_result((folder / "stdout.log").read_bytes())
         if code is not None:
             outputs["exitCode"] = str(code)
         node.outputs = outputs
@@ -652,16 +791,10 @@ class Engine:
         if why == "deadline":
             self.finish(node, Phase.Failed, DEADLINE_MESSAGE)
             return
-        succeeded = code == 0
-        try:
-            self.collect_outputs(node, body, artifacts, strict=succeeded)
-        except NodeError as exc:
-            self.finish(node, Phase.Error, str(exc))
-            return
-        if succeeded:
-            self.finish(node, Phase.Succeeded, "")
-        else:
-            message = f"Error (exit code {code})"
+        wait_error = self.save_outputs(node, body, artifacts)
+        if code != 0:
+            # The main container's failure outranks the wait container's (Argo's inferFailedReason).
+            message = f"main: Error (exit code {code})"
             container = body.get("script") or body.get("container") or {}
             if container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
                 # Kubernetes then takes the container's termination message from the end of its log, and
@@ -670,43 +803,79 @@ class Engine:
                 if tail:
                     message = f"{message}: {tail}"
             self.finish(node, Phase.Failed, message)
+        elif wait_error is not None:
+            self.finish(node, Phase.Error, f"wait: Error (exit code {WAIT_EXIT_CODE}): {wait_error}")
+        else:
+            self.finish(node, Phase.Succeeded, "")
 
-    def collect_outputs(
-        self, node: NodeStatus, body: Mapping[str, Any], artifacts: Path, strict: bool
-    ) -> None:
+    def save_outputs(self, node: NodeStatus, body: Mapping[str, Any], artifacts: Path) -> str | None:
+        """What Argo's wait container does once main has exited: save output parameters, then artifacts.
+
+        Returns the first error, which becomes the wait container's termination message (its node then
+        ends Error, unless main failed first). Files missing from the step's folder read as Argo's
+        emissary reports them, under ``/var/run/argo/outputs``; artifacts need a repository.
+        """
         outputs = body.get("outputs") or {}
+        errors: list[str] = []
         params = []
         for param in outputs.get("parameters") or []:
             value_from = param.get("valueFrom") or {}
-            if "path" in value_from:
-                relative = local_path(str(value_from["path"])) or ""
-                path = artifacts / relative
-                if path.is_file():
-                    params.append(
-                        {"name": param["name"], "value": _trim_newline(path.read_text(errors="replace"))}
-                    )
-                elif "default" in value_from:
+            if "path" not in value_from:
+                if "default" in value_from:
                     params.append({"name": param["name"], "value": str(value_from["default"])})
-                elif strict:
-                    raise NodeError(
-                        f"failed to save outputs: open {value_from['path']}: no such file or directory"
-                    )
+                continue
+            pod_path = str(value_from["path"])
+            path = artifacts / (local_path(pod_path) or "")
+            if path.is_file():
+                value = path.read_bytes().decode("utf-8", errors="replace")
             elif "default" in value_from:
-                params.append({"name": param["name"], "value": str(value_from["default"])})
+                value = str(value_from["default"])
+            else:
+                errors.append(f"open {VAR_RUN_ARGO}/outputs/parameters{pod_path}: no such file or directory")
+                break  # SaveParameters returns at its first error
+            params.append({"name": param["name"], "value": _trim_newline(value)})
         kept = []
+        failures = []
         for artifact in outputs.get("artifacts") or []:
-            relative = local_path(str(artifact.get("path", ""))) or ""
-            path = artifacts / relative
-            if path.exists():
+            pod_path = str(artifact.get("path", ""))
+            path = artifacts / (local_path(pod_path) or "")
+            if not path.exists():
+                if not artifact.get("optional"):
+                    staged = f"{VAR_RUN_ARGO}/outputs/artifacts{pod_path.rstrip('/')}.tgz"
+                    failures.append(f"open {staged}: no such file or directory")
+            elif self.options.artifact_repository == "none":
+                failures.append(ARTIFACT_REPOSITORY_MESSAGE)
+            else:
                 kept.append({"name": artifact["name"], "path": str(path.relative_to(self.run_dir))})
-            elif strict and not artifact.get("optional"):
-                raise NodeError(
-                    f"failed to save outputs: open {artifact.get('path')}: no such file or directory"
-                )
+        if failures:
+            errors.append("".join(f"{failure}; " for failure in failures))
         if params:
             node.outputs["parameters"] = params
         if kept:
             node.outputs["artifacts"] = kept
+        return errors[0] if errors else None
+
+    def include_script_output(self, node_name: str, boundary_id: str | None) -> bool:
+        """Argo's includeScriptOutput: keep stdout as ``outputs.result`` only if the step's DAG or steps
+        template (its boundary) mentions ``tasks.<name>.outputs.result`` / ``steps.<name>...``.
+
+        A step outside any DAG or steps template (the entrypoint itself, the workflow's exit handler)
+        never keeps its result; nor does a step whose result only another template would read.
+        """
+        if boundary_id is None:
+            return False
+        boundary = self.boundary_templates.get(boundary_id)
+        if boundary is None:
+            return False
+        prefix, text = boundary
+        name = step_or_task_name(node_name)
+        try:
+            return bool(
+                re.search(rf"{prefix}\.{name}\.outputs\.result", text)
+                or re.search(rf"{prefix}\[['\"]{name}['\"]\]\.outputs.result", text)
+            )
+        except re.error:
+            return False
 
     def cluster_port(self) -> Any:
         with self._port_lock:
@@ -912,35 +1081,56 @@ class Engine:
         return None
 
     def aggregate(self, items: list[NodeStatus], field_name: str) -> str | None:
+        """A fan-out's outputs as Argo's processAggregateNodeOutputs gathers them (succeeded items only).
+
+        Raises:
+            NodeError: an item kept a result that is not JSON; Argo then errors whatever needs the
+                fan-out's outputs.
+        """
         succeeded = [n for n in sorted(items, key=lambda n: n.sort_key) if n.phase is Phase.Succeeded]
         if field_name == "outputs.result":
-            values = []
-            for node in succeeded:
-                if "result" not in node.outputs:
-                    continue
-                try:
-                    values.append(json.loads(node.outputs["result"]))
-                except (TypeError, ValueError):
-                    values.append(node.outputs["result"])
-            return _json(values)
+            values = [_go_unmarshal(n.outputs["result"]) for n in succeeded if "result" in n.outputs]
+            return go_json(values)
         if field_name == "outputs.parameters":
             listed = [
-                {p["name"]: p["value"] for p in n.outputs.get("parameters") or []}
+                {p["name"]: str(p["value"]) for p in n.outputs.get("parameters") or []}
                 for n in succeeded
                 if n.outputs.get("parameters")
             ]
-            return _json(listed)
+            return go_json(_sorted_keys(listed))
         if field_name.startswith("outputs.parameters."):
             wanted = field_name[len("outputs.parameters.") :]
-            found = []
-            for node in succeeded:
-                for param in node.outputs.get("parameters") or []:
-                    if param.get("name") == wanted:
-                        try:
-                            found.append(json.loads(str(param["value"])))
-                        except ValueError:
-                            found.append(str(param["value"]))
-            return _json(found)
+            found = [
+                str(param["value"])
+                for node in succeeded
+                for param in node.outputs.get("parameters") or []
+                if param.get("name") == wanted
+            ]
+            # Argo's aggregatedJSONValueList: parsed only if every value is a JSON list or object
+            parsed: list[Any] = []
+            for value in found:
+                try:
+                    item = json.loads(value, parse_constant=_no_constant)
+                except ValueError:
+                    break
+                if not isinstance(item, list | dict):
+                    break
+                parsed.append(item)
+            else:
+                return go_json(_sorted_keys(parsed))
+            return go_json(found)
+        return None
+
+    def aggregate_error(self, members: Mapping[str, Member], names: Iterable[str]) -> str | None:
+        """Why Argo could not build the scope of a task whose ancestors include these fan-outs."""
+        for name in sorted(names):
+            member = members.get(name)
+            if member is None or member.items is None:
+                continue
+            try:
+                self.aggregate(member.items, "outputs.result")
+            except NodeError as exc:
+                return str(exc)
         return None
 
     def output_default(self, holder: Mapping[str, Any], scope: TemplateScope, name: str) -> str | None:
@@ -1025,6 +1215,11 @@ class Engine:
             local={f"{prefix}.name": member.name},
         )
         lookup = self.member_lookup(prefix, members, scope, allowed)
+        if prefix == "tasks":  # Argo gathers the outputs of every fan-out among a task's ancestors
+            failure = self.aggregate_error(members, allowed or ())
+            if failure is not None:
+                member.node = self.error_node(name, member_ctx, failure, member.holder)
+                return
         try:
             holder, args = self.render_member(member.holder, lookup)
             items = self.expand(holder)
@@ -1208,6 +1403,10 @@ class Engine:
             thread.join()
         phase, culprit = self.assess_dag(targets, members, deps, continue_on)
         if phase is Phase.Succeeded:
+            failure = self.aggregate_error(members, members)  # Argo gathers every fan-out's outputs
+            if failure is not None:
+                self.finish(node, Phase.Error, failure)
+                return
             lookup = self.member_lookup("tasks", members, scope, None)
             node.outputs = self.template_outputs(body, lookup)
             self.finish(node, Phase.Succeeded, "")
@@ -1354,6 +1553,10 @@ class Engine:
                 self.finish(node, Phase.Failed, message)
                 return
             self.finish(group_node, Phase.Succeeded)
+            failure = self.aggregate_error(members, [m.name for m in current])
+            if failure is not None:
+                self.finish(node, Phase.Error, failure)
+                return
         lookup = self.member_lookup("steps", members, scope, None)
         node.outputs = self.template_outputs(body, lookup)
         self.finish(node, Phase.Succeeded, "")
@@ -1366,6 +1569,21 @@ class Engine:
             running = list(self.processes)
         for process in running:
             process.kill()
+
+    def artifact_repository_error(self) -> str | None:
+        """Why the workflow cannot start for want of an artifact repository (None when it can).
+
+        Argo resolves ``spec.artifactRepositoryRef`` before anything runs; on a cluster without the
+        ConfigMap it names (``--artifact-repository none``), the workflow ends Error with no nodes.
+        """
+        ref = self.spec.get("artifactRepositoryRef")
+        if ref is None or self.options.artifact_repository != "none":
+            return None
+        named = f"{(ref or {}).get('configMap', '')}#{(ref or {}).get('key', '')}"
+        return (
+            "failed to resolve artifact repository: failed to find any artifact repository for "
+            f'artifact repository ref "{named}"'
+        )
 
     def run(self, entrypoint: str) -> tuple[NodeStatus, NodeStatus | None]:
         """Run the entrypoint, then the workflow's ``onExit``; returns the root and exit handler nodes."""
@@ -1393,8 +1611,9 @@ class Engine:
                         }
                     )
             self.globals["workflow.status"] = status
-            self.globals["workflow.failures"] = _json(failures)
-            self.globals["workflow.duration"] = f"{time.time() - self.created:.6f}"
+            # Argo marshals the list (null when empty) and then Go-quotes it, so the value a step gets
+            # is a JSON string holding the JSON list: `"[{\"displayName\":...}]"`.
+            self.globals["workflow.failures"] = go_quote(go_json(failures or None))
             exit_ctx = Ctx(
                 boundary_id=None, parent_id=None, depth=1, display=f"{self.workflow}.onExit", sort_key=(1,)
             )

@@ -107,10 +107,13 @@ class Library:
                 if step.get("onExit"):
                     yield f"steps[{group_index}][{index}].onExit", {"template": step["onExit"]}
 
-    def reachable(self, entrypoint: str) -> list[tuple[TemplateScope, str]]:
-        """Every (scope, template name) the run can reach from ``entrypoint`` and ``onExit``, in order."""
+    def reachable(self, entrypoint: str, on_exit: bool = True) -> list[tuple[TemplateScope, str]]:
+        """Every (scope, template name) the run can reach from ``entrypoint`` and ``onExit``, in order.
+
+        With ``on_exit=False``, only what the entrypoint reaches (task-level ``onExit`` included).
+        """
         spec = spec_of(self.entry)
-        roots = [entrypoint] + ([spec["onExit"]] if spec.get("onExit") else [])
+        roots = [entrypoint] + ([spec["onExit"]] if spec.get("onExit") and on_exit else [])
         seen: list[tuple[TemplateScope, str]] = []
         queue = [(self.entry_scope, name) for name in roots]
         while queue:

@@ -134,6 +134,9 @@ class RunOptions:
     """Called (from any thread) whenever a node is created or changes phase."""
     poll_interval: float = 0.5
     """Seconds between two checks of a resource template's conditions."""
+    artifact_repository: str = "local"
+    """``local``: output artifacts are kept in the run folder, standing for a configured repository;
+    ``none``: play a cluster without one, where a step that saves an artifact ends Error as in Argo."""
 
 
 @dataclass
@@ -149,6 +152,8 @@ class RunResult:
     started_at: float
     finished_at: float
     root_id: str
+    warnings: list[str] = field(default_factory=list)
+    """What worked here but would fail on a cluster as Argo is installed by default."""
 
     @property
     def succeeded(self) -> bool:
@@ -180,6 +185,7 @@ class RunResult:
             "outputs": self.outputs,
             "runDir": str(self.run_dir),
             "nodes": {node_id: node.to_dict() for node_id, node in sorted(self.nodes.items())},
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 

@@ -25,7 +25,7 @@ __all__ = ["LOCAL_PREFIXES", "check", "local_path", "validate"]
 LOCAL_PREFIXES = ("/tmp/dsx-out", "/tmp/hera-outputs")
 """Pod paths that map to a step's artifact folder on this machine."""
 
-_SPEC_SUPPORTED = {"entrypoint", "arguments", "templates", "onExit", "parallelism"}
+_SPEC_SUPPORTED = {"entrypoint", "arguments", "templates", "onExit", "parallelism", "artifactRepositoryRef"}
 _SPEC_IGNORED = {
     "serviceAccountName",
     "automountServiceAccountToken",
@@ -115,7 +115,6 @@ _HINTS = {
     "volumeMounts": "steps share files through $DSX_OUTPUT_DIR and output parameters",
     "volumeClaimTemplates": "steps share files through $DSX_OUTPUT_DIR and output parameters",
     "artifacts": "artifacts other than outputs under /tmp/dsx-out are not kept locally",
-    "artifactRepositoryRef": "artifacts are kept in the run folder",
     "hooks": "use onExit",
     "memoize": "every local run starts from scratch",
     "synchronization": "a local run has no other workflows to wait for",
@@ -151,6 +150,7 @@ class _Checker:
     def __init__(self, library: Library) -> None:
         self.library = library
         self.problems: list[str] = []
+        self.main: set[tuple[TemplateScope, str]] = set()
         spec = spec_of(library.entry)
         self.workflow_params = {
             str(p.get("name"))
@@ -215,6 +215,9 @@ class _Checker:
                 scope, None, "spec.onExit", f"onExit {spec['onExit']!r} is not a template of this workflow"
             )
         self.positive_int(spec.get("parallelism"), scope, None, "spec.parallelism")
+        self.keys(
+            spec.get("artifactRepositoryRef"), scope, None, "spec.artifactRepositoryRef", {"configMap", "key"}
+        )
         for path, text in walk_strings({k: v for k, v in spec.items() if k != "templates"}, "spec"):
             for expr in expression_tags(text):
                 self.expression(scope, None, path, expr)
@@ -276,6 +279,15 @@ class _Checker:
                     f"'{field}' on a {kind} template has no effect in Argo",
                     "set it on the templates that run pods",
                 )
+            if field == "timeout" and re.fullmatch(r"[-+]?\d+", str(tmpl.get(field, "")).strip()):
+                self.add(
+                    scope,
+                    name,
+                    f"{base}.timeout",
+                    f"{name} has invalid duration format in timeout",
+                    "Argo refuses a bare number: write a Go duration such as 60s",
+                )
+                continue
             self.duration(tmpl.get(field), scope, name, f"{base}.{field}")
         if kind in ("script", "container"):
             self.container(scope, name, f"{base}.{kind}", tmpl[kind], kind)
@@ -579,6 +591,15 @@ class _Checker:
             for expr in expression_tags(text):
                 self.expression(scope, name, path, expr)
             for tag in tags(text):
+                if tag == "workflow.failures" and (scope, name) in self.main:
+                    self.add(
+                        scope,
+                        name,
+                        path,
+                        f"variable {{{{{tag}}}}} is set only for the workflow's exit handler (spec.onExit)",
+                        "Argo refuses the workflow: failed to resolve {{workflow.failures}}",
+                    )
+                    continue
                 why = self.variable(tag, _owner(path, owners), kind, inputs, tasks, ancestors, step_group)
                 if why:
                     self.add(scope, name, path, f"variable {{{{{tag}}}}} {why}")
@@ -630,14 +651,17 @@ class _Checker:
         return ""
 
     def run(self, entrypoint: str | None) -> None:
+        spec = spec_of(self.library.entry)
+        start = entrypoint or spec.get("entrypoint")
+        if start in self.library.entry_scope.templates:
+            # Argo validates these before the exit handler, without {{workflow.failures}} in scope.
+            self.main = set(self.library.reachable(str(start), on_exit=False))
         self.spec()
         scope = self.library.entry_scope
         checked: set[tuple[TemplateScope, str]] = set()
         for name in scope.templates:
             self.template(scope, name)
             checked.add((scope, name))
-        spec = spec_of(self.library.entry)
-        start = entrypoint or spec.get("entrypoint")
         if entrypoint and entrypoint not in scope.templates:
             self.add(scope, None, "entrypoint", f"template {entrypoint!r} does not exist in {scope.label}")
         if start in scope.templates:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from workflows.runner import RunOptions, RunResult, run
+from workflows.runner import NodeStatus, RunOptions, RunResult, run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -48,3 +48,33 @@ def run_fixture(tmp_path: Path) -> RunFixture:
 def by_name(result: RunResult, display: str) -> list[Any]:
     """Every node with this display name, in name order."""
     return sorted((n for n in result.nodes.values() if n.display_name == display), key=lambda n: n.name)
+
+
+def printed(result: RunResult, node: NodeStatus) -> str:
+    """What a step printed (its stdout log in the run folder), less the final newline.
+
+    Argo keeps that as ``outputs.result`` only when the step's DAG or steps template references it;
+    tests read the log to see what a step said either way.
+    """
+    assert node.folder is not None, f"{node.display_name} has no folder"
+    text = (result.run_dir / node.folder / "stdout.log").read_text()
+    return text[:-1] if text.endswith("\n") else text
+
+
+def workflow(templates: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """A small WorkflowTemplate written inline; ``main`` is its entrypoint unless ``spec`` says."""
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "dsx-inline"},
+        "spec": {"entrypoint": "main", "templates": templates, **spec},
+    }
+
+
+def shell(name: str, command: str, **extra: Any) -> dict[str, Any]:
+    """A container template that runs ``sh -c command``; ``extra`` adds template fields."""
+    return {
+        "name": name,
+        "container": {"image": "alpine", "command": ["sh", "-c"], "args": [command]},
+        **extra,
+    }

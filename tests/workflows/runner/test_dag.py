@@ -2,8 +2,8 @@
 
 import json
 
-from tests.workflows.runner.conftest import RunFixture, by_name
-from workflows.runner import Phase
+from tests.workflows.runner.conftest import RunFixture, by_name, printed, shell, workflow
+from workflows.runner import Phase, check
 from workflows.runner.engine import DEPTH_MESSAGE, node_id
 
 
@@ -11,12 +11,12 @@ def test_recursive_dag_bisects_a_list_down_to_single_items(run_fixture: RunFixtu
     result = run_fixture("bisect.yaml", "dsx-fixture-bisect", {"items": '["n0", "n1", "n2", "n3", "n4"]'})
     assert result.phase is Phase.Succeeded
     leaves = [n for n in result.nodes.values() if n.template_name == "leaf" and n.phase is Phase.Succeeded]
-    assert sorted(n.outputs["result"] for n in leaves) == ["n0", "n1", "n2", "n3", "n4"]
+    assert sorted(printed(result, n) for n in leaves) == ["n0", "n1", "n2", "n3", "n4"]
     # each leaf kept its artifact in the run folder
     for leaf in leaves:
         (artifact,) = leaf.outputs["artifacts"]
-        assert (result.run_dir / artifact["path"]).read_text() == leaf.outputs["result"]
-    assert {n.outputs["result"]: n.name for n in leaves} == {
+        assert (result.run_dir / artifact["path"]).read_text() == printed(result, leaf)
+    assert {printed(result, n): n.name for n in leaves} == {
         "n0": "wf.left.left.leaf",
         "n1": "wf.left.right.leaf",
         "n2": "wf.right.left.leaf",
@@ -47,7 +47,7 @@ def test_depends_runs_error_handlers_and_omits_the_rest(run_fixture: RunFixture)
         "F": Phase.Succeeded,  # dependencies: [E], allowed by E's continueOn
     }
     assert result.node("C").message == "omitted: depends condition not met"
-    assert result.node("D").outputs["result"] == "B Succeeded, C Omitted"  # {{tasks.X.status}}
+    assert printed(result, result.node("D")) == "B Succeeded, C Omitted"  # {{tasks.X.status}}
     # A's failure is handled by B and E's by continueOn: the DAG succeeds, as in Argo
     assert result.phase is Phase.Succeeded
 
@@ -68,9 +68,9 @@ def test_when_skips_a_branch_and_later_tasks_read_its_output_defaults(run_fixtur
     assert tails.phase is Phase.Skipped
     assert tails.message == "when 'heads == tails' evaluated false"
     # the skipped task's output parameter resolves to its valueFrom.default ...
-    assert result.node("report-tails").outputs["result"] == "tails said nobody"
+    assert printed(result, result.node("report-tails")) == "tails said nobody"
     # ... and a reference without a default is dropped, so the consumer's input default applies
-    assert result.node("report-default").outputs["result"] == "no result"
+    assert printed(result, result.node("report-default")) == "no result"
 
 
 def test_fan_out_with_items_and_param_aggregates_results(run_fixture: RunFixture) -> None:
@@ -83,10 +83,10 @@ def test_fan_out_with_items_and_param_aggregates_results(run_fixture: RunFixture
         "words(1:beta)",
         "words(2:gamma)",
     ]
-    assert by_name(result, "maps(1:name:b,size:2)")[0].outputs["result"] == "b=2"
+    assert printed(result, by_name(result, "maps(1:name:b,size:2)")[0]) == "b=2"
     squares = result.node("squares")
     assert len(squares.children) == 3
-    total = result.node("total").outputs["result"]
+    total = printed(result, result.node("total"))
     squares_json, words_json = total.split(" ")
     assert json.loads(squares_json) == [{"index": i, "square": i * i} for i in range(3)]
     assert json.loads(words_json) == ["alpha", "beta", "gamma"]
@@ -100,7 +100,7 @@ def test_template_ref_reaches_templates_of_the_library(run_fixture: RunFixture) 
     shout = result.node("shout")
     assert shout.template_ref == {"name": "dsx-fixture-library", "template": "shout"}
     assert shout.outputs["parameters"] == [{"name": "said", "value": "hello!"}]
-    assert result.node("echo-back").outputs["result"] == "hello!"
+    assert printed(result, result.node("echo-back")) == "hello!"
 
 
 def test_recursion_stops_at_argos_depth_limit(run_fixture: RunFixture) -> None:
@@ -110,3 +110,36 @@ def test_recursion_stops_at_argos_depth_limit(run_fixture: RunFixture) -> None:
     assert len(errors) == 1
     assert "maximum recursion depth exceeded" in errors[0].message.lower()
     assert errors[0].name.count(".again") == 99  # the root is depth 1: its 99th nested call is depth 100
+
+
+def test_depends_results_for_errors_skips_omissions_and_fan_outs(run_fixture: RunFixture) -> None:
+    result = run_fixture("depends.yaml", "dsx-fixture-depends", entrypoint="results")
+    phases = {n.display_name: n.phase for n in result.nodes.values() if n.type != "Pod" or "(" not in n.name}
+    assert result.node("errs").message == (
+        "wait: Error (exit code 64): "
+        "open /var/run/argo/outputs/parameters/tmp/dsx-out/never-written: no such file or directory"
+    )
+    assert {name: phases[name] for name in sorted(phases) if name != "wf"} == {
+        "after-allowed-error": Phase.Succeeded,  # continueOn.error adds errs-allowed.Errored
+        "after-error": Phase.Omitted,  # a plain name is Succeeded || Skipped || Daemoned
+        "after-skipped": Phase.Succeeded,
+        "all-bad": Phase.Failed,
+        "all-failed": Phase.Succeeded,  # all-bad.AllFailed
+        "any-ok": Phase.Succeeded,  # mixed.AnySucceeded
+        "errs": Phase.Error,
+        "errs-allowed": Phase.Error,
+        "mixed": Phase.Failed,  # a fan-out with one failure fails
+        "none-ok": Phase.Omitted,
+        "not-all-failed": Phase.Omitted,
+        "on-error": Phase.Succeeded,  # errs.Errored
+        "saw-omission": Phase.Succeeded,  # after-error.Omitted
+        "skipped": Phase.Skipped,
+    }
+
+
+def test_depends_knows_only_argos_task_results() -> None:
+    tasks = [{"name": "a", "template": "ok"}, {"name": "b", "template": "ok", "depends": "a.Completed"}]
+    assert check(workflow([{"name": "main", "dag": {"tasks": tasks}}, shell("ok", "true")])) == [
+        "task result 'Completed' for task 'a' is invalid at WorkflowTemplate dsx-inline, template 'main', "
+        "spec.templates[0].dag.tasks[1].depends"
+    ]

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tests.workflows.runner.conftest import RunFixture, by_name
+from tests.workflows.runner.conftest import RunFixture, by_name, printed
 from workflows.runner import Phase
 from workflows.runner.engine import DEADLINE_MESSAGE
 
@@ -17,11 +17,11 @@ def test_a_step_that_fails_twice_succeeds_under_retries(run_fixture: RunFixture,
     attempts = [result.nodes[c] for c in flaky.children]
     assert [a.display_name for a in attempts] == ["flaky(0)", "flaky(1)", "flaky(2)"]
     assert [a.phase for a in attempts] == [Phase.Failed, Phase.Failed, Phase.Succeeded]
-    assert attempts[0].message == "Error (exit code 3)"
+    assert attempts[0].message == "main: Error (exit code 3)"
     for number, attempt in enumerate(attempts[:2]):  # {{retries}} is the attempt number
         stderr = (result.run_dir / str(attempt.folder) / "stderr.log").read_text()
         assert f"attempt {number} (retries={number}): failing on purpose" in stderr
-    assert flaky.outputs["result"] == "succeeded after 2 failures"
+    assert printed(result, attempts[2]) == "succeeded after 2 failures"
     assert state.read_text() == "3"
     # backoff: 50ms, then 100ms (factor 2) between attempts
     assert attempts[1].started_at - attempts[0].finished_at >= 0.05
@@ -40,10 +40,10 @@ def test_a_failed_step_names_its_error_when_its_log_is_its_termination_message(
     run_fixture: RunFixture,
 ) -> None:
     result = run_fixture("retry.yaml", "dsx-fixture-retry", entrypoint="not-retried")
-    assert result.node("fails-once").message == "Error (exit code 1): RuntimeError: failing on purpose"
+    assert result.node("fails-once").message == "main: Error (exit code 1): RuntimeError: failing on purpose"
     # Without FallbackToLogsOnError Argo has only the exit code to show.
     exhausted = run_fixture("retry.yaml", "dsx-fixture-retry", entrypoint="exhausted")
-    assert [c.message for c in by_name(exhausted, "always-fails(0)")] == ["Error (exit code 1)"]
+    assert [c.message for c in by_name(exhausted, "always-fails(0)")] == ["main: Error (exit code 1)"]
 
 
 def test_retry_policy_on_error_does_not_retry_failures(run_fixture: RunFixture) -> None:
@@ -52,7 +52,7 @@ def test_retry_policy_on_error_does_not_retry_failures(run_fixture: RunFixture) 
     assert len(node.children) == 1
     assert (node.phase, node.message) == (
         Phase.Failed,
-        "Error (exit code 1): RuntimeError: failing on purpose",
+        "main: Error (exit code 1): RuntimeError: failing on purpose",
     )
 
 
@@ -69,11 +69,11 @@ def test_a_task_that_runs_past_its_timeout_is_killed(run_fixture: RunFixture) ->
 def test_inline_scripts_containers_and_environment(run_fixture: RunFixture) -> None:
     result = run_fixture("local-commands.yaml", "dsx-fixture-local")
     assert result.phase is Phase.Succeeded
-    assert result.node("inline").outputs["result"] == "LOCAL"
+    assert printed(result, result.node("inline")) == "LOCAL"
     shell = result.node("shell")
     assert shell.outputs["parameters"] == [{"name": "file", "value": "LOCAL"}]
-    assert shell.outputs["result"] == f"wrote {shell.pod_name}"
-    assert result.node("env").outputs["result"] == "from-template"
+    assert printed(result, shell) == f"wrote {shell.pod_name}"
+    assert printed(result, result.node("env")) == "from-template"
 
 
 def test_run_folder_keeps_status_logs_and_artifacts(run_fixture: RunFixture) -> None:

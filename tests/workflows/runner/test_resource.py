@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflows.runner.conftest import RunFixture
+from tests.workflows.runner.conftest import RunFixture, printed
 from workflows.runner import Phase
 
 try:
@@ -62,6 +62,6 @@ def test_every_step_shares_one_simulated_fleet(tmp_path: Path) -> None:
         },
     }
     result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", cluster="sim:"))
-    spec = result.nodes[result.root_id].outputs["result"]
+    spec = printed(result, result.nodes[result.root_id])
     assert spec == f"state:{result.run_dir / 'fleet.json'}"
     assert (result.run_dir / "fleet.json").exists()

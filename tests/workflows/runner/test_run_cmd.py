@@ -272,3 +272,21 @@ def test_a_file_that_is_not_yaml_names_the_line(tmp_path: Path) -> None:
     code, _, err = _invoke("run", "x", "--local", "-f", str(broken))
     assert code == 2
     assert f"{broken}:" in err and "not valid YAML" in err
+
+
+def test_artifact_repository_none_plays_a_cluster_without_one(tmp_path: Path) -> None:
+    args = ["run", "dsx-fixture-artifacts", "--local", "-f", str(FIXTURES / "artifacts.yaml"), "-o", "json"]
+    code, out, err = _invoke(*args, "--out", str(tmp_path / "local"))
+    assert code == 0 and json.loads(out)["phase"] == "Succeeded"
+    (warning,) = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert "templates keep, maybe, saved-on-retry declare output artifacts" in warning
+    assert "--artifact-repository none" in warning
+    code, out, err = _invoke(*args, "--out", str(tmp_path / "none"), "--artifact-repository", "none")
+    assert code == 1
+    data = json.loads(out)
+    assert data["phase"] == "Error"
+    messages = {n["displayName"]: n.get("message", "") for n in data["nodes"].values()}
+    assert "artifact storage is not configured" in messages["keep"]
+    assert "warning: " not in err
+    code, _, err = _invoke(*args, "--artifact-repository", "s3")
+    assert code == 2 and "--artifact-repository" in err
