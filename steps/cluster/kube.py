@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from steps.cluster.base import PortBase
 from steps.cluster.errors import ApiStatusError, ClusterConfigError
+from steps.cluster.port import Propagation
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 
@@ -219,10 +220,19 @@ class KubeCluster(PortBase):
         )
         return result
 
-    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
+    def _delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        grace_seconds: int | None,
+        propagation: Propagation | None = None,
+    ) -> bool:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
+        if propagation is not None:
+            body["propagationPolicy"] = propagation
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
     def _evict(self, namespace: str, name: str, grace_seconds: int | None) -> tuple[int, str]:

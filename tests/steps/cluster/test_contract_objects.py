@@ -1,4 +1,5 @@
-"""Contract: any object by apiVersion and kind (what resource templates and snapshots use)."""
+"""Contract: any object by apiVersion and kind (what resource templates and snapshots use), and deletion
+policies."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from steps.cluster import ConflictError, NotFoundError, load_fleet
+from steps.errors import InputError
 from tests.steps.cluster.conftest import Backend
 
 WORKFLOW = {
@@ -103,3 +105,8 @@ def test_contract_helm_release_secrets_of_a_simulated_fleet_list_alike(
         for o in load_fleet("sim:nodes=2,releases=cert-manager@v1.18.2").objects.values()
     }
     assert secrets[0]["data"] == stored["sh.helm.release.v1.cert-manager.v1"]["data"]
+
+
+def test_contract_an_unknown_propagation_policy_is_an_input_error(backend: Backend) -> None:
+    with pytest.raises(InputError, match="propagation must be Background, Foreground or Orphan"):
+        backend.port.delete_object("v1", "ConfigMap", "x", "dsx", propagation="Cascade")  # type: ignore[arg-type]
