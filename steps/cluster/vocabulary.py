@@ -39,6 +39,7 @@ __all__ = [
     "ANNOTATION_CORDONED_BEFORE",
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
+    "ANNOTATION_MEMBERS",
     "ANNOTATION_SUBJECT",
     "ANNOTATION_WORKFLOW",
     "CONDITION_GPU_FAILED",
@@ -50,6 +51,7 @@ __all__ = [
     "LABEL_CERTIFICATION",
     "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
+    "LABEL_GROUP_TEST",
     "LABEL_MANAGED",
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
@@ -79,6 +81,12 @@ LABEL_CERTIFICATION_RUN: Final = "dsx.dev/certification-run"
 LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
 ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
 ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
+
+# On the objects of a group test (Job, its pods, headless Service, state ConfigMap): the Job's name, which
+# the Service selects the pods by; with LABEL_CERTIFICATION_RUN and ANNOTATION_WORKFLOW for the run, and
+# the members the test runs on.
+LABEL_GROUP_TEST: Final = "dsx.dev/group-test"
+ANNOTATION_MEMBERS: Final = "dsx.dev/members"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"

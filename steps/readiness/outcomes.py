@@ -26,7 +26,15 @@ from steps.errors import DsxError
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
 from steps.readiness.models import Model, VerdictStatus
 
-__all__ = ["MAX_STORED_BYTES", "CheckResult", "OutcomeKind", "OutcomeStore", "RunRef", "check_result"]
+__all__ = [
+    "MAX_STORED_BYTES",
+    "CheckResult",
+    "OutcomeKind",
+    "OutcomeStore",
+    "RunRef",
+    "check_result",
+    "workflow_owner",
+]
 
 OutcomeKind = Literal["node", "group", "smoke"]
 
@@ -49,6 +57,21 @@ class RunRef(Model):
     def local(cls, namespace: str) -> "RunRef":
         """A run with no Workflow object behind it (a step called directly, not by Argo)."""
         return cls(name="dsx-certify-local", uid=str(uuid.uuid4()), namespace=namespace)
+
+
+def workflow_owner(port: ClusterPort, run: RunRef, namespace: str) -> list[dict[str, object]]:
+    """The ``ownerReferences`` that tie an object in ``namespace`` to the run's Workflow, or none.
+
+    Only when the Workflow exists there with the run's uid: the garbage collector deletes at once an
+    object whose owner is absent, and an owner reference cannot cross namespaces (the collector looks
+    the owner up in the dependent's own namespace). A local run, or objects kept elsewhere, get none.
+    """
+    if namespace != run.namespace:
+        return []
+    workflow = port.get_object(_WORKFLOW_API, "Workflow", run.name, run.namespace)
+    if workflow is None or (workflow.get("metadata") or {}).get("uid") != run.uid:
+        return []
+    return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": run.name, "uid": run.uid}]
 
 
 class CheckResult(Model):
@@ -82,13 +105,6 @@ class OutcomeStore:
         selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
         return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
 
-    def _owner(self) -> list[dict[str, object]]:
-        """A reference to the run's Workflow, if it exists (Kubernetes would delete an orphan at once)."""
-        workflow = self.port.get_object(_WORKFLOW_API, "Workflow", self.run.name, self.run.namespace)
-        if workflow is None or (workflow.get("metadata") or {}).get("uid") != self.run.uid:
-            return []
-        return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": self.run.name, "uid": self.run.uid}]
-
     def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> str:
         """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
 
@@ -113,7 +129,7 @@ class OutcomeStore:
             },
             "annotations": {vocab.ANNOTATION_SUBJECT: subject, vocab.ANNOTATION_WORKFLOW: self.run.name},
         }
-        owner = self._owner()
+        owner = workflow_owner(self.port, self.run, self.run.namespace)
         if owner:
             metadata["ownerReferences"] = owner
         manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "binaryData": data}
