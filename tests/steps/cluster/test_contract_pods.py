@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from steps.cluster import Pod
+from steps.cluster import ClusterError, Pod
 from tests.steps.cluster.conftest import FAST, Backend
 
 
@@ -123,6 +123,21 @@ def test_contract_node_events_of_a_step_in_another_namespace_land_in_default(
     assert [e["involvedObject"]["name"] for e in port.list_objects("v1", "Event", "default")] == ["node-01"]
     assert port.list_objects("v1", "Event", "gpu-ops") == []
     assert capsys.readouterr().err == ""
+
+
+def test_contract_the_api_refuses_a_node_event_outside_default(backend: Backend) -> None:
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "node-01.1", "namespace": "gpu-ops"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "node-01"},
+        "reason": "Tested",
+        "message": "x",
+        "type": "Normal",
+    }
+    with pytest.raises(ClusterError, match=r"rejected \(422\): .*does not match event.namespace"):
+        backend.port.create_object(event)
+    assert backend.port.list_objects("v1", "Event") == []
 
 
 def test_contract_recording_an_event_never_fails_the_caller(

@@ -181,14 +181,22 @@ def test_deleting_a_batch_v1_job_with_no_policy_orphans_its_pods(
     assert all(not p["metadata"].get("ownerReferences") and not p["metadata"].get("finalizers") for p in left)
 
 
-def test_the_dsx_adapter_delete_without_a_policy_orphans_too(
+def test_the_dsx_adapter_deletes_in_the_background_and_orphans_only_without_a_policy(
     quiet: tuple[Emulator, Any, ManualClock],
 ) -> None:
     emulator, api, _ = quiet
     _job_with_pods(emulator, api)
-    assert KubeCluster(api, namespace="dsx").delete_object("batch/v1", "Job", "g1", "dsx") is True
+    port = KubeCluster(api, namespace="dsx")
+    assert port.delete_object("batch/v1", "Job", "g1", "dsx", propagation=None) is True
     emulator.settle()
     assert len(job_pods(emulator, "g1")) == 2
+    for pod in job_pods(emulator, "g1"):
+        port.delete_object("v1", "Pod", pod["metadata"]["name"], "dsx")
+    emulator.settle()
+    _job_with_pods(emulator, api)
+    assert port.delete_object("batch/v1", "Job", "g1", "dsx") is True  # Background by default
+    emulator.settle()
+    assert job_pods(emulator, "g1") == []
 
 
 def test_background_deletes_the_job_first_and_its_pods_after(
