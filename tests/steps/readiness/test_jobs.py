@@ -1,16 +1,13 @@
-"""Group jobs on a cluster, through the kubernetes client against the emulated API server.
+"""Group jobs on a cluster, through the kubernetes client against the emulated cluster.
 
-A :class:`Cluster` plays, over HTTP, what the cluster does with a Job: the Job controller (one pod per
-completion index, the Job's end once every index has ended, a failed index not failing the Job), the
-scheduler (a pod lands on its node, or stays Pending with the scheduler's reason), the kubelet (an
-image pull, then the pod runs; with ``real=True`` it runs the pod's own command and passes SIGTERM on
-when the pod is deleted) and the garbage collector (the pods of a deleted Job go).
+The emulated API server runs the Job controller, the scheduler (GPU capacity, affinity, its own
+messages) and the garbage collector; its kubelet double runs the pods. A rank pod's program is chosen
+per test: :func:`playing` plays each index as told (fast), :func:`real_rankpod` runs the pod's own
+command (``python -m steps.readiness.rankpod`` starting torchrun) on this machine.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
 import os
 import signal
@@ -27,11 +24,9 @@ from typing import Any
 
 import pytest
 
-from steps.cluster import NotFoundError, load_fleet
+from steps.cluster import connect, load_fleet
 from steps.cluster import vocabulary as vocab
-from steps.cluster.errors import ApiStatusError
-from steps.cluster.kube import KubeCluster, load_api_client
-from steps.cluster.resources import resource
+from steps.cluster.kube import KubeCluster
 from steps.errors import DsxError, InputError
 from steps.readiness import jobs
 from steps.readiness.checks import SweepRequest
@@ -40,17 +35,16 @@ from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import RunRef
 from steps.readiness.rankpod import main as rankpod_main
 from steps.readiness.rankpod import publish
-from tests.k8s_emulator import Emulator
+from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
+from tests.k8s_kubelet import RANK_POD_COMMAND, Kubelet, PodProcess, Program, RankPodArgs
 from tests.paths import REPO as REPO_ROOT
 
 NS = "gpu-ops"
 UID = "0b1c2d3e-run-one"
-INDEX = "batch.kubernetes.io/job-completion-index"
 LOGS = Path(__file__).parent / "logs"
 RESULT = parse_nccl_tests_file(LOGS / "new_layout_clean.txt").model_dump_json()
 THRESHOLDS = {"nccl": {"allReduce": [{"size": "2MiB", "busBwGBps": 60, "scope": "multi-node"}]}}
 GROUP = Subject(kind="group", name="rack-00", members=["node-01", "node-00"])
-UNSCHEDULABLE = "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match affinity."
 
 
 @dataclass(frozen=True)
@@ -68,213 +62,76 @@ class Plan:
 
 @dataclass
 class Rank:
-    """How one completion index behaves on the cluster."""
+    """How one completion index's program behaves in :func:`playing`."""
 
-    schedulable: bool = True
-    pull_s: float = 0.0
-    run_s: float | None = 0.05  # None: runs until deleted
+    run_s: float | None = 0.05  # None: runs until its pod is deleted
     exit: int = 0
     publish: str | None = None  # index 0: the result it publishes as it exits
-    real: bool = False  # run the pod's own command
 
 
-def owner_of(pod: dict[str, Any]) -> dict[str, Any]:
-    return dict((pod["metadata"].get("ownerReferences") or [{}])[0])
+def playing(ranks: Callable[[int], Rank], kubeconfig: Path) -> Program:
+    """A rank pod program that plays each index as ``ranks`` says; index 0 publishes as rankpod does."""
+
+    def program(process: PodProcess) -> int:
+        args = RankPodArgs.parse(process.command[len(RANK_POD_COMMAND) :])
+        index = int(process.env["JOB_COMPLETION_INDEX"])
+        rank = ranks(index)
+        if rank.run_s is None or not process.wait(rank.run_s):
+            process.stopped.wait()
+            return 143
+        if index == 0 and rank.publish is not None:
+            result = process.kubelet.work_dir / f"{process.name}.json"
+            result.write_text(rank.publish)
+            port = connect("kube", kubeconfig=str(kubeconfig), namespace=process.env["DSX_NAMESPACE"])
+            publish(args.publish, str(result), rank.exit, port)
+        return rank.exit
+
+    return program
+
+
+def real_rankpod(folder: Path, kubeconfig: Path) -> Program:
+    """Run the pod's own command on this machine: cluster addresses become localhost, NCCL gloo."""
+    rendezvous = str(_free_port())
+
+    def program(process: PodProcess) -> int:
+        args = list(process.command)
+        args[0] = sys.executable if args[0] == "python" else args[0]
+        args[args.index("--master-addr") + 1] = "127.0.0.1"
+        args[args.index("--master-port") + 1] = rendezvous
+        args[args.index("--backend") + 1] = "gloo"
+        result = str(folder / f"{process.name}.json")
+        args = [result if a == jobs.RESULT_FILE else a for a in args]
+        env = {**process.env, "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT)}
+        env["KUBECONFIG"] = str(kubeconfig)
+        with open(folder / f"{process.name}.log", "wb") as log:
+            child = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+            while child.poll() is None:
+                if process.stopped.wait(0.05):
+                    child.send_signal(signal.SIGTERM)  # the pod was deleted
+                    return child.wait()
+        return child.returncode
+
+    return program
 
 
 @dataclass
-class _PodRun:
-    created: float
-    running: float | None = None
-    process: subprocess.Popen[bytes] | None = None
-
-
 class Cluster:
-    """The Job controller, scheduler, kubelet and garbage collector, acting through the API (see above)."""
+    """The emulated cluster of one test: API server (its time moved by hand), kubelet double, a port."""
 
-    def __init__(self, port: KubeCluster, kubeconfig: Path, tmp: Path, ranks: Callable[[int], Rank]) -> None:
-        self.port, self.kubeconfig, self.tmp, self.ranks = port, kubeconfig, tmp, ranks
-        self.seen: dict[str, dict[str, Any]] = {}
-        self.runs: dict[str, _PodRun] = {}
-        self.known: set[str] = set()
-        self.quiet: set[str] = set()  # Jobs whose pods never end on their own
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    emulator: Emulator
+    clock: ManualClock
+    kubelet: Kubelet
+    kubeconfig: Path
+    port: KubeCluster
 
-    def __enter__(self) -> Cluster:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for run in self.runs.values():
-            if run.process is not None and run.process.poll() is None:
-                run.process.kill()
-                run.process.wait()
-        assert not self.errors, self.errors
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._tick()
-            except Exception as exc:  # reported when the test ends
-                self.errors.append(exc)
-                return
-            time.sleep(0.01)
-
-    def _status(self, api: str, kind: str, name: str, status: dict[str, Any]) -> None:
-        """Write through the status subresource, as controllers do; an object deleted meanwhile is fine."""
-        try:
-            self.port._patch(resource(api, kind), name, NS, {"status": status}, subresource="status")
-        except ApiStatusError as exc:
-            if exc.status != 404:
-                raise
-
-    def _tick(self) -> None:
-        found = {j["metadata"]["uid"]: j for j in self.port.list_objects("batch/v1", "Job", NS)}
-        for uid, job in found.items():
-            if uid not in self.known:
-                self.known.add(uid)
-                self._start(job)
-        pods = self.port.list_objects("v1", "Pod", NS)
-        for name in set(self.runs) - {p["metadata"]["name"] for p in pods}:
-            self._kill(name)  # the pod was deleted: the kubelet stops its container
-        for pod in pods:
-            owner = owner_of(pod)
-            if owner.get("kind") == "Job" and owner.get("uid") not in found:
-                self._collect(pod)
-            elif owner.get("kind") == "Job":
-                self._advance(pod)
-        for job in found.values():
-            mine = [p for p in pods if owner_of(p).get("uid") == job["metadata"]["uid"]]
-            self._finish(job, mine)
-
-    def _start(self, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
-        for api, kind in (("v1", "ConfigMap"), ("v1", "Service")):
-            self.seen[kind] = self.port.get_object(api, kind, name, NS) or {}
-        self.seen["Job"] = job
-        template = job["spec"]["template"]
-        terms = template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        members = terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
-        for index in range(job["spec"]["completions"]):
-            rank = self.ranks(index)
-            spec = {**copy.deepcopy(template["spec"]), "hostname": f"{name}-{index}"}
-            if rank.schedulable:
-                spec["nodeName"] = members[index]
-                status = {
-                    "phase": "Pending",
-                    "conditions": [{"type": "PodScheduled", "status": "True"}],
-                    "containerStatuses": [
-                        {"name": "ranks", "state": {"waiting": {"reason": "ContainerCreating"}}}
-                    ],
-                }
-            else:
-                scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-                status = {"phase": "Pending", "conditions": [{**scheduled, "message": UNSCHEDULABLE}]}
-            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True}
-            self.port.create_object(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"{name}-{index}-{job['metadata']['uid'][:5]}",
-                        "namespace": NS,
-                        "labels": {**template["metadata"]["labels"], INDEX: str(index)},
-                        "ownerReferences": [{**owner, "uid": job["metadata"]["uid"]}],
-                    },
-                    "spec": spec,
-                    "status": status,
-                }
-            )
-
-    def _advance(self, pod: dict[str, Any]) -> None:
-        name, now = pod["metadata"]["name"], time.monotonic()
-        index = int(pod["metadata"]["labels"][INDEX])
-        rank, run = self.ranks(index), self.runs.setdefault(name, _PodRun(created=now))
-        owner_uid = pod["metadata"]["ownerReferences"][0]["uid"]
-        phase = pod["status"].get("phase")
-        if phase == "Pending" and pod["spec"].get("nodeName") and now - run.created >= rank.pull_s:
-            run.running = now
-            if rank.real:
-                run.process = self._exec(pod, index)
-            self._status("v1", "Pod", name, {"phase": "Running", "containerStatuses": None})
-        elif phase == "Running" and run.running is not None and owner_uid not in self.quiet:
-            if run.process is not None:
-                code = run.process.poll()
-            elif rank.run_s is not None and now - run.running >= rank.run_s:
-                code = rank.exit
-                if index == 0 and rank.publish is not None:
-                    data = {"result.json": rank.publish, "exit-code": str(code)}
-                    with contextlib.suppress(NotFoundError):  # the step stopped waiting
-                        self.port.patch_object(
-                            "v1",
-                            "ConfigMap",
-                            pod["metadata"]["labels"][vocab.LABEL_GROUP_TEST],
-                            {"data": data},
-                            NS,
-                        )
-            else:
-                code = None
-            if code is not None:
-                self._status("v1", "Pod", name, {"phase": "Succeeded" if code == 0 else "Failed"})
-
-    def _exec(self, pod: dict[str, Any], index: int) -> subprocess.Popen[bytes]:
-        container = pod["spec"]["containers"][0]
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{self.tmp}"}
-        env.update(KUBECONFIG=str(self.kubeconfig), JOB_COMPLETION_INDEX=str(index))
-        for item in container["env"]:
-            env[item["name"]] = item.get("value", pod["spec"]["nodeName"])
-        command = [sys.executable if c == "python" else c for c in container["command"]]
-        log = open(self.tmp / f"{pod['metadata']['name']}.log", "wb")  # noqa: SIM115 - the process keeps it
-        return subprocess.Popen([*command, *container["args"]], env=env, stdout=log, stderr=log, cwd=self.tmp)
-
-    def _kill(self, name: str) -> None:
-        run = self.runs.pop(name)
-        if run.process is not None and run.process.poll() is None:
-            run.process.send_signal(signal.SIGTERM)
-
-    def _collect(self, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        if pod["status"].get("phase") not in ("Succeeded", "Failed"):
-            self._status("v1", "Pod", name, {"phase": "Failed"})  # the emulator would replace a live one
-        self.port.delete_object("v1", "Pod", name, NS)
-
-    def _finish(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        """Keep the Job's pod counts, and end it once every index has ended (Failed if one failed)."""
-        status = job.get("status") or {}
-        if status.get("conditions"):
-            return
-        phases = {int(p["metadata"]["labels"][INDEX]): p["status"].get("phase") for p in pods}
-        counts = {
-            "active": sum(1 for v in phases.values() if v not in ("Succeeded", "Failed")),
-            "succeeded": sum(1 for v in phases.values() if v == "Succeeded"),
-            "failed": sum(1 for v in phases.values() if v == "Failed"),
-        }
-        change: dict[str, Any] = {k: v for k, v in counts.items() if status.get(k, 0) != v}
-        if len(phases) == job["spec"]["completions"] and not counts["active"]:
-            failed = {"type": "Failed", "status": "True", "reason": "FailedIndexes"}
-            ended = {**failed, "message": "Job has failed indexes"} if counts["failed"] else None
-            change["conditions"] = [ended or {"type": "Complete", "status": "True"}]
-        if change:
-            self._status("batch/v1", "Job", job["metadata"]["name"], change)
+    def ranks(self, ranks: Callable[[int], Rank]) -> None:
+        """Play rank pods as ``ranks`` says."""
+        self.kubelet.register(RANK_POD_COMMAND, playing(ranks, self.kubeconfig))
 
 
 @pytest.fixture
-def port(k8s_emulator: Emulator, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> KubeCluster:
-    """A port in namespace gpu-ops on a 4-node H100 fleet with the run's Workflow; fast polls."""
-    k8s_emulator.seed(load_fleet("sim:nodes=4,gpu=h100,racks=2").manifests())
-    k8s_emulator.seed(
-        [
-            {
-                "apiVersion": "argoproj.io/v1alpha1",
-                "kind": "Workflow",
-                "metadata": {"name": "dsx-certify-x1", "namespace": NS, "uid": UID},
-            }
-        ]
-    )
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """Four H100 nodes (two racks), the run's Workflow and the rank service account in gpu-ops."""
     for name, value in {
         "DSX_JOB_POLL_S": "0.02",
         "DSX_SCHEDULE_BUDGET_S": "5",
@@ -282,24 +139,43 @@ def port(k8s_emulator: Emulator, kubeconfig: Path, monkeypatch: pytest.MonkeyPat
         "DSX_GPU_IMAGE": "registry.example/dsx-gpu:1",
     }.items():
         monkeypatch.setenv(name, value)
-    api_client, _ = load_api_client(str(kubeconfig))
-    return KubeCluster(api_client, namespace=NS)
+    clock = ManualClock(time.time())
+    emulator = Emulator(clock=clock)
+    emulator.seed(load_fleet("sim:nodes=4,gpu=h100,racks=2,workloads=false").manifests())
+    emulator.seed(
+        [
+            {
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Workflow",
+                "metadata": {"name": "dsx-certify-x1", "namespace": NS, "uid": UID},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "dsx-ranks", "namespace": NS},
+            },
+        ]
+    )
+    emulator.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
+    kubelet = Kubelet(emulator, kubeconfig, tmp_path).start()
+    port = connect("kube", kubeconfig=str(kubeconfig), namespace=NS)
+    assert isinstance(port, KubeCluster)
+    try:
+        yield Cluster(emulator, clock, kubelet, kubeconfig, port)
+    finally:
+        kubelet.stop()
+        emulator.stop()
 
 
 @pytest.fixture
-def cluster(
-    port: KubeCluster, kubeconfig: Path, tmp_path: Path
-) -> Iterator[Callable[[Callable[[int], Rank]], Cluster]]:
-    started: list[Cluster] = []
+def port(cluster: Cluster) -> KubeCluster:
+    return cluster.port
 
-    def start(ranks: Callable[[int], Rank]) -> Cluster:
-        played = Cluster(port, kubeconfig, tmp_path, ranks)
-        started.append(played.__enter__())
-        return played
 
-    yield start
-    for played in started:
-        played.__exit__()
+@pytest.fixture
+def kubeconfig(cluster: Cluster) -> Path:
+    return cluster.kubeconfig
 
 
 def _left(port: KubeCluster) -> dict[str, list[str]]:
@@ -536,22 +412,10 @@ def test_rankpod_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_sweep_job_runs_rank_pods_for_real_and_passes_leaving_nothing(
-    port: KubeCluster, cluster: Callable[..., Cluster], tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     """The kubelet runs the pods' own command (rankpod, torchrun, the sweep) on this machine over gloo."""
-    rendezvous = str(_free_port())
-    result = str(tmp_path / "result.json")
-
-    def on_this_machine(spec: dict[str, Any]) -> dict[str, Any]:
-        args = spec["containers"][0]["args"]
-        args[args.index("--master-addr") + 1] = "127.0.0.1"
-        args[args.index("--master-port") + 1] = rendezvous
-        args[args.index("--nproc-per-node") + 1] = "1"
-        args[args.index("--backend") + 1] = "gloo"
-        spec["containers"][0]["args"] = [result if a == jobs.RESULT_FILE else a for a in args]
-        return spec
-
-    played = cluster(lambda index: Rank(real=True, run_s=None))
+    cluster.kubelet.register(RANK_POD_COMMAND, real_rankpod(tmp_path, cluster.kubeconfig))
     request = SweepRequest(
         subject=GROUP,
         thresholds={"nccl": {"allReduce": []}},
@@ -562,102 +426,186 @@ def test_a_sweep_job_runs_rank_pods_for_real_and_passes_leaving_nothing(
         iters=2,
         warmup=1,
     )
-    outcome = jobs.run_sweep_job(request, Plan(gpus_per_node=1), port, pod_patch=on_this_machine)
+    seen: dict[str, dict[str, Any]] = {}
+    watcher = threading.Thread(target=_watch, args=(cluster.port, seen), daemon=True)
+    watcher.start()
+    outcome = jobs.run_sweep_job(request, Plan(gpus_per_node=1), cluster.port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
     assert outcome.run is not None and outcome.run.status == "complete" and len(outcome.run.ranks) == 2
-    assert _left(port) == NOTHING
+    assert _left(cluster.port) == NOTHING
+    watcher.join(5)
     for kind in ("Job", "Service", "ConfigMap"):
-        meta = played.seen[kind]["metadata"]
+        meta = seen[kind]["metadata"]
         assert meta["labels"][vocab.LABEL_CERTIFICATION_RUN] == UID
         assert meta["ownerReferences"][0]["uid"] == UID
 
 
-def test_stale_objects_of_a_killed_try_are_replaced_not_a_conflict(
-    port: KubeCluster, cluster: Callable[..., Cluster], capsys: pytest.CaptureFixture[str]
-) -> None:
-    stale = jobs.render_group_job(
-        "allreduce-sweep", GROUP, "steps.readiness.sweep", [], jobs.settings_for(Plan(), port), 5
+def test_rank_zeros_address_is_its_pod_behind_the_headless_service(cluster: Cluster) -> None:
+    """The kubelet double's rank pods (the emulator's own) resolve --master-addr as cluster DNS would:
+    rank 0's host name and subdomain, behind a headless Service that selects it; then run the group."""
+    request = SweepRequest(
+        subject=GROUP,
+        thresholds={"nccl": {"allReduce": []}},
+        scope="multi-node",
+        timeout_s=120,
+        min_bytes="1KiB",
+        max_bytes="4KiB",
+        iters=2,
+        warmup=1,
     )
-    played = cluster(lambda index: Rank(publish=RESULT, run_s=0.2))
-    for manifest in (stale.state, stale.service, stale.job):
-        created = port.create_object(manifest)
-    played.quiet.add(created["metadata"]["uid"])
-    deadline = time.monotonic() + 10
-    while len(port.list_objects("v1", "Pod", NS)) < 2:  # the killed try's pods are running
-        assert time.monotonic() < deadline
+    outcome = jobs.run_sweep_job(request, Plan(gpus_per_node=1), cluster.port)
+    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+    assert outcome.run is not None and outcome.run.hosts == ["node-00", "node-01"]
+    assert _left(cluster.port) == NOTHING
+
+
+def _watch(port: KubeCluster, seen: dict[str, dict[str, Any]]) -> None:
+    """Keep the first Job, Service and state ConfigMap of a group test that appear in gpu-ops."""
+    deadline = time.monotonic() + 60
+    while len(seen) < 3 and time.monotonic() < deadline:
+        for api, kind in (("batch/v1", "Job"), ("v1", "Service"), ("v1", "ConfigMap")):
+            found = port.list_objects(api, kind, NS, vocab.LABEL_GROUP_TEST)
+            if found and kind not in seen:
+                seen[kind] = found[0]
+        time.sleep(0.01)
+
+
+def _wait_for(check: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"waited {seconds}s for {what}"
         time.sleep(0.02)
-    old_job = port.get_object("batch/v1", "Job", stale.name, NS)
-    assert old_job is not None
+
+
+def _running(port: KubeCluster, count: int) -> Callable[[], bool]:
+    def check() -> bool:
+        pods = port.list_objects("v1", "Pod", NS, vocab.LABEL_GROUP_TEST)
+        return sum(1 for p in pods if p["status"].get("phase") == "Running") >= count
+
+    return check
+
+
+def _stale(port: KubeCluster, kinds: tuple[str, ...]) -> jobs.GroupJob:
+    """The objects a killed earlier try of the step left; its pods (if any) sleep until deleted."""
+
+    def sleeping(spec: dict[str, Any]) -> dict[str, Any]:
+        spec["containers"][0].update(command=["sleep", "600"], args=[])
+        return spec
+
+    settings = jobs.settings_for(Plan(), port)
+    group = jobs.render_group_job(
+        "allreduce-sweep", GROUP, "steps.readiness.sweep", [], settings, 5, pod_patch=sleeping
+    )
+    for kind in kinds:
+        port.create_object({"ConfigMap": group.state, "Service": group.service, "Job": group.job}[kind])
+    return group
+
+
+def test_stale_objects_of_a_killed_try_are_replaced_not_a_conflict(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.ranks(lambda index: Rank(publish=RESULT))
+    port = cluster.port
+    stale = _stale(port, ("ConfigMap", "Service"))  # killed before it made its Job
     outcome = _sweep(port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
-    assert played.seen["Job"]["metadata"]["uid"] != old_job["metadata"]["uid"]
     assert f"group test {NS}/{stale.name}: replacing what an earlier try left" in capsys.readouterr().err
+    assert _left(port) == NOTHING
+
+    _stale(port, ("ConfigMap", "Service", "Job"))  # killed while its pods held the GPUs
+    _wait_for(_running(port, 2), "the stale try's pods to run")
+    outcome = _sweep(port)
+    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+    assert "replacing what an earlier try left (job/" in capsys.readouterr().err
     assert _left(port) == NOTHING
 
 
 def test_an_object_of_the_same_name_that_dsx_did_not_make_is_left_alone(port: KubeCluster) -> None:
     name = jobs.render_group_job("allreduce-sweep", GROUP, "m", [], jobs.settings_for(Plan(), port), 5).name
-    port.create_object({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS}})
-    with pytest.raises(DsxError, match=rf"Service {NS}/{name} exists and was not made by a dsx group test"):
+    port.create_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
+    with pytest.raises(DsxError, match=rf"ConfigMap {NS}/{name} exists and was not made by a dsx group test"):
         _sweep(port)
-    assert _left(port) == {**NOTHING, "Service": [name]}
+    assert _left(port) == {**NOTHING, "ConfigMap": [name]}
 
 
-def test_the_run_deadline_starts_when_every_pod_runs_not_at_a_slow_image_pull(
-    port: KubeCluster, cluster: Callable[..., Cluster]
-) -> None:
-    cluster(lambda index: Rank(pull_s=1.0, run_s=0.1, publish=RESULT))
-    outcome = _sweep(port, timeout_s=0.5)
+def test_the_run_deadline_starts_when_every_pod_runs_not_at_a_slow_image_pull(cluster: Cluster) -> None:
+    for node in GROUP.members:
+        cluster.kubelet.behave(node, start_delay_s=1.0)
+    cluster.ranks(lambda index: Rank(run_s=0.1, publish=RESULT))
+    outcome = _sweep(cluster.port, timeout_s=0.5)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
 
 
 def test_pods_that_cannot_be_scheduled_are_unschedulable_not_a_node_failure(
-    port: KubeCluster, cluster: Callable[..., Cluster], monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DSX_SCHEDULE_BUDGET_S", "0.3")
-    cluster(lambda index: Rank(schedulable=index == 0, run_s=None))
-    outcome = _sweep(port)
+    """node-01's GPUs are held by another pod: the group cannot start, and that is not node-01's fault."""
+    cluster.emulator.seed(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "other-test", "namespace": "research"},
+                "spec": {
+                    "nodeName": "node-01",
+                    "containers": [
+                        {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+                    ],
+                },
+                "status": {"phase": "Running"},
+            }
+        ]
+    )
+    monkeypatch.setenv("DSX_SCHEDULE_BUDGET_S", "0.5")
+    cluster.ranks(lambda index: Rank(run_s=None))
+    outcome = _sweep(cluster.port)
     assert outcome.status == "unschedulable"
     (verdict,) = outcome.verdicts
-    assert "not every pod was running within the scheduling budget of 0.3s" in verdict.message
     name = jobs.job_name(UID, "allreduce-sweep", GROUP)
-    assert f"pod {name}-1-" in verdict.message and f"Unschedulable: {UNSCHEDULABLE}" in verdict.message
-    assert f"pod {name}-0-" not in verdict.message
-    assert outcome.subject == GROUP and outcome.run is None
-    assert _left(port) == NOTHING
+    assert "not every pod was running within the scheduling budget of 0.5s" in verdict.message
+    assert f"pod {name}-1-" in verdict.message and f"pod {name}-0-" not in verdict.message
+    # node-00's GPUs went to index 0, node-01's are held by the other pod
+    assert "Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu" in verdict.message
+    assert outcome.run is None
+    assert _left(cluster.port) == NOTHING
 
 
-def test_a_failed_index_does_not_end_the_wait_before_rank_zero_publishes(
-    port: KubeCluster, cluster: Callable[..., Cluster]
-) -> None:
-    cluster(lambda index: Rank(run_s=0.5, publish=RESULT) if index == 0 else Rank(run_s=0.0, exit=1))
-    outcome = _sweep(port)
+def test_a_failed_index_does_not_end_the_wait_before_rank_zero_publishes(cluster: Cluster) -> None:
+    cluster.ranks(lambda index: Rank(run_s=0.5, publish=RESULT) if index == 0 else Rank(run_s=0.0, exit=1))
+    outcome = _sweep(cluster.port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
 
 
-def test_a_run_that_never_publishes_after_all_pods_run_is_a_hang(
-    port: KubeCluster, cluster: Callable[..., Cluster]
-) -> None:
-    cluster(lambda index: Rank(run_s=None))
-    outcome = _sweep(port, timeout_s=0.3)
+def test_a_run_that_never_publishes_after_all_pods_run_is_a_hang(cluster: Cluster) -> None:
+    cluster.ranks(lambda index: Rank(run_s=None))
+    outcome = _sweep(cluster.port, timeout_s=0.3)
     assert outcome.status == "hang"
     assert "did not finish within 0.3s of all its pods running" in outcome.verdicts[0].message
-    assert _left(port) == NOTHING
+    assert _left(cluster.port) == NOTHING
 
 
-def test_a_job_that_ends_without_rank_zeros_result_is_an_error_naming_how_it_ended(
-    port: KubeCluster, cluster: Callable[..., Cluster]
+def test_the_jobs_own_deadline_counts_from_its_start_and_ends_a_run_without_a_result(
+    cluster: Cluster,
 ) -> None:
-    cluster(lambda index: Rank(exit=1))
-    outcome = _sweep(port)
+    """The Job's activeDeadlineSeconds is the outer bound: scheduling budget + run deadline + grace."""
+    cluster.ranks(lambda index: Rank(run_s=None))
+
+    def expire() -> None:
+        _wait_for(_running(cluster.port, 2), "the group's pods to run")
+        cluster.clock.advance(5 + 60 + jobs.JOB_GRACE_S + 1)
+        cluster.emulator.settle()
+
+    clock = threading.Thread(target=expire, daemon=True)
+    clock.start()
+    outcome = _sweep(cluster.port, timeout_s=60)
+    clock.join(5)
     assert outcome.status == "error"
-    assert "the Job ended Failed (FailedIndexes: Job has failed indexes) without a result from rank 0" in (
-        outcome.verdicts[0].message
-    )
+    ended = "the Job ended Failed (DeadlineExceeded: Job was active longer than specified deadline)"
+    assert f"{ended} without a result from rank 0" in outcome.verdicts[0].message
+    assert _left(cluster.port) == NOTHING
 
 
 STEP = """
-import sys
 from steps.cluster import connect
 from steps.readiness.checks import SweepRequest
 from steps.readiness.jobs import run_sweep_job
@@ -666,18 +614,13 @@ run_sweep_job(SweepRequest(subject=GROUP, timeout_s=60), Plan(), connect())
 """
 
 
-def test_sigterm_to_the_step_deletes_its_group_job(
-    port: KubeCluster, cluster: Callable[..., Cluster], kubeconfig: Path
-) -> None:
-    cluster(lambda index: Rank(run_s=None))
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DSX_CLUSTER": "kube", "DSX_NAMESPACE": NS}
+def test_sigterm_to_the_step_deletes_its_group_job(cluster: Cluster) -> None:
+    cluster.ranks(lambda index: Rank(run_s=None))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "DSX_CLUSTER": "kube", "DSX_NAMESPACE": NS}
     env["PYTHONPATH"] = str(REPO_ROOT)
     step = subprocess.Popen([sys.executable, "-c", STEP], env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not any(p["status"].get("phase") == "Running" for p in port.list_objects("v1", "Pod", NS)):
-        assert step.poll() is None and time.monotonic() < deadline, step.stderr.read() if step.stderr else ""
-        time.sleep(0.05)
+    _wait_for(_running(cluster.port, 2), "the group's pods to run", 60)
     step.send_signal(signal.SIGTERM)
     assert step.wait(30) == 143
     assert "stopped by signal 15; deleting its objects" in (step.stderr.read() if step.stderr else "")
-    assert _left(port) == NOTHING
+    assert _left(cluster.port) == NOTHING
