@@ -102,7 +102,7 @@ class PortBase(abc.ABC):
     """Shared implementation of :class:`~steps.cluster.port.ClusterPort`.
 
     Args:
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for transient failures and for conflicts.
         clock: the current time (tests pass a fixed clock to age Leases).
     """

@@ -81,7 +81,7 @@ class KubeCluster(PortBase):
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient`` (see :func:`load_api_client`).
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for transient failures.
         timeout: ``(connect, read)`` seconds for each request.
         clock: the current time.

@@ -329,7 +329,7 @@ class ClusterPort(Protocol):
     """
 
     namespace: str
-    """Where dsx keeps its ConfigMaps, Leases and Events."""
+    """Where dsx keeps its ConfigMaps and Leases (Events about nodes go to :data:`NODE_EVENT_NAMESPACE`)."""
 
     @property
     def endpoint(self) -> str:

@@ -112,7 +112,7 @@ class SimCluster(PortBase):
 
     Args:
         store: where the fleet lives (in memory, or a shared JSON file).
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for injected transient failures.
         clock: the current time.
     """
