@@ -66,6 +66,7 @@ from steps.readiness.checks import (
 from steps.readiness.judge import judge_collective
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, worst
 from steps.readiness.outcomes import RunRef, workflow_owner
+from steps.readiness.rankpod import STATE_ERROR, STATE_EXIT_CODE, STATE_RESULT, read_published
 from steps.readiness.smoke import SmokeResult, smoke_args
 from steps.readiness.sweep import sweep_args
 from steps.readiness.thresholds import load_thresholds
@@ -526,8 +527,7 @@ class _Outcome(Model):
 
 
 def _state(port: ClusterPort, group: GroupJob) -> dict[str, str]:
-    found = port.get_object("v1", "ConfigMap", group.name, group.namespace)
-    return {str(k): str(v) for k, v in ((found or {}).get("data") or {}).items()}
+    return read_published(port.get_object("v1", "ConfigMap", group.name, group.namespace))
 
 
 def _job_end(job: dict[str, Any] | None) -> str | None:
@@ -600,7 +600,7 @@ def _wait(
     running_since: float | None = None
     while True:
         state = _state(port, group)
-        if "exit-code" in state:
+        if STATE_EXIT_CODE in state:
             return _Outcome(ending="published", state=state)
         ended = _job_end(port.get_object("batch/v1", "Job", group.name, group.namespace))
         if ended is not None:
@@ -673,13 +673,12 @@ def run_group_job(
         )
     if outcome.ending == "hang":
         return ends("hang", f"{where} did not finish within {timeout_s:g}s of all its pods running")
-    text = outcome.state.get("result.json")
+    text = outcome.state.get(STATE_RESULT)
     if text is None:
-        if "exit-code" in outcome.state:
-            why = outcome.state.get("error") or "no result file"
-            return ends(
-                "error", f"{where}: rank 0 exited {outcome.state['exit-code']} without a result: {why}"
-            )
+        if STATE_EXIT_CODE in outcome.state:
+            why = outcome.state.get(STATE_ERROR) or "no result file"
+            code = outcome.state[STATE_EXIT_CODE]
+            return ends("error", f"{where}: rank 0 exited {code} without a result: {why}")
         return ends("error", f"{where}: the Job ended {outcome.detail} without a result from rank 0")
     return GroupRunResult(name=group.name, text=text, verdicts=[], evidence=evidence, elapsed_s=elapsed)
 

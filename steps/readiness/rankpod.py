@@ -9,28 +9,55 @@ deleting the Job (or its deadline) left torchrun and its ranks running until the
 this one forwards SIGTERM and SIGINT to torchrun, which stops its ranks.
 
 Once torchrun has ended, pod index 0 writes the result file (when there is one) and torchrun's exit
-code into the state ConfigMap ``NAME`` (keys ``result.json``, ``exit-code`` and, without a result,
-``error``). It only updates that ConfigMap: the step that created the Job made it, with the labels and
-owner it must carry; if it is gone the step has stopped waiting and the result is dropped. A pod
-stopped by a signal publishes nothing: its Job is being deleted or has run past its deadline, and a
-late result could land in the state of a later try of the same test. The exit code is torchrun's
-(128 + N when a signal N ended it).
+code into the state ConfigMap ``NAME``: keys ``result.json`` (the text), ``exit-code`` and, without a
+result, ``error``. A result over :data:`PLAIN_LIMIT` (a large group's per-rank records) goes
+gzip-compressed under ``binaryData`` ``result.json.gz`` instead, since a ConfigMap holds 1 MiB in all;
+:func:`read_published` reads either form. It only updates that ConfigMap: the step that created the
+Job made it, with the labels and owner it must carry; if it is gone the step has stopped waiting and
+the result is dropped. A pod stopped by a signal publishes nothing: its Job is being deleted or has
+run past its deadline, and a late result could land in the state of a later try of the same test.
+The exit code is torchrun's (128 + N when a signal N ended it).
 
 Usage errors exit 2. The ConfigMap's namespace is the port's (``DSX_NAMESPACE``, set on the pod).
 """
 
 import argparse
+import base64
+import gzip
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from steps.cluster import ClusterPort, NotFoundError, connect
 from steps.errors import DsxError
 
-__all__ = ["main", "publish", "torchrun_command"]
+__all__ = [
+    "MAX_PACKED",
+    "PLAIN_LIMIT",
+    "STATE_ERROR",
+    "STATE_EXIT_CODE",
+    "STATE_RESULT",
+    "STATE_RESULT_GZ",
+    "main",
+    "publish",
+    "read_published",
+    "torchrun_command",
+]
+
+#: Keys of the state ConfigMap: rank 0's result text, or (``binaryData``) the same compressed, the
+#: exit code of torchrun, and why there is no result.
+STATE_RESULT = "result.json"
+STATE_RESULT_GZ = "result.json.gz"
+STATE_EXIT_CODE = "exit-code"
+STATE_ERROR = "error"
+#: Results up to this many bytes are published as text, larger ones compressed.
+PLAIN_LIMIT = 256 * 1024
+#: The most a compressed result may take: a ConfigMap holds 1 MiB, base64 adds a third.
+MAX_PACKED = 700 * 1024
 
 
 def torchrun_command(options: argparse.Namespace, node_rank: int) -> list[str]:
@@ -58,14 +85,30 @@ def publish(name: str, path: str, exit_code: int, port: ClusterPort | None = Non
     Raises:
         ClusterError: the API refused the update or could not be reached.
     """
-    data = {"exit-code": str(exit_code)}
+    data = {STATE_EXIT_CODE: str(exit_code)}
+    binary: dict[str, str] = {}
     try:
-        data["result.json"] = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
-        data["error"] = f"rank 0 wrote no result at {path}: {exc.strerror or exc}"
+        data[STATE_ERROR] = f"rank 0 wrote no result at {path}: {exc.strerror or exc}"
+        raw = None
+    if raw is not None and len(raw) <= PLAIN_LIMIT:
+        data[STATE_RESULT] = raw.decode("utf-8", "replace")
+    elif raw is not None:
+        packed = gzip.compress(raw, mtime=0)
+        if len(packed) > MAX_PACKED:
+            data[STATE_ERROR] = (
+                f"rank 0's result takes {len(packed)} bytes compressed, more than the state ConfigMap "
+                f"holds ({MAX_PACKED})"
+            )
+        else:
+            binary[STATE_RESULT_GZ] = base64.b64encode(packed).decode()
     target = port or connect()
     try:
-        target.patch_object("v1", "ConfigMap", name, {"data": data}, target.namespace)
+        patch: dict[str, Any] = {"data": data}
+        if binary:
+            patch["binaryData"] = binary
+        target.patch_object("v1", "ConfigMap", name, patch, target.namespace)
     except NotFoundError:
         print(
             f"rankpod: state ConfigMap {target.namespace}/{name} is gone (the step stopped waiting); "
@@ -74,6 +117,23 @@ def publish(name: str, path: str, exit_code: int, port: ClusterPort | None = Non
         )
         return False
     return True
+
+
+def read_published(configmap: dict[str, Any] | None) -> dict[str, str]:
+    """What rank 0 published in a state ConfigMap, as text keys (the result decompressed if need be).
+
+    An unreadable compressed result becomes an ``error`` entry naming why.
+    """
+    if configmap is None:
+        return {}
+    state = {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
+    packed = (configmap.get("binaryData") or {}).get(STATE_RESULT_GZ)
+    if isinstance(packed, str):
+        try:
+            state[STATE_RESULT] = gzip.decompress(base64.b64decode(packed, validate=True)).decode()
+        except (ValueError, OSError, EOFError) as exc:
+            state[STATE_ERROR] = f"rank 0's compressed result is unreadable: {exc}"
+    return state
 
 
 def _parser() -> argparse.ArgumentParser:

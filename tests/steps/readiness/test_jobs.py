@@ -30,11 +30,11 @@ from steps.cluster.kube import KubeCluster
 from steps.errors import DsxError, InputError
 from steps.readiness import jobs
 from steps.readiness.checks import SweepRequest
-from steps.readiness.models import Subject
+from steps.readiness.models import CollectiveRun, RankInfo, Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import RunRef
+from steps.readiness.rankpod import MAX_PACKED, PLAIN_LIMIT, publish, read_published
 from steps.readiness.rankpod import main as rankpod_main
-from steps.readiness.rankpod import publish
 from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
 from tests.k8s_kubelet import RANK_POD_COMMAND, Kubelet, PodProcess, Program, RankPodArgs
 from tests.paths import REPO as REPO_ROOT
@@ -367,6 +367,36 @@ def test_publishing_updates_the_state_the_step_made_and_never_creates_one(
     assert port.get_object("v1", "ConfigMap", "never-made", NS) is None
 
 
+def _large_run(ranks: int) -> str:
+    """The clean log's run as a group of ``ranks`` ranks reports it (one record per rank)."""
+    run = CollectiveRun.model_validate_json(RESULT)
+    infos = [
+        RankInfo(
+            rank=r, host=f"node-{r // 8:04d}", device=r % 8, bus_id=f"0000:{r % 8:02x}:00.0", pid=1000 + r
+        )
+        for r in range(ranks)
+    ]
+    return run.model_copy(update={"ranks": infos}).model_dump_json()
+
+
+def test_a_large_groups_result_travels_compressed_and_one_too_large_is_an_error(
+    port: KubeCluster, tmp_path: Path
+) -> None:
+    _state_configmap(port)
+    big = _large_run(8192)  # 1024 nodes of 8 GPUs
+    assert len(big) > PLAIN_LIMIT
+    (tmp_path / "big.json").write_text(big)
+    assert publish("state", str(tmp_path / "big.json"), 0, port) is True
+    stored = port.get_object("v1", "ConfigMap", "state", NS)
+    assert stored is not None and "result.json" not in stored["data"]
+    assert read_published(stored) == {"exit-code": "0", "result.json": big}
+    (tmp_path / "noise.json").write_bytes(os.urandom(MAX_PACKED + 1))
+    assert publish("state", str(tmp_path / "noise.json"), 0, port) is True
+    state = read_published(port.get_object("v1", "ConfigMap", "state", NS))
+    assert state["error"].startswith("rank 0's result takes ")
+    assert state["error"].endswith(f"bytes compressed, more than the state ConfigMap holds ({MAX_PACKED})")
+
+
 def test_rankpod_passes_sigterm_to_torchrun_and_publishes_nothing(
     port: KubeCluster, kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -574,6 +604,14 @@ def test_a_failed_index_does_not_end_the_wait_before_rank_zero_publishes(cluster
     cluster.ranks(lambda index: Rank(run_s=0.5, publish=RESULT) if index == 0 else Rank(run_s=0.0, exit=1))
     outcome = _sweep(cluster.port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+
+
+def test_a_large_groups_result_reaches_the_step(cluster: Cluster) -> None:
+    big = _large_run(8192)
+    cluster.ranks(lambda index: Rank(publish=big))
+    outcome = _sweep(cluster.port)
+    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+    assert outcome.run is not None and len(outcome.run.ranks) == 8192
 
 
 def test_a_run_that_never_publishes_after_all_pods_run_is_a_hang(cluster: Cluster) -> None:
