@@ -1,4 +1,4 @@
-"""An emulated Kubernetes API server, with the controllers dsx relies on: real HTTP on 127.0.0.1, in a thread.
+"""An emulated Kubernetes API server with the controllers dsx relies on: real HTTP on 127.0.0.1, in a thread.
 
 It speaks the JSON the kubernetes client expects, for every call dsx makes:
 
@@ -12,61 +12,50 @@ It speaks the JSON the kubernetes client expects, for every call dsx makes:
 - RBAC refusals (403) and a bearer token check (401), both configurable;
 - fault injection: N answers with a status (500, 503, 429...), N injected conflicts, slow answers.
 
-It is as strict as the real API server and controllers (Kubernetes 1.33) where dsx depends on them.
-Each rule, and where Kubernetes defines it:
+It is as strict as the real API server and controllers of Kubernetes 1.33 where dsx depends on them.
+Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
 
-- Errors: 422 Invalid (``KIND "NAME" is invalid: FIELD: ...`` with causes), 409 AlreadyExists and
-  404 NotFound naming ``RESOURCE.GROUP``, 409 Conflict on a stale resourceVersion
-  (apimachinery ``pkg/api/errors/errors.go`` NewInvalid, NewAlreadyExists, NewNotFound, NewConflict;
-  ``pkg/util/validation/field/errors.go`` for the field messages).
-- Events: a core/v1 Event about a cluster-scoped object (a Node) without ``eventTime`` is accepted
-  only in namespace ``default`` (or none); with ``eventTime`` only in ``default`` or ``kube-system``,
-  and then reportingComponent, reportingInstance, action and reason are required; events.k8s.io/v1
-  also requires ``eventTime``, a Normal or Warning type and no deprecated fields
-  (``pkg/apis/core/validation/events.go`` legacyValidateEvent, ValidateEventCreate).
-- Deletion: DeleteOptions come from the body when it has one, else from the query
-  (apiserver ``endpoints/handlers/delete.go``); ``propagationPolicy`` Orphan, Background or Foreground
-  (``orphanDependents`` is the deprecated form); batch/v1 Jobs default to Orphan, every other resource
-  to Background (``pkg/registry/batch/job/strategy.go`` DefaultGarbageCollectionPolicy); Orphan and
-  Foreground add the ``orphan`` / ``foregroundDeletion`` finalizer; an object with finalizers gets a
-  ``deletionTimestamp`` and stays until its finalizers are gone, and meanwhile its name is taken
-  (apiserver ``registry/generic/registry/store.go``).
-- Garbage collector: a dependent all of whose owners (ownerReferences, matched by uid) are gone is
-  deleted; one that keeps a live owner loses the dangling references; an owner deleted in the
-  foreground goes only after its dependents; an orphaning owner first strips its uid from its
-  dependents (``pkg/controller/garbagecollector/garbagecollector.go`` attemptToDeleteItem,
-  processDeletingDependentsItem, orphanDependents).
-- Job API: defaults (parallelism and completions 1 when both unset, backoffLimit 6, completionMode
-  NonIndexed, podReplacementPolicy TerminatingOrFailed; ``pkg/apis/batch/v1/defaults.go``); the
-  generated selector ``batch.kubernetes.io/controller-uid`` and the template labels ``controller-uid``,
-  ``job-name`` and their ``batch.kubernetes.io/`` forms (strategy.go generateSelector); restartPolicy
-  Never or OnFailure, completions required for Indexed (``pkg/apis/batch/validation``); status
-  cleared on create and kept by writes to the main resource.
-- Job controller (``pkg/controller/job/job_controller.go``, ``indexed_job_utils.go``): status.startTime
-  when the controller first sees the Job; pods named ``JOB-INDEX-xxxxx`` from the template, with the
-  ``batch.kubernetes.io/job-tracking`` finalizer, a controller ownerReference to the Job, for Indexed
-  Jobs the label and annotation ``batch.kubernetes.io/job-completion-index``, env
-  ``JOB_COMPLETION_INDEX`` from that label, hostname ``JOB-INDEX``; active, ready, terminating,
-  succeeded, failed, completedIndexes; a pod that failed or was deleted before it succeeded counts as
-  failed (isPodFailed) and past backoffLimit the Job fails (BackoffLimitExceeded); activeDeadlineSeconds
-  counts from startTime, Pending and image pull included, and on expiry (DeadlineExceeded) every active
-  pod is deleted; failures first get the interim FailureTarget condition and Failed only once no pod is
-  terminating; success gets SuccessCriteriaMet then Complete (reason CompletionsReached) and
-  completionTime; replacement pods wait the controller's back-off (10 s doubling, at most 6 min);
-  tracking finalizers of orphaned pods (Job gone or finished) are removed.
-  Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy,
-  successPolicy, backoffLimitPerIndex.
-- Pod admission: requests default to limits (``pkg/apis/core/v1/defaults.go``); tolerations of the
-  not-ready and unreachable NoExecute taints for 300 s are added
-  (``plugin/pkg/admission/defaulttolerationseconds``); a pod naming a service account other than
-  ``default`` that does not exist is refused with 403 (``plugin/pkg/admission/serviceaccount``).
-- Scheduler: see :mod:`tests.k8s_kubelet` (filters, messages, binding); run here as part of the
-  control loop. Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately.
-- Not modelled: namespaces need not exist; pods have no graceful termination (a pod leaves as soon as
-  it has no finalizers); no watch; no server-side apply.
-- Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs)
-  belong to controllers outside the store: such a pod is replaced at once when it goes away (on the
-  least loaded schedulable node, a DaemonSet's on its own node), as the simulated fleet does.
+- 422 ``KIND.GROUP "NAME" is invalid: FIELD: ...`` with causes; 409 AlreadyExists, 404 NotFound and
+  409 Conflict naming ``RESOURCE.GROUP``: apimachinery ``pkg/api/errors/errors.go``,
+  ``pkg/util/validation/field/errors.go``.
+- Node Events: core/v1 without ``eventTime`` only in ``default`` (or none), with it only in
+  ``default``/``kube-system`` plus reportingComponent, reportingInstance, action and reason;
+  events.k8s.io/v1 also needs eventTime, a Normal/Warning type and no deprecated fields:
+  ``pkg/apis/core/validation/events.go``.
+- DeleteOptions from the body when there is one, else from the query:
+  apiserver ``pkg/endpoints/handlers/delete.go``.
+- ``propagationPolicy`` (or deprecated ``orphanDependents``); batch/v1 Jobs default to Orphan, all else to
+  Background: ``pkg/registry/batch/job/strategy.go`` DefaultGarbageCollectionPolicy.
+- Orphan/Foreground add the ``orphan``/``foregroundDeletion`` finalizer; an object with finalizers gets a
+  deletionTimestamp, keeps its name taken and leaves when they are gone:
+  apiserver ``pkg/registry/generic/registry/store.go``.
+- Garbage collector: a dependent whose owners (by uid) are all gone is deleted, one with a live owner loses
+  the dangling references, Foreground owners go after their dependents, Orphan strips the references:
+  ``pkg/controller/garbagecollector/garbagecollector.go``.
+- Job defaults (completions/parallelism 1, backoffLimit 6, NonIndexed, TerminatingOrFailed):
+  ``pkg/apis/batch/v1/defaults.go``; generated selector and ``(batch.kubernetes.io/)job-name``,
+  ``controller-uid`` template labels: ``pkg/registry/batch/job/strategy.go`` generateSelector; restartPolicy
+  Never/OnFailure, completions for Indexed: ``pkg/apis/batch/validation/validation.go``.
+- Job controller: startTime on first sight; pods ``JOB-INDEX-xxxxx`` with the job-tracking finalizer, a
+  controller ownerReference, index label and annotation, env ``JOB_COMPLETION_INDEX`` from the label,
+  hostname ``JOB-INDEX``; a pod Failed or deleted before it succeeded counts as failed; backoffLimit
+  (BackoffLimitExceeded); activeDeadlineSeconds from startTime, Pending included (DeadlineExceeded: active
+  pods deleted); FailureTarget then Failed once nothing terminates; SuccessCriteriaMet then Complete
+  (CompletionsReached) and completionTime; replacements after a back-off of 10 s doubling (at most
+  10 min); orphan pods lose the tracking finalizer: ``pkg/controller/job/job_controller.go``,
+  ``indexed_job_utils.go``, ``backoff_utils.go``.
+  Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy, successPolicy,
+  backoffLimitPerIndex.
+- Pods: requests default to limits: ``pkg/apis/core/v1/defaults.go``; not-ready/unreachable NoExecute
+  tolerations for 300 s: ``plugin/pkg/admission/defaulttolerationseconds``; a service account other than
+  ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
+- Scheduler (bind, filters, FitError message): :mod:`tests.k8s_kubelet`, run in the control loop here.
+  Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately (``emulated_cluster``).
+- Not modelled: namespaces need not exist; pods have no graceful termination (a pod leaves as soon as it
+  has no finalizers); no watch; no server-side apply.
+- Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
+  to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
+  at once (on the least loaded schedulable node, a DaemonSet's on its node), as the simulated fleet does.
 
 The controllers run in a background thread that wakes on every write and at the next deadline;
 with ``controllers=False`` they run only when a test calls :meth:`Emulator.settle`. Time comes from
@@ -79,6 +68,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import re
 import threading
@@ -133,7 +123,7 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
 JOB_BACKOFF_S = 10.0
-JOB_BACKOFF_MAX_S = 360.0
+JOB_BACKOFF_MAX_S = 600.0
 GENERATED_NAME_MAX = 58  # names.MaxGeneratedNameLength: 63 minus the 5 random characters
 SUCCESS_MESSAGE = "Reached expected number of succeeded pods"
 
@@ -722,6 +712,14 @@ class Emulator:
         """The emulator's time (epoch seconds)."""
         return self.clock()
 
+    def job_deadline(self, namespace: str, name: str) -> float | None:
+        """When the Job's activeDeadlineSeconds runs out (epoch seconds), if it has one and has started."""
+        with self._lock:
+            job = self._objects.get(("batch/v1", "jobs", namespace, name))
+            deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
+            start = self._job_start.get(str((job or {}).get("metadata", {}).get("uid")))
+            return None if deadline is None or start is None else start + float(deadline)
+
     # ------------------------------------------------------------------ serving
 
     def _route(self, path: str) -> _Route:
@@ -1092,9 +1090,10 @@ class Emulator:
             for ref in obj["metadata"].get("ownerReferences") or []:
                 dependents.setdefault(str(ref.get("uid")), []).append(key)
         for key in list(self._objects):
-            obj = self._objects.get(key)
-            if obj is None or not obj["metadata"].get("ownerReferences"):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("ownerReferences"):
                 continue
+            obj = found
             solid, gone, waiting = [], [], []
             for ref in obj["metadata"]["ownerReferences"]:
                 owner = None if ref.get("uid") in self._external_owners else self._owner_of(ref, key[2])
@@ -1120,9 +1119,10 @@ class Emulator:
                 self._delete(key, "Foreground" if waiting and has_own else "Background")
                 changed = True
         for key in list(self._objects):
-            obj = self._objects.get(key)
-            if obj is None or not obj["metadata"].get("deletionTimestamp"):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("deletionTimestamp"):
                 continue
+            obj = found
             finalizers = list(obj["metadata"].get("finalizers") or [])
             uid = obj["metadata"].get("uid", "")
             live = [k for k in dependents.get(uid, []) if k in self._objects]
@@ -1184,9 +1184,10 @@ class Emulator:
             while self._running:
                 self._reconcile()
                 seen = self.generation
-                self.changed.wait_for(
-                    lambda seen=seen: self.generation != seen or not self._running, self._next_due()
-                )
+                self.changed.wait_for(functools.partial(self._moved_from, seen), self._next_due())
+
+    def _moved_from(self, seen: int) -> bool:
+        return self.generation != seen or not self._running
 
     # ------------------------------------------------------------------ the Job controller
 
@@ -1206,7 +1207,7 @@ class Emulator:
 
     def _backoff_until(self, uid: str) -> float:
         failures, last = self._job_backoff[uid]
-        return last + min(JOB_BACKOFF_S * 2 ** (failures - 1), JOB_BACKOFF_MAX_S)
+        return float(last + min(JOB_BACKOFF_S * 2 ** (failures - 1), JOB_BACKOFF_MAX_S))
 
     def _sync_jobs(self) -> bool:
         changed = False
@@ -1224,10 +1225,10 @@ class Emulator:
         ]:
             pod = self._objects[key]
             ref = _controller_ref(pod)
-            job = None
+            owner: dict[str, Any] | None = None
             if ref is not None and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job"):
-                job = self._owner_of(ref, key[2])
-            if job is None or self._job_finished(job):
+                owner = self._owner_of(ref, key[2])
+            if owner is None or self._job_finished(owner):
                 self._set_finalizers(key, [f for f in pod["metadata"]["finalizers"] if f != JOB_TRACKING])
                 changed = True
         return changed
@@ -1392,9 +1393,8 @@ class Emulator:
                 for p in active
                 if (i := (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "")).isdigit()
             }
-            indexes: list[int | None] = [
-                i for i in range(int(completions)) if i not in succeeded_indexes and i not in busy
-            ][:missing]
+            free = [i for i in range(int(completions)) if i not in succeeded_indexes and i not in busy]
+            indexes: list[int | None] = list(free[:missing])
         else:
             indexes = [None] * missing
         for index in indexes:
@@ -1691,7 +1691,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
-            code, answer, extra = 400, status_body(400, "BadRequest", "the body is not JSON"), {}
+            code, answer = 400, status_body(400, "BadRequest", "the body is not JSON")
+            extra: dict[str, str] = {}
         else:
             code, answer, extra = self.owner.handle(self.command, split.path, query, headers, body)
         seen.status = code

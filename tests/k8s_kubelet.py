@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
 import shutil
@@ -389,7 +390,7 @@ def schedule_pending(emulator: Emulator) -> bool:
             )
             placed.append(new)
         else:
-            old = next(
+            old: dict[str, Any] = next(
                 (c for c in new["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {}
             )
             if old.get("status") == "False" and old.get("message") == message:
@@ -591,11 +592,12 @@ class Kubelet:
         seen = -1
         while self._running:
             with self.emulator.changed:
-                self.emulator.changed.wait_for(
-                    lambda seen=seen: self.emulator.generation != seen or not self._running, timeout=0.05
-                )
+                self.emulator.changed.wait_for(functools.partial(self._moved_from, seen), timeout=0.05)
                 seen = self.emulator.generation
             self.sync()
+
+    def _moved_from(self, seen: int) -> bool:
+        return self.emulator.generation != seen or not self._running
 
     def sync(self) -> None:
         """One pass over the pods bound to nodes: start, hold back, stop."""
@@ -728,7 +730,9 @@ class Kubelet:
 
     def group(self, pod: dict[str, Any], size: int) -> _Group:
         """The group a rank pod belongs to: its Job (by controller uid)."""
-        owner = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+        owner: dict[str, Any] = next(
+            (r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), {}
+        )
         key = (str(pod["metadata"].get("namespace", "")), str(owner.get("uid") or pod["metadata"]["name"]))
         with self._lock:
             if key not in self.groups:
@@ -1000,15 +1004,12 @@ def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> int:
 def _time_left(process: PodProcess) -> float:
     """Seconds until the pod's Job deadline (the group run cannot outlive it), else the kubelet's limit."""
     kubelet = process.kubelet
-    owner = next(
-        (r for r in process.pod["metadata"].get("ownerReferences") or [] if r.get("controller")), None
-    )
-    job = kubelet.emulator.get("jobs", str(owner.get("name")), process.namespace) if owner else None
-    deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
-    start = kubelet.emulator._job_start.get(str((owner or {}).get("uid")))
-    if deadline is None or start is None:
+    refs = process.pod["metadata"].get("ownerReferences") or []
+    owner: dict[str, Any] = next((r for r in refs if r.get("controller")), {})
+    deadline = kubelet.emulator.job_deadline(process.namespace, str(owner.get("name", "")))
+    if deadline is None:
         return kubelet.run_timeout_s
-    return max(0.5, start + float(deadline) - kubelet.emulator.clock())
+    return max(0.5, deadline - kubelet.emulator.clock())
 
 
 # ----------------------------------------------------------------------------------------- a whole cluster
