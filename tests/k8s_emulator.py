@@ -51,8 +51,11 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
 - Scheduler (bind, filters, FitError message): :mod:`tests.k8s_kubelet`, run in the control loop here.
   Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately (``emulated_cluster``).
-- Not modelled: namespaces need not exist; pods have no graceful termination (a pod leaves as soon as it
-  has no finalizers); no watch; no server-side apply.
+- Graceful pod deletion: a bound, unfinished pod on a node a kubelet double runs gets deletionTimestamp
+  now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
+  stays, holding its node's resources, until the kubelet confirms its containers stopped:
+  ``pkg/registry/core/pod/strategy.go`` CheckGracefulDelete. With no kubelet double it leaves at once.
+- Not modelled: namespaces need not exist; no watch; no server-side apply; no priorities or preemption.
 - Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
   to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
   at once (on the least loaded schedulable node, a DaemonSet's on its node), as the simulated fleet does.
@@ -552,6 +555,8 @@ class Emulator:
     _server: ThreadingHTTPServer | None = None
     _running: bool = False
     _loop: threading.Thread | None = None
+    #: Set by a kubelet double: whether it runs a node (its pods then get graceful deletion).
+    kubelet: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self._lock)
@@ -703,6 +708,12 @@ class Emulator:
             self._store(key, new)
             return copy.deepcopy(new) if key in self._objects else None
 
+    def wake(self) -> None:
+        """Let the control loop and the kubelet look again (after a change they cannot see as a write)."""
+        with self._lock:
+            self.generation += 1
+            self.changed.notify_all()
+
     def settle(self, passes: int = 50) -> None:
         """Run the controllers (garbage collector, Job controller, scheduler) until nothing changes."""
         with self._lock:
@@ -844,7 +855,7 @@ class Emulator:
         if method == "GET" and not route.name:
             return 200, self._list(route, query), {}
         if method == "POST" and route.sub == "eviction" and route.plural == "pods":
-            return self._evict(route)
+            return self._evict(route, body)
         if method == "POST" and not route.name:
             return 201, self._create(route, body), {}
         current = self._objects.get(self._key(route))
@@ -853,15 +864,22 @@ class Emulator:
         if method == "GET":
             return 200, copy.deepcopy(current), {}
         if method == "DELETE":
-            policy = self._propagation(route, query, body)
-            return 200, self._delete(self._key(route), policy), {}
+            policy, grace = self._delete_options(route, query, body)
+            return 200, self._delete(self._key(route), policy, grace), {}
         if method == "PUT":
             if not isinstance(body, dict):
                 raise _fail(400, "BadRequest", "the body is not a JSON object")
             self._check_version(route, current, (body.get("metadata") or {}).get("resourceVersion"))
             new = copy.deepcopy(body)
             new.setdefault("metadata", {})
-            for kept in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"):
+            for kept in (
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
                 if kept in current["metadata"]:
                     new["metadata"][kept] = current["metadata"][kept]
             new["metadata"]["name"] = route.name
@@ -901,7 +919,7 @@ class Emulator:
                 patch.pop("status", None)
             new = _merge(current, patch, strategic)
             new["metadata"]["name"] = route.name
-            for kept in ("uid", "deletionTimestamp", "creationTimestamp"):
+            for kept in ("uid", "deletionTimestamp", "deletionGracePeriodSeconds", "creationTimestamp"):
                 if kept in current["metadata"]:
                     new["metadata"][kept] = current["metadata"][kept]
         else:
@@ -911,9 +929,14 @@ class Emulator:
         return 200, copy.deepcopy(new), {}
 
     def _store(self, key: Key, new: dict[str, Any]) -> None:
-        """Write an object; one being deleted whose finalizers are all gone leaves the store."""
+        """Write an object; one being deleted whose finalizers are all gone (and, for a pod, whose kubelet
+        has confirmed) leaves the store."""
         meta = new["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
             self._remove(key)
             return
         self._bump(new)
@@ -1011,9 +1034,12 @@ class Emulator:
 
     # ------------------------------------------------------------------ deletion and garbage collection
 
-    def _propagation(self, route: _Route, query: dict[str, str], body: Any) -> str:
-        """The propagationPolicy of a DELETE: the body's DeleteOptions if it has a body, else the query."""
+    def _delete_options(self, route: _Route, query: dict[str, str], body: Any) -> tuple[str, int | None]:
+        """propagationPolicy and gracePeriodSeconds of a DELETE: the body's DeleteOptions if it has a
+        body, else the query."""
         options: dict[str, Any] = body if isinstance(body, dict) and body else dict(query)
+        grace = options.get("gracePeriodSeconds")
+        grace = None if grace is None else int(grace)
         policy = options.get("propagationPolicy")
         orphan = options.get("orphanDependents")
         if isinstance(orphan, str):
@@ -1040,30 +1066,67 @@ class Emulator:
         if errors:
             raise _invalid("DeleteOptions", "meta.k8s.io", "", errors)
         if policy:
-            return str(policy)
+            return str(policy), grace
         if orphan is not None:
-            return "Orphan" if orphan else "Background"
+            return ("Orphan" if orphan else "Background"), grace
         # batch/v1 Jobs keep their pods unless told otherwise (back-compatibility of batch/v1).
-        return "Orphan" if (route.group_version, route.plural) == ("batch/v1", "jobs") else "Background"
+        default = "Orphan" if (route.group_version, route.plural) == ("batch/v1", "jobs") else "Background"
+        return default, grace
 
-    def _delete(self, key: Key, policy: str) -> dict[str, Any]:
-        """Delete as the registry does: at once, or mark it and wait for its finalizers."""
+    def _grace_period(self, key: Key, obj: dict[str, Any], grace: int | None) -> int:
+        """Seconds a pod being deleted keeps running: a bound, unfinished pod on a node a kubelet double
+        runs gets its grace period (the options', else its terminationGracePeriodSeconds); any other
+        object, or a pod no kubelet double runs, none."""
+        node = (obj.get("spec") or {}).get("nodeName")
+        if key[1] != "pods" or not node or _phase(obj) in TERMINAL or not self.kubelet_runs(node):
+            return 0
+        if grace is None:
+            grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        return max(0, grace)
+
+    def kubelet_runs(self, node: str) -> bool:
+        """Whether a kubelet double runs ``node`` (it then confirms its pods' deletions)."""
+        return self.kubelet is not None and self.kubelet(node)
+
+    def _delete(self, key: Key, policy: str, grace: int | None = None) -> dict[str, Any]:
+        """Delete as the registry does: at once, or mark it and wait for its finalizers and, for a pod
+        on a running node, for the kubelet to confirm its containers have stopped."""
         obj = copy.deepcopy(self._objects[key])
         meta = obj["metadata"]
+        period = self._grace_period(key, obj, grace)
         if meta.get("deletionTimestamp"):
-            return obj
+            if period < int(meta.get("deletionGracePeriodSeconds") or 0):
+                meta["deletionGracePeriodSeconds"] = period  # a shorter grace period replaces a longer one
+                self._store(key, obj)
+            return copy.deepcopy(self._objects.get(key, obj))
         finalizers = list(meta.get("finalizers") or [])
         wanted = {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy)
         if wanted and wanted not in finalizers:
             finalizers.append(wanted)
-        if not finalizers:
+        if not finalizers and not period:
             self._remove(key)
             return obj
-        meta["finalizers"] = finalizers
-        meta["deletionTimestamp"] = _now_text(self.clock())
-        meta["deletionGracePeriodSeconds"] = 0
+        if finalizers:
+            meta["finalizers"] = finalizers
+        meta["deletionTimestamp"] = _now_text(self.clock() + period)
+        meta["deletionGracePeriodSeconds"] = period
         self._store(key, obj)
         return copy.deepcopy(obj)
+
+    def confirm_deletion(self, namespace: str, name: str, uid: str) -> None:
+        """The kubelet's final word on a pod being deleted: its containers have stopped."""
+        with self._lock:
+            key = ("v1", "pods", namespace, name)
+            pod = self._objects.get(key)
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or not pod["metadata"].get("deletionTimestamp")
+            ):
+                return
+            new = copy.deepcopy(pod)
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            self._store(key, new)
 
     def _remove(self, key: Key) -> None:
         gone = self._objects.pop(key, None)
@@ -1514,7 +1577,7 @@ class Emulator:
             )
         ]
 
-    def _evict(self, route: _Route) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _evict(self, route: _Route, body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
         pod = self._objects.get(self._key(route))
         if pod is None:
             raise self._not_found(route)
@@ -1569,7 +1632,9 @@ class Emulator:
                         ]
                     },
                 )
-        self._delete(self._key(route), "Background")
+        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+        grace = options.get("gracePeriodSeconds")
+        self._delete(self._key(route), "Background", None if grace is None else int(grace))
         return (
             201,
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},

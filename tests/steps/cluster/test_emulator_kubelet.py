@@ -124,19 +124,50 @@ def test_a_group_job_completes_when_every_pod_ends_well(k8s_cluster: MakeCluster
     assert (job["status"]["succeeded"], job["status"]["completedIndexes"]) == (3, "0-2")
 
 
+def test_a_deleted_pod_gets_its_grace_period_then_is_killed(k8s_cluster: MakeCluster) -> None:
+    cluster = k8s_cluster(nodes=2, racks=1)
+    assert cluster.kubelet is not None
+    told = threading.Event()
+
+    def stubborn(process: PodProcess) -> int:
+        process.stopped.wait()
+        told.set()
+        process.killed.wait()  # ignores SIGTERM
+        return 0
+
+    cluster.kubelet.register(("stubborn",), stubborn)
+    port = cluster.port()
+    port.create_object(_pod("polite", "node-00", "sleep", "600"))
+    stubborn_pod = _pod("stubborn", "node-01", "stubborn")
+    stubborn_pod["spec"]["terminationGracePeriodSeconds"] = 2
+    port.create_object(stubborn_pod)
+    for name in ("polite", "stubborn"):
+        eventually(_phase(cluster, name, "Running"), what=f"{name} running")
+    assert port.delete_object("v1", "Pod", "polite", "dsx") is True
+    eventually(
+        lambda: cluster.emulator.get("pods", "polite", "dsx") is None, what="polite gone after SIGTERM"
+    )
+    assert port.delete_object("v1", "Pod", "stubborn", "dsx") is True
+    held = cluster.emulator.get("pods", "stubborn", "dsx")
+    assert held is not None and held["metadata"]["deletionGracePeriodSeconds"] == 2
+    assert held["status"]["phase"] == "Running"  # terminating: still holds its node
+    eventually(told.is_set, what="SIGTERM")
+    eventually(lambda: cluster.emulator.get("pods", "stubborn", "dsx") is None, what="stubborn killed")
+
+
 RANK_ARGS = [
     "--backend", "nccl", "--min-bytes", "1KiB", "--max-bytes", "4KiB", "--factor", "2",
     "--warmup", "1", "--iters", "2", "--timeout", "60", "--out", "/tmp/dsx-out/result.json",
 ]  # fmt: skip
 
 
-def _rank_job(name: str, members: list[str]) -> dict[str, Any]:
+def _rank_job(name: str, members: list[str], *extra: str) -> dict[str, Any]:
     command = (
         "python", "-m", "steps.readiness.rankpod",
         "--publish", name, "--result", "/tmp/dsx-out/result.json",
         "--nnodes", str(len(members)), "--nproc-per-node", "8",
         "--master-addr", f"{name}-0.{name}", "--master-port", "29500",
-        "--", "steps.readiness.sweep", *RANK_ARGS,
+        "--", "steps.readiness.sweep", *RANK_ARGS, *extra,
     )  # fmt: skip
     return group_job(name, members, command=command, deadline=240)
 
@@ -160,6 +191,29 @@ def test_rank_pods_play_their_group_and_rank_zero_publishes_the_result(k8s_clust
     run = CollectiveRun.model_validate_json(state["result.json"])
     assert run.hosts == ["node-02", "node-03"]
     assert "Complete" in conditions(job)
+
+
+def test_a_failed_group_run_ends_the_other_pods_and_rank_zero_still_publishes(
+    k8s_cluster: MakeCluster,
+) -> None:
+    cluster = k8s_cluster(nodes=4, racks=2)
+    port = cluster.port()
+    port.create_object(headless_service("failing"))
+    port.create_object(_rank_job("failing", ["node-00", "node-01"], "--inject", "1:fail"))
+    job = eventually(
+        lambda: "Failed" in conditions(job := port.get_object("batch/v1", "Job", "failing", "dsx")) and job,
+        timeout=240,
+        what="the rank Job failing",
+    )
+    assert conditions(job)["Failed"]["reason"] == "BackoffLimitExceeded"
+    # Index 1 failed first, so the Job controller deleted rank 0's pod; rank 0 published in its grace period.
+    state = eventually(lambda: port.get_state("failing"), what="rank 0's result")
+    assert state["exit-code"] == "1" and "rank 0 wrote no result" in state["result.json"]
+    left = {
+        p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]: p
+        for p in job_pods(cluster.emulator, "failing")
+    }
+    assert left["1"]["status"]["phase"] == "Failed"  # the failed pod stays; rank 0's was deleted
 
 
 def test_rank_pods_without_their_headless_service_fail_and_say_why(k8s_cluster: MakeCluster) -> None:
