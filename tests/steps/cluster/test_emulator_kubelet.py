@@ -41,6 +41,20 @@ def _state(pod: dict[str, Any]) -> dict[str, Any]:
     return dict(pod["status"]["containerStatuses"][0]["state"])
 
 
+def test_the_k8s_cluster_fixture_gives_gpu_nodes_in_racks(k8s_cluster: MakeCluster) -> None:
+    cluster = k8s_cluster(nodes=16, racks=4, service_accounts=("dsx-rank",))
+    port = cluster.port()
+    nodes = port.list_nodes()
+    assert len(nodes) == 16
+    racks = {n.name: n.labels["topology.dsx.dev/rack"] for n in nodes}
+    assert racks["node-00"] == "rack-00" and racks["node-15"] == "rack-03"
+    assert sorted(set(racks.values())) == ["rack-00", "rack-01", "rack-02", "rack-03"]
+    node = cluster.emulator.get("nodes", "node-07")
+    assert node is not None and node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert port.get_object("v1", "ServiceAccount", "dsx-rank", "dsx") is not None
+    assert cluster.kubelet is not None and cluster.emulator.objects("pods") == []
+
+
 def test_pods_run_on_their_node_and_end_with_their_programs_exit_code(k8s_cluster: MakeCluster) -> None:
     cluster = k8s_cluster(nodes=4, racks=2)
     core = client.CoreV1Api(load_api_client(str(cluster.kubeconfig))[0])
