@@ -1037,7 +1037,7 @@ class Emulator:
     def _delete_options(self, route: _Route, query: dict[str, str], body: Any) -> tuple[str, int | None]:
         """propagationPolicy and gracePeriodSeconds of a DELETE: the body's DeleteOptions if it has a
         body, else the query."""
-        options: dict[str, Any] = body if isinstance(body, dict) and body else dict(query)
+        options: dict[str, Any] = body if isinstance(body, dict) else dict(query)  # a body, even {}, wins
         grace = options.get("gracePeriodSeconds")
         grace = None if grace is None else int(grace)
         policy = options.get("propagationPolicy")
