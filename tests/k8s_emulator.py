@@ -1,4 +1,4 @@
-"""An emulated Kubernetes API server, with the controllers dsx relies on: real HTTP on 127.0.0.1, in a thread.
+"""An emulated Kubernetes API server with the controllers dsx relies on: real HTTP on 127.0.0.1, in a thread.
 
 It speaks the JSON the kubernetes client expects, for every call dsx makes:
 
@@ -12,61 +12,53 @@ It speaks the JSON the kubernetes client expects, for every call dsx makes:
 - RBAC refusals (403) and a bearer token check (401), both configurable;
 - fault injection: N answers with a status (500, 503, 429...), N injected conflicts, slow answers.
 
-It is as strict as the real API server and controllers (Kubernetes 1.33) where dsx depends on them.
-Each rule, and where Kubernetes defines it:
+It is as strict as the real API server and controllers of Kubernetes 1.33 where dsx depends on them.
+Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
 
-- Errors: 422 Invalid (``KIND "NAME" is invalid: FIELD: ...`` with causes), 409 AlreadyExists and
-  404 NotFound naming ``RESOURCE.GROUP``, 409 Conflict on a stale resourceVersion
-  (apimachinery ``pkg/api/errors/errors.go`` NewInvalid, NewAlreadyExists, NewNotFound, NewConflict;
-  ``pkg/util/validation/field/errors.go`` for the field messages).
-- Events: a core/v1 Event about a cluster-scoped object (a Node) without ``eventTime`` is accepted
-  only in namespace ``default`` (or none); with ``eventTime`` only in ``default`` or ``kube-system``,
-  and then reportingComponent, reportingInstance, action and reason are required; events.k8s.io/v1
-  also requires ``eventTime``, a Normal or Warning type and no deprecated fields
-  (``pkg/apis/core/validation/events.go`` legacyValidateEvent, ValidateEventCreate).
-- Deletion: DeleteOptions come from the body when it has one, else from the query
-  (apiserver ``endpoints/handlers/delete.go``); ``propagationPolicy`` Orphan, Background or Foreground
-  (``orphanDependents`` is the deprecated form); batch/v1 Jobs default to Orphan, every other resource
-  to Background (``pkg/registry/batch/job/strategy.go`` DefaultGarbageCollectionPolicy); Orphan and
-  Foreground add the ``orphan`` / ``foregroundDeletion`` finalizer; an object with finalizers gets a
-  ``deletionTimestamp`` and stays until its finalizers are gone, and meanwhile its name is taken
-  (apiserver ``registry/generic/registry/store.go``).
-- Garbage collector: a dependent all of whose owners (ownerReferences, matched by uid) are gone is
-  deleted; one that keeps a live owner loses the dangling references; an owner deleted in the
-  foreground goes only after its dependents; an orphaning owner first strips its uid from its
-  dependents (``pkg/controller/garbagecollector/garbagecollector.go`` attemptToDeleteItem,
-  processDeletingDependentsItem, orphanDependents).
-- Job API: defaults (parallelism and completions 1 when both unset, backoffLimit 6, completionMode
-  NonIndexed, podReplacementPolicy TerminatingOrFailed; ``pkg/apis/batch/v1/defaults.go``); the
-  generated selector ``batch.kubernetes.io/controller-uid`` and the template labels ``controller-uid``,
-  ``job-name`` and their ``batch.kubernetes.io/`` forms (strategy.go generateSelector); restartPolicy
-  Never or OnFailure, completions required for Indexed (``pkg/apis/batch/validation``); status
-  cleared on create and kept by writes to the main resource.
-- Job controller (``pkg/controller/job/job_controller.go``, ``indexed_job_utils.go``): status.startTime
-  when the controller first sees the Job; pods named ``JOB-INDEX-xxxxx`` from the template, with the
-  ``batch.kubernetes.io/job-tracking`` finalizer, a controller ownerReference to the Job, for Indexed
-  Jobs the label and annotation ``batch.kubernetes.io/job-completion-index``, env
-  ``JOB_COMPLETION_INDEX`` from that label, hostname ``JOB-INDEX``; active, ready, terminating,
-  succeeded, failed, completedIndexes; a pod that failed or was deleted before it succeeded counts as
-  failed (isPodFailed) and past backoffLimit the Job fails (BackoffLimitExceeded); activeDeadlineSeconds
-  counts from startTime, Pending and image pull included, and on expiry (DeadlineExceeded) every active
-  pod is deleted; failures first get the interim FailureTarget condition and Failed only once no pod is
-  terminating; success gets SuccessCriteriaMet then Complete (reason CompletionsReached) and
-  completionTime; replacement pods wait the controller's back-off (10 s doubling, at most 6 min);
-  tracking finalizers of orphaned pods (Job gone or finished) are removed.
-  Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy,
-  successPolicy, backoffLimitPerIndex.
-- Pod admission: requests default to limits (``pkg/apis/core/v1/defaults.go``); tolerations of the
-  not-ready and unreachable NoExecute taints for 300 s are added
-  (``plugin/pkg/admission/defaulttolerationseconds``); a pod naming a service account other than
-  ``default`` that does not exist is refused with 403 (``plugin/pkg/admission/serviceaccount``).
-- Scheduler: see :mod:`tests.k8s_kubelet` (filters, messages, binding); run here as part of the
-  control loop. Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately.
-- Not modelled: namespaces need not exist; pods have no graceful termination (a pod leaves as soon as
-  it has no finalizers); no watch; no server-side apply.
-- Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs)
-  belong to controllers outside the store: such a pod is replaced at once when it goes away (on the
-  least loaded schedulable node, a DaemonSet's on its own node), as the simulated fleet does.
+- 422 ``KIND.GROUP "NAME" is invalid: FIELD: ...`` with causes; 409 AlreadyExists, 404 NotFound and
+  409 Conflict naming ``RESOURCE.GROUP``: apimachinery ``pkg/api/errors/errors.go``,
+  ``pkg/util/validation/field/errors.go``.
+- Node Events: core/v1 without ``eventTime`` only in ``default`` (or none), with it only in
+  ``default``/``kube-system`` plus reportingComponent, reportingInstance, action and reason;
+  events.k8s.io/v1 also needs eventTime, a Normal/Warning type and no deprecated fields:
+  ``pkg/apis/core/validation/events.go``.
+- DeleteOptions from the body when there is one, else from the query:
+  apiserver ``pkg/endpoints/handlers/delete.go``.
+- ``propagationPolicy`` (or deprecated ``orphanDependents``); batch/v1 Jobs default to Orphan, all else to
+  Background: ``pkg/registry/batch/job/strategy.go`` DefaultGarbageCollectionPolicy.
+- Orphan/Foreground add the ``orphan``/``foregroundDeletion`` finalizer; an object with finalizers gets a
+  deletionTimestamp, keeps its name taken and leaves when they are gone:
+  apiserver ``pkg/registry/generic/registry/store.go``.
+- Garbage collector: a dependent whose owners (by uid) are all gone is deleted, one with a live owner loses
+  the dangling references, Foreground owners go after their dependents, Orphan strips the references:
+  ``pkg/controller/garbagecollector/garbagecollector.go``.
+- Job defaults (completions/parallelism 1, backoffLimit 6, NonIndexed, TerminatingOrFailed):
+  ``pkg/apis/batch/v1/defaults.go``; generated selector and ``(batch.kubernetes.io/)job-name``,
+  ``controller-uid`` template labels: ``pkg/registry/batch/job/strategy.go`` generateSelector; restartPolicy
+  Never/OnFailure, completions for Indexed: ``pkg/apis/batch/validation/validation.go``.
+- Job controller: startTime on first sight; pods ``JOB-INDEX-xxxxx`` with the job-tracking finalizer, a
+  controller ownerReference, index label and annotation, env ``JOB_COMPLETION_INDEX`` from the label,
+  hostname ``JOB-INDEX``; a pod Failed or deleted before it succeeded counts as failed; backoffLimit
+  (BackoffLimitExceeded); activeDeadlineSeconds from startTime, Pending included (DeadlineExceeded: active
+  pods deleted); FailureTarget then Failed once nothing terminates; SuccessCriteriaMet then Complete
+  (CompletionsReached) and completionTime; replacements after a back-off of 10 s doubling (at most
+  10 min); orphan pods lose the tracking finalizer: ``pkg/controller/job/job_controller.go``,
+  ``indexed_job_utils.go``, ``backoff_utils.go``.
+  Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy, successPolicy,
+  backoffLimitPerIndex.
+- Pods: requests default to limits: ``pkg/apis/core/v1/defaults.go``; not-ready/unreachable NoExecute
+  tolerations for 300 s: ``plugin/pkg/admission/defaulttolerationseconds``; a service account other than
+  ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
+- Scheduler (bind, filters, FitError message): :mod:`tests.k8s_kubelet`, run in the control loop here.
+  Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately (``emulated_cluster``).
+- Graceful pod deletion: a bound, unfinished pod on a node a kubelet double runs gets deletionTimestamp
+  now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
+  stays, holding its node's resources, until the kubelet confirms its containers stopped:
+  ``pkg/registry/core/pod/strategy.go`` CheckGracefulDelete. With no kubelet double it leaves at once.
+- Not modelled: namespaces need not exist; no watch; no server-side apply; no priorities or preemption.
+- Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
+  to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
+  at once (on the least loaded schedulable node, a DaemonSet's on its node), as the simulated fleet does.
 
 The controllers run in a background thread that wakes on every write and at the next deadline;
 with ``controllers=False`` they run only when a test calls :meth:`Emulator.settle`. Time comes from
@@ -79,6 +71,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import re
 import threading
@@ -133,7 +126,7 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
 JOB_BACKOFF_S = 10.0
-JOB_BACKOFF_MAX_S = 360.0
+JOB_BACKOFF_MAX_S = 600.0
 GENERATED_NAME_MAX = 58  # names.MaxGeneratedNameLength: 63 minus the 5 random characters
 SUCCESS_MESSAGE = "Reached expected number of succeeded pods"
 
@@ -562,6 +555,8 @@ class Emulator:
     _server: ThreadingHTTPServer | None = None
     _running: bool = False
     _loop: threading.Thread | None = None
+    #: Set by a kubelet double: whether it runs a node (its pods then get graceful deletion).
+    kubelet: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self._lock)
@@ -713,6 +708,12 @@ class Emulator:
             self._store(key, new)
             return copy.deepcopy(new) if key in self._objects else None
 
+    def wake(self) -> None:
+        """Let the control loop and the kubelet look again (after a change they cannot see as a write)."""
+        with self._lock:
+            self.generation += 1
+            self.changed.notify_all()
+
     def settle(self, passes: int = 50) -> None:
         """Run the controllers (garbage collector, Job controller, scheduler) until nothing changes."""
         with self._lock:
@@ -721,6 +722,14 @@ class Emulator:
     def now(self) -> float:
         """The emulator's time (epoch seconds)."""
         return self.clock()
+
+    def job_deadline(self, namespace: str, name: str) -> float | None:
+        """When the Job's activeDeadlineSeconds runs out (epoch seconds), if it has one and has started."""
+        with self._lock:
+            job = self._objects.get(("batch/v1", "jobs", namespace, name))
+            deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
+            start = self._job_start.get(str((job or {}).get("metadata", {}).get("uid")))
+            return None if deadline is None or start is None else start + float(deadline)
 
     # ------------------------------------------------------------------ serving
 
@@ -846,7 +855,7 @@ class Emulator:
         if method == "GET" and not route.name:
             return 200, self._list(route, query), {}
         if method == "POST" and route.sub == "eviction" and route.plural == "pods":
-            return self._evict(route)
+            return self._evict(route, body)
         if method == "POST" and not route.name:
             return 201, self._create(route, body), {}
         current = self._objects.get(self._key(route))
@@ -855,15 +864,22 @@ class Emulator:
         if method == "GET":
             return 200, copy.deepcopy(current), {}
         if method == "DELETE":
-            policy = self._propagation(route, query, body)
-            return 200, self._delete(self._key(route), policy), {}
+            policy, grace = self._delete_options(route, query, body)
+            return 200, self._delete(self._key(route), policy, grace), {}
         if method == "PUT":
             if not isinstance(body, dict):
                 raise _fail(400, "BadRequest", "the body is not a JSON object")
             self._check_version(route, current, (body.get("metadata") or {}).get("resourceVersion"))
             new = copy.deepcopy(body)
             new.setdefault("metadata", {})
-            for kept in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"):
+            for kept in (
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
                 if kept in current["metadata"]:
                     new["metadata"][kept] = current["metadata"][kept]
             new["metadata"]["name"] = route.name
@@ -903,7 +919,7 @@ class Emulator:
                 patch.pop("status", None)
             new = _merge(current, patch, strategic)
             new["metadata"]["name"] = route.name
-            for kept in ("uid", "deletionTimestamp", "creationTimestamp"):
+            for kept in ("uid", "deletionTimestamp", "deletionGracePeriodSeconds", "creationTimestamp"):
                 if kept in current["metadata"]:
                     new["metadata"][kept] = current["metadata"][kept]
         else:
@@ -913,9 +929,14 @@ class Emulator:
         return 200, copy.deepcopy(new), {}
 
     def _store(self, key: Key, new: dict[str, Any]) -> None:
-        """Write an object; one being deleted whose finalizers are all gone leaves the store."""
+        """Write an object; one being deleted whose finalizers are all gone (and, for a pod, whose kubelet
+        has confirmed) leaves the store."""
         meta = new["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
             self._remove(key)
             return
         self._bump(new)
@@ -1013,9 +1034,12 @@ class Emulator:
 
     # ------------------------------------------------------------------ deletion and garbage collection
 
-    def _propagation(self, route: _Route, query: dict[str, str], body: Any) -> str:
-        """The propagationPolicy of a DELETE: the body's DeleteOptions if it has a body, else the query."""
-        options: dict[str, Any] = body if isinstance(body, dict) and body else dict(query)
+    def _delete_options(self, route: _Route, query: dict[str, str], body: Any) -> tuple[str, int | None]:
+        """propagationPolicy and gracePeriodSeconds of a DELETE: the body's DeleteOptions if it has a
+        body, else the query."""
+        options: dict[str, Any] = body if isinstance(body, dict) else dict(query)  # a body, even {}, wins
+        grace = options.get("gracePeriodSeconds")
+        grace = None if grace is None else int(grace)
         policy = options.get("propagationPolicy")
         orphan = options.get("orphanDependents")
         if isinstance(orphan, str):
@@ -1042,30 +1066,67 @@ class Emulator:
         if errors:
             raise _invalid("DeleteOptions", "meta.k8s.io", "", errors)
         if policy:
-            return str(policy)
+            return str(policy), grace
         if orphan is not None:
-            return "Orphan" if orphan else "Background"
+            return ("Orphan" if orphan else "Background"), grace
         # batch/v1 Jobs keep their pods unless told otherwise (back-compatibility of batch/v1).
-        return "Orphan" if (route.group_version, route.plural) == ("batch/v1", "jobs") else "Background"
+        default = "Orphan" if (route.group_version, route.plural) == ("batch/v1", "jobs") else "Background"
+        return default, grace
 
-    def _delete(self, key: Key, policy: str) -> dict[str, Any]:
-        """Delete as the registry does: at once, or mark it and wait for its finalizers."""
+    def _grace_period(self, key: Key, obj: dict[str, Any], grace: int | None) -> int:
+        """Seconds a pod being deleted keeps running: a bound, unfinished pod on a node a kubelet double
+        runs gets its grace period (the options', else its terminationGracePeriodSeconds); any other
+        object, or a pod no kubelet double runs, none."""
+        node = (obj.get("spec") or {}).get("nodeName")
+        if key[1] != "pods" or not node or _phase(obj) in TERMINAL or not self.kubelet_runs(node):
+            return 0
+        if grace is None:
+            grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        return max(0, grace)
+
+    def kubelet_runs(self, node: str) -> bool:
+        """Whether a kubelet double runs ``node`` (it then confirms its pods' deletions)."""
+        return self.kubelet is not None and self.kubelet(node)
+
+    def _delete(self, key: Key, policy: str, grace: int | None = None) -> dict[str, Any]:
+        """Delete as the registry does: at once, or mark it and wait for its finalizers and, for a pod
+        on a running node, for the kubelet to confirm its containers have stopped."""
         obj = copy.deepcopy(self._objects[key])
         meta = obj["metadata"]
+        period = self._grace_period(key, obj, grace)
         if meta.get("deletionTimestamp"):
-            return obj
+            if period < int(meta.get("deletionGracePeriodSeconds") or 0):
+                meta["deletionGracePeriodSeconds"] = period  # a shorter grace period replaces a longer one
+                self._store(key, obj)
+            return copy.deepcopy(self._objects.get(key, obj))
         finalizers = list(meta.get("finalizers") or [])
         wanted = {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy)
         if wanted and wanted not in finalizers:
             finalizers.append(wanted)
-        if not finalizers:
+        if not finalizers and not period:
             self._remove(key)
             return obj
-        meta["finalizers"] = finalizers
-        meta["deletionTimestamp"] = _now_text(self.clock())
-        meta["deletionGracePeriodSeconds"] = 0
+        if finalizers:
+            meta["finalizers"] = finalizers
+        meta["deletionTimestamp"] = _now_text(self.clock() + period)
+        meta["deletionGracePeriodSeconds"] = period
         self._store(key, obj)
         return copy.deepcopy(obj)
+
+    def confirm_deletion(self, namespace: str, name: str, uid: str) -> None:
+        """The kubelet's final word on a pod being deleted: its containers have stopped."""
+        with self._lock:
+            key = ("v1", "pods", namespace, name)
+            pod = self._objects.get(key)
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or not pod["metadata"].get("deletionTimestamp")
+            ):
+                return
+            new = copy.deepcopy(pod)
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            self._store(key, new)
 
     def _remove(self, key: Key) -> None:
         gone = self._objects.pop(key, None)
@@ -1092,9 +1153,10 @@ class Emulator:
             for ref in obj["metadata"].get("ownerReferences") or []:
                 dependents.setdefault(str(ref.get("uid")), []).append(key)
         for key in list(self._objects):
-            obj = self._objects.get(key)
-            if obj is None or not obj["metadata"].get("ownerReferences"):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("ownerReferences"):
                 continue
+            obj = found
             solid, gone, waiting = [], [], []
             for ref in obj["metadata"]["ownerReferences"]:
                 owner = None if ref.get("uid") in self._external_owners else self._owner_of(ref, key[2])
@@ -1120,9 +1182,10 @@ class Emulator:
                 self._delete(key, "Foreground" if waiting and has_own else "Background")
                 changed = True
         for key in list(self._objects):
-            obj = self._objects.get(key)
-            if obj is None or not obj["metadata"].get("deletionTimestamp"):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("deletionTimestamp"):
                 continue
+            obj = found
             finalizers = list(obj["metadata"].get("finalizers") or [])
             uid = obj["metadata"].get("uid", "")
             live = [k for k in dependents.get(uid, []) if k in self._objects]
@@ -1184,9 +1247,10 @@ class Emulator:
             while self._running:
                 self._reconcile()
                 seen = self.generation
-                self.changed.wait_for(
-                    lambda seen=seen: self.generation != seen or not self._running, self._next_due()
-                )
+                self.changed.wait_for(functools.partial(self._moved_from, seen), self._next_due())
+
+    def _moved_from(self, seen: int) -> bool:
+        return self.generation != seen or not self._running
 
     # ------------------------------------------------------------------ the Job controller
 
@@ -1206,7 +1270,7 @@ class Emulator:
 
     def _backoff_until(self, uid: str) -> float:
         failures, last = self._job_backoff[uid]
-        return last + min(JOB_BACKOFF_S * 2 ** (failures - 1), JOB_BACKOFF_MAX_S)
+        return float(last + min(JOB_BACKOFF_S * 2 ** (failures - 1), JOB_BACKOFF_MAX_S))
 
     def _sync_jobs(self) -> bool:
         changed = False
@@ -1224,10 +1288,10 @@ class Emulator:
         ]:
             pod = self._objects[key]
             ref = _controller_ref(pod)
-            job = None
+            owner: dict[str, Any] | None = None
             if ref is not None and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job"):
-                job = self._owner_of(ref, key[2])
-            if job is None or self._job_finished(job):
+                owner = self._owner_of(ref, key[2])
+            if owner is None or self._job_finished(owner):
                 self._set_finalizers(key, [f for f in pod["metadata"]["finalizers"] if f != JOB_TRACKING])
                 changed = True
         return changed
@@ -1392,9 +1456,8 @@ class Emulator:
                 for p in active
                 if (i := (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "")).isdigit()
             }
-            indexes: list[int | None] = [
-                i for i in range(int(completions)) if i not in succeeded_indexes and i not in busy
-            ][:missing]
+            free = [i for i in range(int(completions)) if i not in succeeded_indexes and i not in busy]
+            indexes: list[int | None] = list(free[:missing])
         else:
             indexes = [None] * missing
         for index in indexes:
@@ -1514,7 +1577,7 @@ class Emulator:
             )
         ]
 
-    def _evict(self, route: _Route) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _evict(self, route: _Route, body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
         pod = self._objects.get(self._key(route))
         if pod is None:
             raise self._not_found(route)
@@ -1569,7 +1632,9 @@ class Emulator:
                         ]
                     },
                 )
-        self._delete(self._key(route), "Background")
+        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+        grace = options.get("gracePeriodSeconds")
+        self._delete(self._key(route), "Background", None if grace is None else int(grace))
         return (
             201,
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
@@ -1691,7 +1756,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
-            code, answer, extra = 400, status_body(400, "BadRequest", "the body is not JSON"), {}
+            code, answer = 400, status_body(400, "BadRequest", "the body is not JSON")
+            extra: dict[str, str] = {}
         else:
             code, answer, extra = self.owner.handle(self.command, split.path, query, headers, body)
         seen.status = code

@@ -31,7 +31,9 @@ the fewest pods wins (ties by name); real scoring is not modelled.
 **Kubelet** (:class:`Kubelet`): a double for every node's kubelet. It moves bound Pending pods to
 Running (podIP, startTime, containerStatuses, Ready) after the node's start delay (image pull), runs
 the pod's *program* in a thread, and ends the pod Succeeded or Failed with the program's exit code.
-A pod deleted while it runs has its program stopped. Per-node behaviour (:class:`NodeBehaviour`): a
+While it runs the emulator deletes its pods gracefully: a pod being deleted has its program told to
+stop (SIGTERM, :attr:`PodProcess.stopped`); once the program ends, or its grace period is over (then it
+counts as killed, exit 137), the kubelet confirms the deletion. Per-node behaviour (:class:`NodeBehaviour`): a
 start delay, never starting (ImagePullBackOff), every pod failing. Programs are chosen by the first
 container's command (:meth:`Kubelet.register`); built in: ``sleep S``, ``true``, ``false``, and dsx's
 rank pods (:func:`rank_pod_program`). Pods with no matching program run until deleted.
@@ -43,8 +45,10 @@ one gloo rank per pod) and publishes the result as rank 0 would, through the kub
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import copy
+import functools
 import json
 import re
 import shutil
@@ -389,7 +393,7 @@ def schedule_pending(emulator: Emulator) -> bool:
             )
             placed.append(new)
         else:
-            old = next(
+            old: dict[str, Any] = next(
                 (c for c in new["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {}
             )
             if old.get("status") == "False" and old.get("message") == message:
@@ -439,7 +443,8 @@ class PodProcess:
     env: dict[str, str]
     command: list[str]
     kubelet: Kubelet
-    stopped: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)  # SIGTERM: the pod is being deleted
+    killed: threading.Event = field(default_factory=threading.Event)  # SIGKILL: its grace period is over
     message: str = ""  # the container's termination message, set by the program
 
     @property
@@ -461,6 +466,7 @@ class PodProcess:
 
 Program = Callable[[PodProcess], int]
 SIGTERM_EXIT = 143  # 128 + SIGTERM: a container stopped by its pod's deletion
+SIGKILL_EXIT = 137  # 128 + SIGKILL: one still running when its grace period ended
 
 
 def sleep_program(process: PodProcess) -> int:
@@ -548,6 +554,7 @@ class Kubelet:
         self._started: dict[str, _Started] = {}
         self._ignored: set[str] = set()
         self._running = False
+        self._due = 1.0
         self._thread: threading.Thread | None = None
         self._ips = 0
 
@@ -562,6 +569,8 @@ class Kubelet:
         self.programs.insert(0, (tuple(prefix), program))
 
     def start(self) -> Kubelet:
+        """Run every node's pods from now on (the emulator then deletes their pods gracefully)."""
+        self.emulator.kubelet = self.runs
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
         self._thread.start()
@@ -569,6 +578,7 @@ class Kubelet:
 
     def stop(self) -> None:
         """Stop every program and the kubelet (programs get a few seconds to end)."""
+        self.emulator.kubelet = None
         self._running = False
         with self.emulator.changed:
             self.emulator.changed.notify_all()
@@ -578,6 +588,10 @@ class Kubelet:
             started.process.stopped.set()
         for started in list(self._started.values()):
             started.thread.join(timeout=5)
+
+    def runs(self, node: str) -> bool:
+        """Whether this kubelet runs ``node`` (every node of the emulator)."""
+        return self._running
 
     def __enter__(self) -> Kubelet:
         return self.start()
@@ -591,29 +605,30 @@ class Kubelet:
         seen = -1
         while self._running:
             with self.emulator.changed:
-                self.emulator.changed.wait_for(
-                    lambda seen=seen: self.emulator.generation != seen or not self._running, timeout=0.05
-                )
+                self.emulator.changed.wait_for(functools.partial(self._moved_from, seen), timeout=self._due)
                 seen = self.emulator.generation
             self.sync()
+
+    def _moved_from(self, seen: int) -> bool:
+        return self.emulator.generation != seen or not self._running
 
     def sync(self) -> None:
         """One pass over the pods bound to nodes: start, hold back, stop."""
         now = time.monotonic()
+        self._due = 1.0  # seconds until a held-back pod may start (the loop also wakes on every write)
         present: dict[str, dict[str, Any]] = {}
         for pod in self.emulator.objects("pods"):
             uid = pod["metadata"].get("uid", "")
             present[uid] = pod
             node = (pod.get("spec") or {}).get("nodeName")
-            if not node or uid in self._ignored:
+            if not node:
                 continue
-            if uid in self._started:
-                if pod["metadata"].get("deletionTimestamp"):
-                    self._started[uid].process.stopped.set()
+            if pod["metadata"].get("deletionTimestamp"):
+                self._stop(pod)
                 continue
-            if (pod.get("status") or {}).get("phase") != "Pending" or pod["metadata"].get(
-                "deletionTimestamp"
-            ):
+            if uid in self._ignored or uid in self._started:
+                continue
+            if (pod.get("status") or {}).get("phase") != "Pending":
                 self._ignored.add(uid)  # not ours: seeded running, or already ended
                 continue
             behaviour = self.behaviours.get(node, NodeBehaviour())
@@ -622,11 +637,27 @@ class Kubelet:
                 self._waiting(pod, "ImagePullBackOff", f'Back-off pulling image "{_image(pod)}"')
             elif now - first < behaviour.start_delay_s:
                 self._waiting(pod, "ContainerCreating", "")
+                self._due = max(0.01, min(self._due, first + behaviour.start_delay_s - now))
             else:
                 self._start(pod, behaviour)
         for uid, started in list(self._started.items()):
             if uid not in present:
                 started.process.stopped.set()
+
+    def _stop(self, pod: dict[str, Any]) -> None:
+        """A pod being deleted: SIGTERM to its program, SIGKILL when its grace period is over, and the
+        deletion confirmed once it has stopped (at once for a pod whose program is not running)."""
+        meta = pod["metadata"]
+        started = self._started.get(meta["uid"])
+        if started is not None and started.thread.is_alive() and not started.process.killed.is_set():
+            started.process.stopped.set()
+            ends = _epoch(meta["deletionTimestamp"])
+            if self.emulator.clock() < ends:
+                self._due = max(0.01, min(self._due, ends - self.emulator.clock()))
+                return
+            started.process.killed.set()
+            self._finish(started.process, SIGKILL_EXIT, "Error")
+        self.emulator.confirm_deletion(meta.get("namespace", ""), meta["name"], meta["uid"])
 
     def _waiting(self, pod: dict[str, Any], reason: str, message: str) -> None:
         uid = pod["metadata"]["uid"]
@@ -700,8 +731,22 @@ class Kubelet:
             code = program(process)
         except Exception as exc:  # a program that crashes is a container that crashed
             code, process.message = 1, f"{type(exc).__name__}: {exc}"
+        if process.killed.is_set():
+            return  # the kubelet killed it at the end of its grace period and said so
+        self._finish(process, code, "Completed" if code == 0 else "Error")
+        meta = process.pod["metadata"]
+        now = self.emulator.get("pods", meta["name"], meta.get("namespace", ""))
+        if (
+            now is not None
+            and now["metadata"].get("uid") == meta["uid"]
+            and now["metadata"].get("deletionTimestamp")
+        ):
+            self.emulator.confirm_deletion(meta.get("namespace", ""), meta["name"], meta["uid"])
+        self.emulator.wake()
+
+    def _finish(self, process: PodProcess, code: int, reason: str) -> None:
+        """Write the pod's end: Succeeded or Failed, the container terminated with ``code``."""
         stamp = _stamp(self.emulator.clock())
-        reason = "Completed" if code == 0 else "Error"
 
         def change(p: dict[str, Any]) -> None:
             status = p.setdefault("status", {})
@@ -728,7 +773,9 @@ class Kubelet:
 
     def group(self, pod: dict[str, Any], size: int) -> _Group:
         """The group a rank pod belongs to: its Job (by controller uid)."""
-        owner = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+        owner: dict[str, Any] = next(
+            (r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), {}
+        )
         key = (str(pod["metadata"].get("namespace", "")), str(owner.get("uid") or pod["metadata"]["name"]))
         with self._lock:
             if key not in self.groups:
@@ -750,6 +797,10 @@ def _run_until_stopped(process: PodProcess) -> int:
 
 def _stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _epoch(stamp: str) -> float:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def _image(pod: dict[str, Any]) -> str:
@@ -931,11 +982,12 @@ def rank_pod_program(process: PodProcess) -> int:
 
     Every pod of the group waits until all ``--nnodes`` pods run. Then index 0 checks what torchrun
     needs (rank 0's address is ``HOSTNAME.SUBDOMAIN`` of index 0's pod and a headless Service of that
-    name selects it), runs ``MODULE ARGS`` on this machine through the local launcher with one gloo rank
-    per pod, and publishes the result file's text and the exit code into the state ConfigMap
-    ``--publish`` through the kubernetes client, as rank 0 would. Every pod of the group then exits
-    with that code. A pod stopped meanwhile (its Job's deadline, a deletion) exits 143 and publishes
-    nothing.
+    name selects it) and runs ``MODULE ARGS`` on this machine through the local launcher, one gloo
+    rank per pod. When the run ends every other pod exits with its code at once, as their torchrun
+    agents would; index 0 then publishes the result file's text and the exit code into the state
+    ConfigMap ``--publish`` through the kubernetes client, as rank 0 would, even when its pod is being
+    deleted meanwhile (within the grace period; a killed pod publishes nothing), and exits with the
+    code (1 if it could not publish). A pod stopped before the run ends exits 143.
     """
     try:
         args = RankPodArgs.parse(process.command[len(RANK_POD_COMMAND) :])
@@ -952,22 +1004,24 @@ def rank_pod_program(process: PodProcess) -> int:
         return group.exit_code
     if not group.wait_all(process):
         return SIGTERM_EXIT
-    code = _play_group(process, group, args)
+    code, text = _play_group(process, group, args)
     group.exit_code = code
     group.done.set()
-    return code if not process.stopped.is_set() else SIGTERM_EXIT
+    if process.killed.is_set():
+        return SIGKILL_EXIT
+    return _publish(process, args, code, text)
 
 
-def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> int:
-    from steps.cluster import connect
+def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[int, str]:
+    """Run the group's module on this machine: ``(exit code, rank 0's result file text)``."""
     from steps.readiness.launch import launch_local
 
     problem = _rendezvous_error(process, args)
     folder = Path(tempfile.mkdtemp(prefix=f"{process.name}-", dir=process.kubelet.work_dir))
     out = folder / "result.json"
+    code = 1
     if problem:
         process.message = problem
-        code = 1
     else:
         hosts = [group.members[i].node for i in range(group.size)]
         result = launch_local(
@@ -979,36 +1033,38 @@ def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> int:
             rank_hosts=hosts,
         )
         code = 0 if result.ok else 1
-    if process.stopped.is_set():
-        return SIGTERM_EXIT
     try:
         text = out.read_text(encoding="utf-8")
     except OSError as exc:
         text = json.dumps({"error": f"rank 0 wrote no result at {args.result}: {exc.strerror}"})
+    with contextlib.suppress(OSError):
+        shutil.rmtree(folder)
+    return code, text
+
+
+def _publish(process: PodProcess, args: RankPodArgs, code: int, text: str) -> int:
+    """Store the result and exit code in the state ConfigMap, as rank 0 does; its exit code."""
+    from steps.cluster import connect
+
     namespace = process.env.get("DSX_NAMESPACE") or process.namespace
     try:
         port = connect("kube", kubeconfig=str(process.kubelet.kubeconfig), namespace=namespace)
         port.update_state(args.publish, lambda _: {STATE_RESULT: text, STATE_EXIT_CODE: str(code)})
     except Exception as exc:  # the real rankpod exits 1 when it cannot publish
         process.message = f"publish {args.publish}: {exc}"
-        code = 1
-    with contextlib.suppress(OSError):
-        shutil.rmtree(folder)
+        return 1
     return code
 
 
 def _time_left(process: PodProcess) -> float:
     """Seconds until the pod's Job deadline (the group run cannot outlive it), else the kubelet's limit."""
     kubelet = process.kubelet
-    owner = next(
-        (r for r in process.pod["metadata"].get("ownerReferences") or [] if r.get("controller")), None
-    )
-    job = kubelet.emulator.get("jobs", str(owner.get("name")), process.namespace) if owner else None
-    deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
-    start = kubelet.emulator._job_start.get(str((owner or {}).get("uid")))
-    if deadline is None or start is None:
+    refs = process.pod["metadata"].get("ownerReferences") or []
+    owner: dict[str, Any] = next((r for r in refs if r.get("controller")), {})
+    deadline = kubelet.emulator.job_deadline(process.namespace, str(owner.get("name", "")))
+    if deadline is None:
         return kubelet.run_timeout_s
-    return max(0.5, start + float(deadline) - kubelet.emulator.clock())
+    return max(0.5, deadline - kubelet.emulator.clock())
 
 
 # ----------------------------------------------------------------------------------------- a whole cluster

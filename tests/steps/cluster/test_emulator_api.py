@@ -230,6 +230,17 @@ def test_foreground_deletes_the_pods_first_and_the_job_after(
     assert emulator.get("jobs", "g1", "dsx") is None
 
 
+def test_delete_options_in_a_body_win_over_the_query(quiet: tuple[Emulator, Any, ManualClock]) -> None:
+    emulator, api, _ = quiet
+    _job_with_pods(emulator, api)
+    status, _ = KubeCluster(api)._request(
+        "DELETE", "/apis/batch/v1/namespaces/dsx/jobs/g1", {"propagationPolicy": "Background"}, body={}
+    )
+    assert status == 200
+    emulator.settle()
+    assert len(job_pods(emulator, "g1")) == 2  # the empty body's default (Orphan), not the query's
+
+
 def test_an_unknown_propagation_policy_is_refused(quiet: tuple[Emulator, Any, ManualClock]) -> None:
     emulator, api, _ = quiet
     _job_with_pods(emulator, api)

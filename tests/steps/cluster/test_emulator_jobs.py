@@ -81,7 +81,8 @@ def test_an_indexed_job_gets_one_pod_per_index_as_the_job_controller_makes_them(
         assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "8"}  # from the limits
     clock.advance(30)
     emulator.settle()
-    assert emulator.get("jobs", "g1", "dsx")["status"]["startTime"] == "2025-03-01T12:00:00Z"  # type: ignore[index]
+    again = emulator.get("jobs", "g1", "dsx")
+    assert again is not None and again["status"]["startTime"] == "2025-03-01T12:00:00Z"  # set once
 
 
 def test_the_deadline_counts_from_the_start_with_pending_pods_included(quiet: Quiet) -> None:
