@@ -778,8 +778,8 @@ class Kubelet:
         )
         key = (str(pod["metadata"].get("namespace", "")), str(owner.get("uid") or pod["metadata"]["name"]))
         with self._lock:
-            if key not in self.groups:
-                self.groups[key] = _Group(size=size)
+            if key not in self.groups or self.groups[key].done.is_set():
+                self.groups[key] = _Group(size=size)  # a Job's pods that start again form a new group
             return self.groups[key]
 
 

@@ -169,6 +169,37 @@ def test_a_deleted_pod_gets_its_grace_period_then_is_killed(k8s_cluster: MakeClu
     eventually(lambda: cluster.emulator.get("pods", "stubborn", "dsx") is None, what="stubborn killed")
 
 
+def test_groups_that_compete_for_the_same_gpus_fail_at_their_deadline(k8s_cluster: MakeCluster) -> None:
+    """Issue 9's third point on the emulator: node checks, rack groups and the whole set started at once
+    each ask for every GPU of their nodes; the deadline counts from the start, so the groups that wait
+    for GPUs fail."""
+    cluster = k8s_cluster(nodes=8, racks=2)
+    port = cluster.port()
+    nodes = [f"node-{i:02d}" for i in range(8)]
+    names = [f"node-{n}" for n in nodes] + ["rack-0", "rack-1", "all"]
+    for node in nodes:
+        port.create_object(group_job(f"node-{node}", [node], command=("sleep", "2"), deadline=3))
+    for rack in range(2):
+        port.create_object(
+            group_job(f"rack-{rack}", nodes[rack * 4 : rack * 4 + 4], command=("sleep", "2"), deadline=3)
+        )
+    port.create_object(group_job("all", nodes, command=("sleep", "2"), deadline=3))
+
+    def endings() -> dict[str, str] | None:
+        found = {}
+        for name in names:
+            got = conditions(port.get_object("batch/v1", "Job", name, "dsx"))
+            ending = next((got[k].get("reason", "") for k in ("Complete", "Failed") if k in got), None)
+            if ending is None:
+                return None
+            found[name] = ending
+        return found
+
+    result = eventually(endings, what="every Job ending")
+    assert {result[f"node-{n}"] for n in nodes} == {"CompletionsReached"}
+    assert {result["rack-0"], result["rack-1"], result["all"]} == {"DeadlineExceeded"}
+
+
 RANK_ARGS = [
     "--backend", "nccl", "--min-bytes", "1KiB", "--max-bytes", "4KiB", "--factor", "2",
     "--warmup", "1", "--iters", "2", "--timeout", "60", "--out", "/tmp/dsx-out/result.json",
