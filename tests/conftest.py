@@ -1,13 +1,17 @@
-"""Fixtures shared by every test package: the emulated Kubernetes API server and a port on it."""
+"""Fixtures shared by every test package: the emulated Kubernetes API server, a port on it, whole
+emulated clusters with a kubelet double."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.k8s_kubelet import EmulatedCluster, emulated_cluster
 
 
 @pytest.fixture
@@ -21,3 +25,24 @@ def k8s_emulator() -> Iterator[Emulator]:
 def kubeconfig(k8s_emulator: Emulator, tmp_path: Path) -> Path:
     """A kubeconfig file pointing at the emulated API server."""
     return write_kubeconfig(tmp_path / "kubeconfig", k8s_emulator.url)
+
+
+@pytest.fixture
+def k8s_cluster(tmp_path: Path) -> Iterator[Callable[..., EmulatedCluster]]:
+    """Starts emulated GPU clusters: API server, controllers, scheduler and the kubelet double.
+
+    ``k8s_cluster(nodes=16, racks=4, gpu="h100", kubelet=True, behaviours={...},
+    service_accounts=("dsx-rank",), namespace="dsx", spec="")`` seeds a simulated fleet (nodes labelled
+    ``kubernetes.io/hostname``, ``topology.dsx.dev/rack=rack-RR``, ``nvidia.com/gpu`` allocatable) and
+    returns an :class:`~tests.k8s_kubelet.EmulatedCluster` (``.emulator``, ``.kubelet``, ``.kubeconfig``,
+    ``.port(namespace)``). Everything is stopped when the test ends.
+    """
+    with contextlib.ExitStack() as stack:
+        count = 0
+
+        def make(**options: Any) -> EmulatedCluster:
+            nonlocal count
+            count += 1
+            return stack.enter_context(emulated_cluster(tmp_path / f"cluster-{count}", **options))
+
+        yield make

@@ -1,4 +1,4 @@
-"""An emulated Kubernetes API server for tests: real HTTP on 127.0.0.1, in a thread.
+"""An emulated Kubernetes API server with the controllers dsx relies on: real HTTP on 127.0.0.1, in a thread.
 
 It speaks the JSON the kubernetes client expects, for every call dsx makes:
 
@@ -11,32 +11,82 @@ It speaks the JSON the kubernetes client expects, for every call dsx makes:
   allows no disruption (500 when two budgets select the pod);
 - a delete, or an eviction's ``deleteOptions``, whose ``preconditions.uid`` names another object than the
   one stored gets 409 (for an eviction after the budget check, as in the API server);
-- controllers that replace a deleted or evicted ReplicaSet or Job pod on the least loaded schedulable
-  node, and a DaemonSet pod on its own node;
 - RBAC refusals (403) and a bearer token check (401), both configurable;
 - fault injection: N answers with a status (500, 503, 429...), N injected conflicts, slow answers.
 
-Everything it received is in :attr:`Emulator.requests`. The rules are written here independently of
-the simulated fleet in ``steps.cluster.sim``, so the contract tests compare two implementations.
+It is as strict as the real API server and controllers of Kubernetes 1.33 where dsx depends on them.
+Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
+
+- 422 ``KIND.GROUP "NAME" is invalid: FIELD: ...`` with causes; 409 AlreadyExists, 404 NotFound and
+  409 Conflict naming ``RESOURCE.GROUP``: apimachinery ``pkg/api/errors/errors.go``,
+  ``pkg/util/validation/field/errors.go``.
+- Node Events: core/v1 without ``eventTime`` only in ``default`` (or none), with it only in
+  ``default``/``kube-system`` plus reportingComponent, reportingInstance, action and reason;
+  events.k8s.io/v1 also needs eventTime, a Normal/Warning type and no deprecated fields:
+  ``pkg/apis/core/validation/events.go``.
+- DeleteOptions from the body when there is one, else from the query:
+  apiserver ``pkg/endpoints/handlers/delete.go``.
+- ``propagationPolicy`` (or deprecated ``orphanDependents``); batch/v1 Jobs default to Orphan, all else to
+  Background: ``pkg/registry/batch/job/strategy.go`` DefaultGarbageCollectionPolicy.
+- Orphan/Foreground add the ``orphan``/``foregroundDeletion`` finalizer; an object with finalizers gets a
+  deletionTimestamp, keeps its name taken and leaves when they are gone:
+  apiserver ``pkg/registry/generic/registry/store.go``.
+- Garbage collector: a dependent whose owners (by uid) are all gone is deleted, one with a live owner loses
+  the dangling references, Foreground owners go after their dependents, Orphan strips the references:
+  ``pkg/controller/garbagecollector/garbagecollector.go``.
+- Job defaults (completions/parallelism 1, backoffLimit 6, NonIndexed, TerminatingOrFailed):
+  ``pkg/apis/batch/v1/defaults.go``; generated selector and ``(batch.kubernetes.io/)job-name``,
+  ``controller-uid`` template labels: ``pkg/registry/batch/job/strategy.go`` generateSelector; restartPolicy
+  Never/OnFailure, completions for Indexed: ``pkg/apis/batch/validation/validation.go``.
+- Job controller: startTime on first sight; pods ``JOB-INDEX-xxxxx`` with the job-tracking finalizer, a
+  controller ownerReference, index label and annotation, env ``JOB_COMPLETION_INDEX`` from the label,
+  hostname ``JOB-INDEX``; a pod Failed or deleted before it succeeded counts as failed; backoffLimit
+  (BackoffLimitExceeded); activeDeadlineSeconds from startTime, Pending included (DeadlineExceeded: active
+  pods deleted); FailureTarget then Failed once nothing terminates; SuccessCriteriaMet then Complete
+  (CompletionsReached) and completionTime; replacements after a back-off of 10 s doubling (at most
+  10 min); orphan pods lose the tracking finalizer: ``pkg/controller/job/job_controller.go``,
+  ``indexed_job_utils.go``, ``backoff_utils.go``.
+  Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy, successPolicy,
+  backoffLimitPerIndex.
+- Pods: requests default to limits: ``pkg/apis/core/v1/defaults.go``; not-ready/unreachable NoExecute
+  tolerations for 300 s: ``plugin/pkg/admission/defaulttolerationseconds``; a service account other than
+  ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
+- Scheduler (bind, filters, FitError message): :mod:`tests.k8s_kubelet`, run in the control loop here.
+  Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately (``emulated_cluster``).
+- Graceful pod deletion: a bound, unfinished pod on a node a kubelet double runs gets deletionTimestamp
+  now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
+  stays, holding its node's resources, until the kubelet confirms its containers stopped:
+  ``pkg/registry/core/pod/strategy.go`` CheckGracefulDelete. With no kubelet double it leaves at once.
+- Not modelled: namespaces need not exist; no watch; no server-side apply; no priorities or preemption.
+- Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
+  to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
+  at once (on the least loaded schedulable node, a DaemonSet's on its node), as the simulated fleet does.
+
+The controllers run in a background thread that wakes on every write and at the next deadline;
+with ``controllers=False`` they run only when a test calls :meth:`Emulator.settle`. Time comes from
+``clock`` (epoch seconds; :class:`ManualClock` for tests that move time by hand). Everything the
+emulator received is in :attr:`Emulator.requests`. The rules are written here independently of the
+simulated fleet in ``steps.cluster.sim``, so the contract tests compare two implementations.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["Emulator", "Request", "write_kubeconfig"]
+__all__ = ["Emulator", "ManualClock", "Request", "status_body", "write_kubeconfig"]
 
 KINDS = {
     "nodes": "Node",
@@ -46,19 +96,57 @@ KINDS = {
     "events": "Event",
     "namespaces": "Namespace",
     "services": "Service",
+    "serviceaccounts": "ServiceAccount",
     "leases": "Lease",
     "poddisruptionbudgets": "PodDisruptionBudget",
     "deployments": "Deployment",
     "daemonsets": "DaemonSet",
     "replicasets": "ReplicaSet",
+    "statefulsets": "StatefulSet",
     "jobs": "Job",
 }
-CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes", "clusterroles", "clusterrolebindings"}
-WITH_STATUS = {"nodes", "pods", "deployments", "daemonsets", "replicasets", "jobs"}
+CLUSTER_SCOPED = {
+    "nodes",
+    "namespaces",
+    "persistentvolumes",
+    "clusterroles",
+    "clusterrolebindings",
+    "priorityclasses",
+    "storageclasses",
+    "customresourcedefinitions",
+    "clusterworkflowtemplates",
+}
+WITH_STATUS = {"nodes", "pods", "deployments", "daemonsets", "replicasets", "statefulsets", "jobs"}
 SMP_KEYS = {"conditions": "type", "addresses": "type", "containers": "name", "volumes": "name", "env": "name"}
 TERMINAL = ("Succeeded", "Failed")
 
+# Finalizers and labels the API server and the Job controller use (batch/v1 types.go).
+ORPHAN = "orphan"
+FOREGROUND = "foregroundDeletion"
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+JOB_NAME = "batch.kubernetes.io/job-name"
+JOB_BACKOFF_S = 10.0
+JOB_BACKOFF_MAX_S = 600.0
+GENERATED_NAME_MAX = 58  # names.MaxGeneratedNameLength: 63 minus the 5 random characters
+SUCCESS_MESSAGE = "Reached expected number of succeeded pods"
+
 Key = tuple[str, str, str, str]  # group/version, plural, namespace ("" if none), name
+
+
+class ManualClock:
+    """A clock a test moves by hand (epoch seconds); pass it as ``Emulator(clock=...)``."""
+
+    def __init__(self, start: float = 1_740_830_400.0) -> None:  # 2025-03-01T12:00:00Z
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward (then call :meth:`Emulator.settle`, or let the control loop notice)."""
+        self.now += seconds
 
 
 @dataclass
@@ -93,6 +181,15 @@ class _Route:
     def verb_resource(self) -> str:
         return f"{self.plural}/{self.sub}" if self.sub else self.plural
 
+    @property
+    def group(self) -> str:
+        return self.group_version.rpartition("/")[0]
+
+    @property
+    def qualified(self) -> str:
+        """``jobs.batch``, ``pods``: the GroupResource as the API server spells it in messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
 
 class _Answer(Exception):
     def __init__(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -116,12 +213,80 @@ def status_body(
         "code": code,
     }
     if details:
-        body["details"] = details
+        body["details"] = {k: v for k, v in details.items() if v not in ("", None)}
     return body
 
 
 def _fail(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> _Answer:
     return _Answer(code, status_body(code, reason, message, details))
+
+
+@dataclass(frozen=True)
+class _FieldError:
+    """One field error, printed as apimachinery's ``field.Error`` prints it."""
+
+    kind: str  # FieldValueInvalid, FieldValueRequired, FieldValueNotSupported
+    path: str
+    value: Any = ""
+    detail: str = ""
+
+    def body(self) -> str:
+        words = {
+            "FieldValueInvalid": "Invalid value",
+            "FieldValueRequired": "Required value",
+            "FieldValueNotSupported": "Unsupported value",
+        }[self.kind]
+        if self.kind == "FieldValueRequired":
+            text = words
+        elif isinstance(self.value, str):
+            text = f"{words}: {json.dumps(self.value)}"
+        else:
+            text = f"{words}: {self.value}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.body()}"
+
+
+def _invalid(kind: str, group: str, name: str, errors: list[_FieldError]) -> _Answer:
+    """422 as NewInvalid builds it: ``Kind.group "name" is invalid: [e1, e2]``."""
+    texts = list(dict.fromkeys(str(e) for e in errors))
+    qualified = f"{kind}.{group}" if group else kind
+    aggregate = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    return _fail(
+        422,
+        "Invalid",
+        f'{qualified} "{name}" is invalid: {aggregate}',
+        {
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": [{"reason": e.kind, "message": e.body(), "field": e.path} for e in errors],
+        },
+    )
+
+
+def _now_text(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def plural_of(kind: str) -> str:
+    """The API's plural of a kind (the emulator's own copy of the rule)."""
+    for plural, known in KINDS.items():
+        if known == kind:
+            return plural
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
 
 
 # ------------------------------------------------------------------------------- selectors and patches
@@ -191,6 +356,174 @@ def _merge(target: Any, patch: Any, strategic: bool) -> Any:
     return out
 
 
+def _controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), None)
+
+
+def _index_ranges(indexes: Iterable[int]) -> str:
+    """``0-2,4``: completedIndexes as the Job controller writes them."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indexes)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _parse_ranges(text: str) -> set[int]:
+    found: set[int] = set()
+    for part in filter(None, (text or "").split(",")):
+        low, _, high = part.partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+# ------------------------------------------------------------------------------- validation
+
+
+def _validate_event(group_version: str, namespace: str, event: dict[str, Any]) -> list[_FieldError]:
+    """ValidateEventCreate for core/v1 and events.k8s.io/v1 (field paths are the internal type's)."""
+    strict = group_version == "events.k8s.io/v1"
+    if strict:
+        involved = event.get("regarding") or {}
+        message = event.get("note") or ""
+        old = {
+            "firstTimestamp": event.get("deprecatedFirstTimestamp"),
+            "lastTimestamp": event.get("deprecatedLastTimestamp"),
+            "count": event.get("deprecatedCount"),
+            "source": event.get("deprecatedSource"),
+        }
+        controller = event.get("reportingController") or ""
+    else:
+        involved = event.get("involvedObject") or {}
+        message = event.get("message") or ""
+        controller = event.get("reportingComponent") or ""
+        old = {}
+    errors: list[_FieldError] = []
+    involved_ns = involved.get("namespace") or ""
+    mismatch = _FieldError(
+        "FieldValueInvalid", "involvedObject.namespace", involved_ns, "does not match event.namespace"
+    )
+    if not event.get("eventTime"):
+        if not involved_ns:
+            if namespace not in ("", "default"):
+                errors.append(mismatch)
+        elif namespace != involved_ns:
+            errors.append(mismatch)
+    else:
+        if not involved_ns and namespace not in ("default", "kube-system"):
+            errors.append(mismatch)
+        if not controller:
+            errors.append(_FieldError("FieldValueRequired", "reportingController"))
+        for name, value in (
+            ("reportingInstance", event.get("reportingInstance") or ""),
+            ("action", event.get("action") or ""),
+            ("reason", event.get("reason") or ""),
+        ):
+            if not value:
+                errors.append(_FieldError("FieldValueRequired", name))
+            elif len(value) > 128:
+                errors.append(_FieldError("FieldValueInvalid", name, "", "can have at most 128 characters"))
+        if len(message) > 1024:
+            errors.append(_FieldError("FieldValueInvalid", "message", "", "can have at most 1024 characters"))
+    if strict:
+        if not event.get("eventTime"):
+            errors.append(_FieldError("FieldValueRequired", "eventTime"))
+        if event.get("type") not in ("Normal", "Warning"):
+            errors.append(
+                _FieldError("FieldValueInvalid", "type", "", f"has invalid value: {event.get('type') or ''}")
+            )
+        for name, value in old.items():
+            if value:
+                errors.append(_FieldError("FieldValueInvalid", name, "", "needs to be unset"))
+    return errors
+
+
+def _default_job(job: dict[str, Any]) -> list[_FieldError]:
+    """The API server's defaults, generated selector and validation for a new batch/v1 Job."""
+    spec = job.setdefault("spec", {})
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+        spec["parallelism"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    template = spec.setdefault("template", {})
+    pod_spec = template.setdefault("spec", {})
+    pod_spec.setdefault("restartPolicy", "Always")
+    meta = job["metadata"]
+    labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    for key in ("job-name", JOB_NAME):
+        labels.setdefault(key, meta["name"])
+    for key in ("controller-uid", CONTROLLER_UID):
+        labels.setdefault(key, meta["uid"])
+    if not spec.get("manualSelector"):
+        spec.setdefault("selector", {}).setdefault("matchLabels", {}).setdefault(CONTROLLER_UID, meta["uid"])
+    errors: list[_FieldError] = []
+    if pod_spec["restartPolicy"] not in ("OnFailure", "Never"):
+        errors.append(
+            _FieldError(
+                "FieldValueNotSupported",
+                "spec.template.spec.restartPolicy",
+                pod_spec["restartPolicy"],
+                'supported values: "OnFailure", "Never"',
+            )
+        )
+    if spec["completionMode"] == "Indexed" and spec.get("completions") is None:
+        errors.append(
+            _FieldError("FieldValueRequired", "spec.completions", "", "when completion mode is Indexed")
+        )
+    if spec["completionMode"] not in ("Indexed", "NonIndexed"):
+        errors.append(
+            _FieldError(
+                "FieldValueNotSupported",
+                "spec.completionMode",
+                spec["completionMode"],
+                'supported values: "NonIndexed", "Indexed"',
+            )
+        )
+    return errors
+
+
+def _default_pod(pod: dict[str, Any]) -> None:
+    """Defaults and the DefaultTolerationSeconds admission plugin."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    spec["serviceAccountName"] = spec["serviceAccount"] = account
+    for container in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        if limits:
+            requests = dict(limits)
+            requests.update(resources.get("requests") or {})
+            container["resources"] = {**resources, "requests": requests}
+    tolerations = spec.setdefault("tolerations", [])
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(
+            t.get("key") in (key, None, "")
+            and t.get("effect") in ("NoExecute", None, "")
+            and (t.get("key") or t.get("operator") == "Exists")
+            for t in tolerations
+        ):
+            tolerations.append(
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            )
+    pod["status"] = {"phase": "Pending"}
+
+
 # ------------------------------------------------------------------------------- the emulator
 
 
@@ -200,10 +533,15 @@ class Emulator:
 
     Attributes:
         token: the bearer token every request must carry (``None`` accepts any).
+        clock: the time, in epoch seconds (``time.time``, or a :class:`ManualClock`).
+        controllers: run the garbage collector, the Job controller and the scheduler in a background
+            thread (else only in :meth:`settle`).
         requests: every request received, in order.
     """
 
     token: str | None = "emulator-token"
+    clock: Callable[[], float] = time.time
+    controllers: bool = True
     requests: list[Request] = field(default_factory=list)
     _objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _revision: int = 0
@@ -211,13 +549,25 @@ class Emulator:
     _conflicts: int = 0
     _forbidden: set[tuple[str, str]] = field(default_factory=set)
     _owner_next: dict[str, int] = field(default_factory=dict)
+    _external_owners: set[str] = field(default_factory=set)
+    _created: dict[str, int] = field(default_factory=dict)  # uid -> creation order
+    _job_start: dict[str, float] = field(default_factory=dict)  # uid -> when the controller first saw it
+    _job_backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # uid -> (failures, last)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _server: ThreadingHTTPServer | None = None
+    _running: bool = False
+    _loop: threading.Thread | None = None
+    #: Set by a kubelet double: whether it runs a node (its pods then get graceful deletion).
+    kubelet: Callable[[str], bool] | None = None
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self._lock)
+        self.generation = 0  # bumped on every write; wait on :attr:`changed` to see it move
 
     # ------------------------------------------------------------------ life cycle
 
     def start(self) -> str:
-        """Start serving on a free port of 127.0.0.1; returns the base URL."""
+        """Start serving on a free port of 127.0.0.1 (and the control loop); returns the base URL."""
         emulator = self
 
         class Handler(_Handler):
@@ -231,10 +581,20 @@ class Emulator:
             name="k8s-emulator",
             daemon=True,
         ).start()
+        if self.controllers:
+            self._running = True
+            self._loop = threading.Thread(target=self._control_loop, name="k8s-controllers", daemon=True)
+            self._loop.start()
         return self.url
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving and the control loop."""
+        with self._lock:
+            self._running = False
+            self.changed.notify_all()
+        if self._loop is not None:
+            self._loop.join(timeout=5)
+            self._loop = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -256,17 +616,27 @@ class Emulator:
     # ------------------------------------------------------------------ test controls
 
     def seed(self, manifests: Iterable[dict[str, Any]]) -> None:
-        """Store objects as they are (e.g. a simulated fleet's nodes, pods and budgets)."""
+        """Store objects as they are (e.g. a simulated fleet's nodes, pods and budgets).
+
+        Owners that seeded objects name but that are not seeded themselves stand for controllers
+        outside the store: the garbage collector keeps their dependents.
+        """
         with self._lock:
-            for manifest in manifests:
-                obj = copy.deepcopy(manifest)
+            batch = [copy.deepcopy(m) for m in manifests]
+            uids = {o.get("metadata", {}).get("uid") for o in batch} | {
+                o["metadata"].get("uid") for o in self._objects.values()
+            }
+            for obj in batch:
                 gv = obj["apiVersion"]
-                plural = next((p for p, k in KINDS.items() if k == obj["kind"]), obj["kind"].lower() + "s")
+                plural = plural_of(obj["kind"])
                 meta = obj.setdefault("metadata", {})
-                self._revision += 1
-                meta["resourceVersion"] = str(self._revision)
                 meta.setdefault("uid", str(uuid.uuid4()))
+                for ref in meta.get("ownerReferences") or []:
+                    if ref.get("uid") not in uids:
+                        self._external_owners.add(str(ref.get("uid")))
                 ns = meta.get("namespace", "") if plural not in CLUSTER_SCOPED else ""
+                self._created[meta["uid"]] = len(self._created)
+                self._bump(obj)
                 self._objects[(gv, plural, ns, meta["name"])] = obj
                 self._count_owner(obj)
 
@@ -302,9 +672,66 @@ class Emulator:
             ]
         return sorted(found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """One stored object (any group), or ``None``."""
+        with self._lock:
+            for (_, p, ns, n), obj in self._objects.items():
+                if p == plural and n == name and ns == ("" if plural in CLUSTER_SCOPED else namespace):
+                    return copy.deepcopy(obj)
+        return None
+
     def count(self, method: str, path_part: str = "") -> int:
         """Requests received of ``method`` whose path contains ``path_part``."""
         return sum(1 for r in self.requests if r.method == method and path_part in r.path)
+
+    def update(
+        self, plural: str, namespace: str, name: str, change: Callable[[dict[str, Any]], None], uid: str = ""
+    ) -> dict[str, Any] | None:
+        """Apply ``change`` to a stored object as a controller's write would (the kubelet double uses it).
+
+        Returns the new object, or ``None`` when it is gone (or, with ``uid``, replaced by another).
+        """
+        with self._lock:
+            found = next(
+                (
+                    (key, obj)
+                    for key, obj in self._objects.items()
+                    if key[1] == plural
+                    and key[3] == name
+                    and key[2] == ("" if plural in CLUSTER_SCOPED else namespace)
+                ),
+                None,
+            )
+            if found is None or (uid and found[1]["metadata"].get("uid") != uid):
+                return None
+            key, obj = found
+            new = copy.deepcopy(obj)
+            change(new)
+            self._store(key, new)
+            return copy.deepcopy(new) if key in self._objects else None
+
+    def wake(self) -> None:
+        """Let the control loop and the kubelet look again (after a change they cannot see as a write)."""
+        with self._lock:
+            self.generation += 1
+            self.changed.notify_all()
+
+    def settle(self, passes: int = 50) -> None:
+        """Run the controllers (garbage collector, Job controller, scheduler) until nothing changes."""
+        with self._lock:
+            self._reconcile(passes)
+
+    def now(self) -> float:
+        """The emulator's time (epoch seconds)."""
+        return self.clock()
+
+    def job_deadline(self, namespace: str, name: str) -> float | None:
+        """When the Job's activeDeadlineSeconds runs out (epoch seconds), if it has one and has started."""
+        with self._lock:
+            job = self._objects.get(("batch/v1", "jobs", namespace, name))
+            deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
+            start = self._job_start.get(str((job or {}).get("metadata", {}).get("uid")))
+            return None if deadline is None or start is None else start + float(deadline)
 
     # ------------------------------------------------------------------ serving
 
@@ -366,7 +793,6 @@ class Emulator:
                 verb = "create"
             with self._lock:
                 if (verb, route.verb_resource) in self._forbidden:
-                    group = route.group_version.rpartition("/")[0]
                     scope = (
                         f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
                     )
@@ -379,7 +805,7 @@ class Emulator:
                         403,
                         "Forbidden",
                         f'{subject}: User "system:serviceaccount:dsx:dsx" cannot {verb} '
-                        f'resource "{route.verb_resource}" in API group "{group}" {scope}',
+                        f'resource "{route.verb_resource}" in API group "{route.group}" {scope}',
                     )
                 return self._serve(method, route, query, headers, body)
         except _Answer as answer:
@@ -399,13 +825,15 @@ class Emulator:
     def _bump(self, obj: dict[str, Any]) -> None:
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
+        self.generation += 1
+        self.changed.notify_all()
 
     def _not_found(self, route: _Route) -> _Answer:
         return _fail(
             404,
             "NotFound",
-            f'{route.plural} "{route.name}" not found',
-            {"name": route.name, "kind": route.plural},
+            f'{route.qualified} "{route.name}" not found',
+            {"name": route.name, "group": route.group, "kind": route.plural},
         )
 
     def _check_uid(self, route: _Route, current: dict[str, Any], options: Any) -> None:
@@ -434,9 +862,9 @@ class Emulator:
             raise _fail(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on {route.plural} "{route.name}": the object '
+                f'Operation cannot be fulfilled on {route.qualified} "{route.name}": the object '
                 "has been modified; please apply your changes to the latest version and try again",
-                {"name": route.name, "kind": route.plural},
+                {"name": route.name, "group": route.group, "kind": route.plural},
             )
 
     def _serve(
@@ -455,20 +883,30 @@ class Emulator:
             return 200, copy.deepcopy(current), {}
         if method == "DELETE":
             self._check_uid(route, current, body)
-            del self._objects[self._key(route)]
-            self._controllers(current)
-            return 200, copy.deepcopy(current), {}
+            policy, grace = self._delete_options(route, query, body)
+            return 200, self._delete(self._key(route), policy, grace), {}
         if method == "PUT":
+            if not isinstance(body, dict):
+                raise _fail(400, "BadRequest", "the body is not a JSON object")
             self._check_version(route, current, (body.get("metadata") or {}).get("resourceVersion"))
             new = copy.deepcopy(body)
-            new.setdefault("metadata", {}).update(
-                name=route.name,
-                uid=current["metadata"].get("uid"),
-                resourceVersion=current["metadata"]["resourceVersion"],
-            )
+            new.setdefault("metadata", {})
+            for kept in (
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if kept in current["metadata"]:
+                    new["metadata"][kept] = current["metadata"][kept]
+            new["metadata"]["name"] = route.name
             if route.namespace:
                 new["metadata"]["namespace"] = route.namespace
-            if route.plural in WITH_STATUS:
+            if route.sub == "status":
+                new = {**copy.deepcopy(current), "status": new.get("status", {})}
+            elif route.plural in WITH_STATUS:
                 new["status"] = current.get("status", {})
             new.setdefault("apiVersion", route.group_version)
             new.setdefault("kind", self._kind(route, body))
@@ -500,11 +938,28 @@ class Emulator:
                 patch.pop("status", None)
             new = _merge(current, patch, strategic)
             new["metadata"]["name"] = route.name
+            for kept in ("uid", "deletionTimestamp", "deletionGracePeriodSeconds", "creationTimestamp"):
+                if kept in current["metadata"]:
+                    new["metadata"][kept] = current["metadata"][kept]
         else:
             raise _fail(405, "MethodNotAllowed", f"{method} is not supported here")
-        self._bump(new)
-        self._objects[self._key(route)] = new
+        key = self._key(route)
+        self._store(key, new)
         return 200, copy.deepcopy(new), {}
+
+    def _store(self, key: Key, new: dict[str, Any]) -> None:
+        """Write an object; one being deleted whose finalizers are all gone (and, for a pod, whose kubelet
+        has confirmed) leaves the store."""
+        meta = new["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            self._remove(key)
+            return
+        self._bump(new)
+        self._objects[key] = new
 
     def _list(self, route: _Route, query: dict[str, str]) -> dict[str, Any]:
         selector, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
@@ -532,34 +987,600 @@ class Emulator:
             raise _fail(400, "BadRequest", "the body is not a JSON object")
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
+        kind = self._kind(route, body)
+        if route.namespace:
+            meta["namespace"] = route.namespace
+        if route.plural == "events" and route.group_version in ("v1", "events.k8s.io/v1"):
+            errors = _validate_event(route.group_version, route.namespace, obj)
+            if errors:
+                raise _invalid("Event", route.group, meta.get("name") or meta.get("generateName", ""), errors)
+        if route.plural == "pods" and route.group_version == "v1":
+            self._admit_pod(obj, route.namespace)
+        return self._insert(route, obj, kind)
+
+    def _insert(self, route: _Route, obj: dict[str, Any], kind: str) -> dict[str, Any]:
+        """Name, uid, defaults and storage of a new object (the API's create after admission)."""
+        meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if not meta.get("name"):
-            raise _fail(
-                422, "Invalid", f"{self._kind(route, body)} is invalid: metadata.name: Required value"
+            raise _invalid(
+                kind,
+                route.group,
+                "",
+                [_FieldError("FieldValueRequired", "metadata.name", "", "name or generateName is required")],
             )
-        if route.namespace:
-            meta["namespace"] = route.namespace
         key = self._key(route, meta["name"])
         if key in self._objects:
             raise _fail(
                 409,
                 "AlreadyExists",
-                f'{route.plural} "{meta["name"]}" already exists',
-                {"name": meta["name"], "kind": route.plural},
+                f'{route.qualified} "{meta["name"]}" already exists',
+                {"name": meta["name"], "group": route.group, "kind": route.plural},
             )
-        obj.setdefault("apiVersion", route.group_version)
-        obj.setdefault("kind", self._kind(route, body))
+        for read_only in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
+            meta.pop(read_only, None)
+        obj["apiVersion"] = route.group_version
+        obj["kind"] = kind
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if route.plural == "pods":
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        meta["creationTimestamp"] = _now_text(self.clock())
+        if route.plural == "jobs" and route.group_version == "batch/v1":
+            meta["generation"] = 1
+            errors = _default_job(obj)
+            if errors:
+                raise _invalid("Job", "batch", meta["name"], errors)
+            obj["status"] = {}
+        self._created[meta["uid"]] = len(self._created)
         self._bump(obj)
         self._objects[key] = obj
         self._count_owner(obj)
         return copy.deepcopy(obj)
 
-    # ------------------------------------------------------------------ eviction and controllers
+    def _admit_pod(self, pod: dict[str, Any], namespace: str) -> None:
+        _default_pod(pod)
+        account = pod["spec"]["serviceAccountName"]
+        if account != "default" and ("v1", "serviceaccounts", namespace, account) not in self._objects:
+            meta = pod["metadata"]
+            name = meta.get("name") or meta.get("generateName") or ""
+            subject = f'pods "{name}" is forbidden' if name else "pods is forbidden"
+            raise _fail(
+                403,
+                "Forbidden",
+                f"{subject}: error looking up service account {namespace}/{account}: "
+                f'serviceaccount "{account}" not found',
+                {"name": name, "kind": "pods"},
+            )
+
+    # ------------------------------------------------------------------ deletion and garbage collection
+
+    def _delete_options(self, route: _Route, query: dict[str, str], body: Any) -> tuple[str, int | None]:
+        """propagationPolicy and gracePeriodSeconds of a DELETE: the body's DeleteOptions if it has a
+        body, else the query."""
+        options: dict[str, Any] = body if isinstance(body, dict) else dict(query)  # a body, even {}, wins
+        grace = options.get("gracePeriodSeconds")
+        grace = None if grace is None else int(grace)
+        policy = options.get("propagationPolicy")
+        orphan = options.get("orphanDependents")
+        if isinstance(orphan, str):
+            orphan = orphan.lower() == "true"
+        errors: list[_FieldError] = []
+        if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
+            errors.append(
+                _FieldError(
+                    "FieldValueNotSupported",
+                    "propagationPolicy",
+                    policy,
+                    'supported values: "Foreground", "Background", "Orphan", "nil"',
+                )
+            )
+        if policy is not None and orphan is not None:
+            errors.append(
+                _FieldError(
+                    "FieldValueInvalid",
+                    "propagationPolicy",
+                    policy,
+                    "orphanDependents and deletionPropagation cannot be both set",
+                )
+            )
+        if errors:
+            raise _invalid("DeleteOptions", "meta.k8s.io", "", errors)
+        if policy:
+            return str(policy), grace
+        if orphan is not None:
+            return ("Orphan" if orphan else "Background"), grace
+        # batch/v1 Jobs keep their pods unless told otherwise (back-compatibility of batch/v1).
+        default = "Orphan" if (route.group_version, route.plural) == ("batch/v1", "jobs") else "Background"
+        return default, grace
+
+    def _grace_period(self, key: Key, obj: dict[str, Any], grace: int | None) -> int:
+        """Seconds a pod being deleted keeps running: a bound, unfinished pod on a node a kubelet double
+        runs gets its grace period (the options', else its terminationGracePeriodSeconds); any other
+        object, or a pod no kubelet double runs, none."""
+        node = (obj.get("spec") or {}).get("nodeName")
+        if key[1] != "pods" or not node or _phase(obj) in TERMINAL or not self.kubelet_runs(node):
+            return 0
+        if grace is None:
+            grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        return max(0, grace)
+
+    def kubelet_runs(self, node: str) -> bool:
+        """Whether a kubelet double runs ``node`` (it then confirms its pods' deletions)."""
+        return self.kubelet is not None and self.kubelet(node)
+
+    def _delete(self, key: Key, policy: str, grace: int | None = None) -> dict[str, Any]:
+        """Delete as the registry does: at once, or mark it and wait for its finalizers and, for a pod
+        on a running node, for the kubelet to confirm its containers have stopped."""
+        obj = copy.deepcopy(self._objects[key])
+        meta = obj["metadata"]
+        period = self._grace_period(key, obj, grace)
+        if meta.get("deletionTimestamp"):
+            if period < int(meta.get("deletionGracePeriodSeconds") or 0):
+                meta["deletionGracePeriodSeconds"] = period  # a shorter grace period replaces a longer one
+                self._store(key, obj)
+            return copy.deepcopy(self._objects.get(key, obj))
+        finalizers = list(meta.get("finalizers") or [])
+        wanted = {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy)
+        if wanted and wanted not in finalizers:
+            finalizers.append(wanted)
+        if not finalizers and not period:
+            self._remove(key)
+            return obj
+        if finalizers:
+            meta["finalizers"] = finalizers
+        meta["deletionTimestamp"] = _now_text(self.clock() + period)
+        meta["deletionGracePeriodSeconds"] = period
+        self._store(key, obj)
+        return copy.deepcopy(obj)
+
+    def confirm_deletion(self, namespace: str, name: str, uid: str) -> None:
+        """The kubelet's final word on a pod being deleted: its containers have stopped."""
+        with self._lock:
+            key = ("v1", "pods", namespace, name)
+            pod = self._objects.get(key)
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or not pod["metadata"].get("deletionTimestamp")
+            ):
+                return
+            new = copy.deepcopy(pod)
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            self._store(key, new)
+
+    def _remove(self, key: Key) -> None:
+        gone = self._objects.pop(key, None)
+        if gone is None:
+            return
+        self.generation += 1
+        self.changed.notify_all()
+        self._job_start.pop(gone["metadata"].get("uid", ""), None)
+        self._legacy_replace(gone)
+
+    def _owner_of(self, ref: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+        plural = plural_of(str(ref.get("kind", "")))
+        ns = "" if plural in CLUSTER_SCOPED else namespace
+        owner = self._objects.get((str(ref.get("apiVersion", "")), plural, ns, str(ref.get("name", ""))))
+        if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return owner
+
+    def _collect_garbage(self) -> bool:
+        """One pass of the garbage collector; whether it changed anything."""
+        changed = False
+        dependents: dict[str, list[Key]] = {}
+        for key, obj in self._objects.items():
+            for ref in obj["metadata"].get("ownerReferences") or []:
+                dependents.setdefault(str(ref.get("uid")), []).append(key)
+        for key in list(self._objects):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("ownerReferences"):
+                continue
+            obj = found
+            solid, gone, waiting = [], [], []
+            for ref in obj["metadata"]["ownerReferences"]:
+                owner = None if ref.get("uid") in self._external_owners else self._owner_of(ref, key[2])
+                if ref.get("uid") in self._external_owners:
+                    solid.append(ref)
+                elif owner is None:
+                    gone.append(ref)
+                elif owner["metadata"].get("deletionTimestamp") and FOREGROUND in (
+                    owner["metadata"].get("finalizers") or []
+                ):
+                    waiting.append(ref)
+                else:
+                    solid.append(ref)
+            if not gone and not waiting:
+                continue
+            if solid:
+                new = copy.deepcopy(obj)
+                new["metadata"]["ownerReferences"] = solid
+                self._store(key, new)
+                changed = True
+            elif not obj["metadata"].get("deletionTimestamp"):
+                has_own = bool(dependents.get(obj["metadata"].get("uid", "")))
+                self._delete(key, "Foreground" if waiting and has_own else "Background")
+                changed = True
+        for key in list(self._objects):
+            found = self._objects.get(key)
+            if found is None or not found["metadata"].get("deletionTimestamp"):
+                continue
+            obj = found
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            uid = obj["metadata"].get("uid", "")
+            live = [k for k in dependents.get(uid, []) if k in self._objects]
+            if ORPHAN in finalizers:
+                for dep_key in live:
+                    dep = copy.deepcopy(self._objects[dep_key])
+                    refs = dep["metadata"].get("ownerReferences") or []
+                    dep["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                    if not dep["metadata"]["ownerReferences"]:
+                        dep["metadata"].pop("ownerReferences")
+                    self._store(dep_key, dep)
+                finalizers.remove(ORPHAN)
+            elif FOREGROUND in finalizers and not live:
+                finalizers.remove(FOREGROUND)
+            else:
+                continue
+            new = copy.deepcopy(obj)
+            new["metadata"]["finalizers"] = finalizers
+            self._store(key, new)
+            changed = True
+        return changed
+
+    def _set_finalizers(self, key: Key, finalizers: list[str]) -> None:
+        new = copy.deepcopy(self._objects[key])
+        new["metadata"]["finalizers"] = finalizers
+        if not finalizers:
+            new["metadata"].pop("finalizers")
+        self._store(key, new)
+
+    # ------------------------------------------------------------------ the control loop
+
+    def _reconcile(self, passes: int = 50) -> None:
+        from tests.k8s_kubelet import schedule_pending
+
+        for _ in range(passes):
+            changed = self._collect_garbage()
+            changed = self._sync_jobs() or changed
+            changed = schedule_pending(self) or changed
+            if not changed:
+                return
+
+    def _next_due(self) -> float:
+        """Seconds until the next Job deadline or back-off ends (at most a quarter second)."""
+        now = self.clock()
+        due = now + 0.25
+        for (gv, plural, _, _), job in self._objects.items():
+            if (gv, plural) != ("batch/v1", "jobs") or self._job_finished(job):
+                continue
+            uid = job["metadata"]["uid"]
+            deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+            if deadline is not None and uid in self._job_start:
+                due = min(due, self._job_start[uid] + float(deadline))
+            if uid in self._job_backoff:
+                due = min(due, self._backoff_until(uid))
+        return max(0.005, due - now)
+
+    def _control_loop(self) -> None:
+        with self._lock:
+            while self._running:
+                self._reconcile()
+                seen = self.generation
+                self.changed.wait_for(functools.partial(self._moved_from, seen), self._next_due())
+
+    def _moved_from(self, seen: int) -> bool:
+        return self.generation != seen or not self._running
+
+    # ------------------------------------------------------------------ the Job controller
+
+    @staticmethod
+    def _condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+        return next(
+            (
+                c
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c.get("type") == kind and c.get("status") == "True"
+            ),
+            None,
+        )
+
+    def _job_finished(self, job: dict[str, Any]) -> bool:
+        return bool(self._condition(job, "Complete") or self._condition(job, "Failed"))
+
+    def _backoff_until(self, uid: str) -> float:
+        failures, last = self._job_backoff[uid]
+        return float(last + min(JOB_BACKOFF_S * 2 ** (failures - 1), JOB_BACKOFF_MAX_S))
+
+    def _sync_jobs(self) -> bool:
+        changed = False
+        pods: dict[str, list[Key]] = {}
+        for key, obj in self._objects.items():
+            if key[1] == "pods" and (ref := _controller_ref(obj)) is not None:
+                pods.setdefault(str(ref.get("uid")), []).append(key)
+        for key, job in list(self._objects.items()):
+            if (key[0], key[1]) == ("batch/v1", "jobs") and (job.get("spec") or {}).get("template"):
+                changed = self._sync_job(key, job, pods.get(job["metadata"]["uid"], [])) or changed
+        for key in [
+            k
+            for k, o in self._objects.items()
+            if k[1] == "pods" and JOB_TRACKING in (o["metadata"].get("finalizers") or [])
+        ]:
+            pod = self._objects[key]
+            ref = _controller_ref(pod)
+            owner: dict[str, Any] | None = None
+            if ref is not None and (ref.get("apiVersion"), ref.get("kind")) == ("batch/v1", "Job"):
+                owner = self._owner_of(ref, key[2])
+            if owner is None or self._job_finished(owner):
+                self._set_finalizers(key, [f for f in pod["metadata"]["finalizers"] if f != JOB_TRACKING])
+                changed = True
+        return changed
+
+    def _sync_job(self, key: Key, job: dict[str, Any], pod_keys: list[Key]) -> bool:
+        """One syncJob: count pods, start, deadline, back-off limit, create pods, finish."""
+        if self._job_finished(job):
+            return False
+        spec = job["spec"]
+        meta = job["metadata"]
+        uid = meta["uid"]
+        status = copy.deepcopy(job.get("status") or {})
+        now = self.clock()
+        pods = [self._objects[k] for k in pod_keys if k in self._objects]
+        indexed = spec.get("completionMode") == "Indexed"
+        completions = spec.get("completions")
+
+        active = [p for p in pods if _pod_active(p)]
+        tracked = [p for p in pods if JOB_TRACKING in (p["metadata"].get("finalizers") or [])]
+        new_failed = [p for p in tracked if _pod_failed(p)]
+        new_succeeded = [p for p in tracked if _phase(p) == "Succeeded" and not _pod_failed(p)]
+        if new_failed:
+            failures = self._job_backoff.get(uid, (0, now))[0]
+            self._job_backoff[uid] = (failures + len(new_failed), now)
+        elif new_succeeded:
+            self._job_backoff.pop(uid, None)
+        failed = int(status.get("failed") or 0) + len(new_failed)
+        succeeded_indexes = _parse_ranges(status.get("completedIndexes", ""))
+        succeeded = int(status.get("succeeded") or 0)
+        for p in new_succeeded:
+            ix = _completion_index(p)
+            if not indexed:
+                succeeded += 1
+            elif ix is not None and ix < int(completions):
+                succeeded_indexes.add(ix)
+        if indexed:
+            succeeded = len(succeeded_indexes)
+        if uid not in self._job_start:
+            start = _parse_time(status.get("startTime"))
+            self._job_start[uid] = start if start is not None else now
+        status.setdefault("startTime", _now_text(self._job_start[uid]))
+        conditions = list(status.get("conditions") or [])
+
+        def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+            stamp = _now_text(now)
+            return {
+                "type": kind,
+                "status": "True",
+                "lastProbeTime": stamp,
+                "lastTransitionTime": stamp,
+                "reason": reason,
+                "message": message,
+            }
+
+        finishing = self._condition(job, "SuccessCriteriaMet") or self._condition(job, "FailureTarget")
+        if finishing is None:
+            deadline = spec.get("activeDeadlineSeconds")
+            if failed > int(spec.get("backoffLimit", 6)):
+                finishing = condition(
+                    "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+                )
+            elif deadline is not None and now - self._job_start[uid] >= float(deadline):
+                finishing = condition(
+                    "FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline"
+                )
+            if finishing is not None:
+                conditions.append(finishing)
+        failing = finishing is not None and finishing["type"] == "FailureTarget"
+        if failing:
+            for p in active:
+                self._delete(_pod_key(p), "Background")
+            active = []
+        elif not meta.get("deletionTimestamp"):
+            self._manage_job(job, active, succeeded, succeeded_indexes, now)
+            active = [self._objects[k] for k in self._job_pod_keys(uid) if _pod_active(self._objects[k])]
+            if completions is None:
+                done = succeeded > 0 and not active
+            else:
+                done = succeeded >= int(completions) and not active
+            if done and finishing is None:
+                finishing = condition("SuccessCriteriaMet", "CompletionsReached", SUCCESS_MESSAGE)
+                conditions.append(finishing)
+        # Count finished pods and let them go (trackJobStatusAndRemoveFinalizers): when the Job is
+        # failing every pod not yet finished counts as failed.
+        counted_failed = int(status.get("failed") or 0)
+        for p in tracked:
+            pkey = _pod_key(p)
+            current = self._objects.get(pkey)
+            if current is None:
+                continue
+            if _phase(current) == "Succeeded" and not _pod_failed(current):
+                pass
+            elif _pod_failed(current) or failing:
+                counted_failed += 1
+            elif not meta.get("deletionTimestamp") and finishing is None:
+                continue
+            self._set_finalizers(pkey, [f for f in current["metadata"]["finalizers"] if f != JOB_TRACKING])
+        terminating = sum(
+            1
+            for k in self._job_pod_keys(uid)
+            if self._objects[k]["metadata"].get("deletionTimestamp")
+            and _phase(self._objects[k]) not in TERMINAL
+        )
+        status.update(
+            active=len(active),
+            ready=sum(1 for p in active if _pod_ready(p)),
+            terminating=terminating,
+            succeeded=succeeded,
+            failed=counted_failed,
+            uncountedTerminatedPods={},
+        )
+        if indexed:
+            status["completedIndexes"] = _index_ranges(succeeded_indexes)
+        if finishing is not None and terminating == 0:
+            final = "Complete" if finishing["type"] == "SuccessCriteriaMet" else "Failed"
+            conditions.append(condition(final, finishing["reason"], finishing["message"]))
+            if final == "Complete":
+                status["completionTime"] = _now_text(now)
+            self._job_backoff.pop(uid, None)
+        if conditions:
+            status["conditions"] = conditions
+        if status == (job.get("status") or {}) or key not in self._objects:
+            return False
+        new = copy.deepcopy(self._objects[key])
+        new["status"] = status
+        self._store(key, new)
+        return True
+
+    def _job_pod_keys(self, uid: str) -> list[Key]:
+        return [
+            k
+            for k, o in self._objects.items()
+            if k[1] == "pods" and (ref := _controller_ref(o)) is not None and ref.get("uid") == uid
+        ]
+
+    def _manage_job(
+        self,
+        job: dict[str, Any],
+        active: list[dict[str, Any]],
+        succeeded: int,
+        succeeded_indexes: set[int],
+        now: float,
+    ) -> None:
+        spec = job["spec"]
+        if spec.get("suspend"):
+            return
+        uid = job["metadata"]["uid"]
+        completions = spec.get("completions")
+        parallelism = int(spec.get("parallelism", 1))
+        if completions is None:
+            want = len(active) if succeeded > 0 else parallelism
+        else:
+            want = max(0, min(int(completions) - succeeded, parallelism))
+        missing = want - len(active)
+        if missing <= 0:
+            return
+        if uid in self._job_backoff and self._job_backoff[uid][0] > 0 and now < self._backoff_until(uid):
+            return
+        if spec.get("completionMode") == "Indexed":
+            busy = {
+                int(i)
+                for p in active
+                if (i := (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "")).isdigit()
+            }
+            free = [i for i in range(int(completions)) if i not in succeeded_indexes and i not in busy]
+            indexes: list[int | None] = list(free[:missing])
+        else:
+            indexes = [None] * missing
+        for index in indexes:
+            if not self._create_job_pod(job, index):
+                break  # slow start: after a refused create the controller tries again later
+
+    def _create_job_pod(self, job: dict[str, Any], index: int | None) -> bool:
+        """A pod from the Job's template, as the Job controller makes it; whether the API took it."""
+        meta = job["metadata"]
+        name = meta["name"]
+        template = copy.deepcopy(job["spec"]["template"])
+        pod_meta = template.get("metadata") or {}
+        spec = template.get("spec") or {}
+        labels = dict(pod_meta.get("labels") or {})
+        annotations = dict(pod_meta.get("annotations") or {})
+        if index is None:
+            generate = f"{name}-"
+        else:
+            labels[COMPLETION_INDEX] = annotations[COMPLETION_INDEX] = str(index)
+            spec["hostname"] = f"{name}-{index}"
+            suffix = f"-{index}-"
+            generate = (
+                (name + suffix)[: GENERATED_NAME_MAX - len(suffix)] + suffix
+                if len(name + suffix) > GENERATED_NAME_MAX
+                else name + suffix
+            )
+            for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+                env = container.setdefault("env", [])
+                if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+                    env.append(
+                        {
+                            "name": "JOB_COMPLETION_INDEX",
+                            "valueFrom": {
+                                "fieldRef": {"fieldPath": f"metadata.labels['{COMPLETION_INDEX}']"}
+                            },
+                        }
+                    )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": generate,
+                "namespace": meta.get("namespace", ""),
+                "labels": labels,
+                "annotations": annotations,
+                "finalizers": [JOB_TRACKING],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        route = _Route("v1", "pods", meta.get("namespace", ""), "", "")
+        try:
+            self._admit_pod(pod, route.namespace)
+            self._insert(route, pod, "Pod")
+        except _Answer as refused:
+            self._record(job, "Warning", "FailedCreate", f"Error creating: {refused.body.get('message', '')}")
+            return False
+        return True
+
+    def _record(self, about: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """An Event about ``about`` from a controller (same reason and message counted, not repeated)."""
+        meta = about["metadata"]
+        ns = meta.get("namespace", "") or "default"
+        for (_, plural, e_ns, _), event in self._objects.items():
+            if (
+                plural == "events"
+                and e_ns == ns
+                and (event.get("involvedObject") or {}).get("uid") == meta.get("uid")
+                and event.get("reason") == reason
+                and event.get("message") == message
+            ):
+                return
+        stamp = _now_text(self.clock())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": about.get("apiVersion", ""),
+                "kind": about.get("kind", ""),
+                "name": meta["name"],
+                "namespace": meta.get("namespace", ""),
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "job-controller"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._insert(_Route("v1", "events", ns, "", ""), event, "Event")
+
+    # ------------------------------------------------------------------ eviction and outside controllers
 
     def _budgets_for(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
         labels = pod["metadata"].get("labels") or {}
@@ -575,7 +1596,7 @@ class Emulator:
             )
         ]
 
-    def _evict(self, route: _Route, body: Any = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _evict(self, route: _Route, body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
         pod = self._objects.get(self._key(route))
         if pod is None:
             raise self._not_found(route)
@@ -631,21 +1652,17 @@ class Emulator:
                     },
                 )
         self._check_uid(route, pod, (body or {}).get("deleteOptions") if isinstance(body, dict) else None)
-        del self._objects[self._key(route)]
-        self._controllers(pod)
+        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+        grace = options.get("gracePeriodSeconds")
+        self._delete(self._key(route), "Background", None if grace is None else int(grace))
         return (
             201,
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
             {},
         )
 
-    @staticmethod
-    def _owner(pod: dict[str, Any]) -> dict[str, Any] | None:
-        refs = pod["metadata"].get("ownerReferences") or []
-        return next((r for r in refs if r.get("controller")), None)
-
     def _count_owner(self, pod: dict[str, Any]) -> None:
-        if pod.get("kind") != "Pod" or not (owner := self._owner(pod)):
+        if pod.get("kind") != "Pod" or not (owner := _controller_ref(pod)):
             return
         suffix = pod["metadata"]["name"].rpartition("-")[2]
         key = f"{owner['kind']}/{pod['metadata'].get('namespace', '')}/{owner['name']}"
@@ -667,9 +1684,11 @@ class Emulator:
                 names.append(name)
         return names
 
-    def _controllers(self, gone: dict[str, Any]) -> None:
-        """What the DaemonSet, ReplicaSet and Job controllers do when one of their pods goes away."""
-        if gone.get("kind", "Pod") != "Pod" or "spec" not in gone or not (owner := self._owner(gone)):
+    def _legacy_replace(self, gone: dict[str, Any]) -> None:
+        """What the outside DaemonSet, ReplicaSet and Job controllers do when one of their pods goes away."""
+        if gone.get("kind", "Pod") != "Pod" or "spec" not in gone or not (owner := _controller_ref(gone)):
+            return
+        if owner.get("uid") not in self._external_owners:
             return
         phase = (gone.get("status") or {}).get("phase")
         node = (gone.get("spec") or {}).get("nodeName", "")
@@ -695,12 +1714,46 @@ class Emulator:
         self._owner_next[key] = index + 1
         pod = copy.deepcopy(gone)
         pod["metadata"].update(name=f"{owner['name']}-{index}", uid=str(uuid.uuid4()))
+        for transient in ("deletionTimestamp", "deletionGracePeriodSeconds", "finalizers"):
+            pod["metadata"].pop(transient, None)
         pod["spec"]["nodeName"] = node
         if not node:
             pod["spec"].pop("nodeName")
         pod["status"] = {"phase": "Running" if node else "Pending"}
+        self._created[pod["metadata"]["uid"]] = len(self._created)
         self._bump(pod)
         self._objects[("v1", "pods", ns, pod["metadata"]["name"])] = pod
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _pod_active(pod: dict[str, Any]) -> bool:
+    """Neither finished nor being deleted (controller.FilterActivePods)."""
+    return _phase(pod) not in TERMINAL and not pod["metadata"].get("deletionTimestamp")
+
+
+def _pod_failed(pod: dict[str, Any]) -> bool:
+    """isPodFailed: Failed, or deleted before it succeeded."""
+    phase = _phase(pod)
+    return phase == "Failed" or (bool(pod["metadata"].get("deletionTimestamp")) and phase != "Succeeded")
+
+
+def _completion_index(pod: dict[str, Any]) -> int | None:
+    value = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "")
+    return int(value) if value.isdigit() else None
+
+
+def _pod_key(pod: dict[str, Any]) -> Key:
+    return ("v1", "pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -723,7 +1776,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
-            code, answer, extra = 400, status_body(400, "BadRequest", "the body is not JSON"), {}
+            code, answer = 400, status_body(400, "BadRequest", "the body is not JSON")
+            extra: dict[str, str] = {}
         else:
             code, answer, extra = self.owner.handle(self.command, split.path, query, headers, body)
         seen.status = code

@@ -16,6 +16,7 @@ import copy
 import datetime as dt
 import functools
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -25,17 +26,20 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import (
     ApiStatusError,
     ApiUnavailableError,
+    ClusterError,
     ConflictError,
     NotFoundError,
     classify,
 )
 from steps.cluster.patches import merge_patch
 from steps.cluster.port import (
+    NODE_EVENT_NAMESPACE,
     CordonResult,
     EvictionResult,
     Node,
     Pod,
     PodRef,
+    Propagation,
     StateChange,
     TaintEffect,
     pod_ref,
@@ -43,7 +47,7 @@ from steps.cluster.port import (
 from steps.cluster.resources import Resource, resource
 from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import parse_selector
-from steps.errors import InputError
+from steps.errors import DsxError, InputError
 
 __all__ = ["CONFIGMAPS", "EVENTS", "LEASES", "NODES", "PODS", "PortBase", "lease_name", "logged"]
 
@@ -121,7 +125,7 @@ class PortBase(abc.ABC):
     """Shared implementation of :class:`~steps.cluster.port.ClusterPort`.
 
     Args:
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for transient failures and for conflicts.
         clock: the current time (tests pass a fixed clock to age Leases).
         field_manager: the name every write gives the API server as its field manager (``dsx``); a port
@@ -180,8 +184,15 @@ class PortBase(abc.ABC):
         """Merge-patch (or strategic-merge-patch) an object; a ``resourceVersion`` in it is a precondition."""
 
     @abc.abstractmethod
-    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
-        """Delete an object, ``False`` on 404."""
+    def _delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        grace_seconds: int | None,
+        propagation: Propagation | None = None,
+    ) -> bool:
+        """Delete an object (``propagationPolicy`` when given), ``False`` on 404."""
 
     @abc.abstractmethod
     def _evict(
@@ -480,34 +491,48 @@ class PortBase(abc.ABC):
             return False
 
     @logged
-    def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:
-        """Record an Event about the node, in dsx's namespace."""
-        if type_ not in ("Normal", "Warning"):
-            raise InputError(f"record_event node/{node}: event type must be Normal or Warning, not {type_!r}")
-        now = self._clock()
-        stamp = changes.format_time(now)
-        # The name is made here, so a retry after a lost answer finds the first copy (409) instead
-        # of recording the event twice.
-        name = f"{node}.{time.time_ns():x}"
-        manifest = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
-            "reason": reason,
-            "message": " ".join(message.split()),
-            "type": type_,
-            "source": {"component": "dsx"},
-            "reportingComponent": "dsx",
-            "reportingInstance": "dsx",
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        with contextlib.suppress(ConflictError):  # an earlier try went through; its answer was lost
-            self._run(
-                "record_event", f"node/{node}", True, lambda: self._create(EVENTS, self.namespace, manifest)
-            )
+    def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> bool:
+        """Record an Event about the node in :data:`NODE_EVENT_NAMESPACE`, best-effort.
+
+        Events about a Node (cluster-scoped) go to ``default``: the API server refuses a core/v1
+        Event without ``eventTime`` about a cluster-scoped object in any other namespace (422). An
+        event is never the reason a step fails: any error is one line on stderr and ``False``.
+        """
+        target = f"node/{node}"
+        try:
+            if type_ not in ("Normal", "Warning"):
+                raise InputError(f"event type must be Normal or Warning, not {type_!r}")
+            stamp = changes.format_time(self._clock())
+            # The name is made here, so a retry after a lost answer finds the first copy (409) instead
+            # of recording the event twice.
+            name = f"{node}.{time.time_ns():x}"
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": NODE_EVENT_NAMESPACE},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+                "reason": reason,
+                "message": " ".join(message.split()),
+                "type": type_,
+                "source": {"component": "dsx"},
+                "reportingComponent": "dsx",
+                "reportingInstance": "dsx",
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
+            }
+            with contextlib.suppress(ConflictError):  # an earlier try went through; its answer was lost
+                self._run(
+                    "record_event",
+                    target,
+                    True,
+                    lambda: self._create(EVENTS, NODE_EVENT_NAMESPACE, manifest),
+                )
+        except DsxError as exc:
+            where = "" if isinstance(exc, ClusterError) else f"record_event {target}: "
+            print(f"warning: {where}{exc} (event {reason} not recorded)", file=sys.stderr)
+            return False
+        return True
 
     # ----------------------------------------------------------------- state and locks
 
@@ -664,12 +689,30 @@ class PortBase(abc.ABC):
         )
 
     @logged
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete an object; ``False`` if it was already gone."""
+    def delete_object(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        propagation: Propagation | None = "Background",
+    ) -> bool:
+        """Delete an object with ``propagationPolicy`` (server default when ``None``); ``False`` if gone.
+
+        batch/v1 Jobs orphan their pods unless the policy is given: the pods would run on and keep
+        their GPUs.
+        """
+        if propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise InputError(
+                f"delete_object: propagation must be Background, Foreground or Orphan, not {propagation!r}"
+            )
         res = resource(api_version, kind)
         ns = res.namespace_for(namespace)
         return self._run(
-            "delete_object", self._target(res, name, ns), True, lambda: self._delete(res, name, ns, None)
+            "delete_object",
+            self._target(res, name, ns),
+            True,
+            lambda: self._delete(res, name, ns, None, propagation),
         )
 
     @logged

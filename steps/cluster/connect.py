@@ -11,7 +11,8 @@ Spec forms:
 - ``state:PATH``: a simulated fleet persisted as JSON, shared by every process that opens it.
 
 Environment: ``DSX_CLUSTER`` (the spec when none is given), ``DSX_NAMESPACE`` (where dsx keeps its
-ConfigMaps, Leases and Events; default the pod's namespace in a cluster, else ``dsx``),
+ConfigMaps and Leases; default the pod's namespace in a cluster, else ``dsx``; Events about nodes go to
+``default``),
 ``DSX_RETRY_ATTEMPTS`` and ``DSX_RETRY_BASE_DELAY`` (see :class:`steps.cluster.retry.RetryPolicy`).
 """
 

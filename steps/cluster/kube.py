@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.errors import ApiStatusError, ClusterConfigError
+from steps.cluster.port import Propagation
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 
@@ -81,7 +82,7 @@ class KubeCluster(PortBase):
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient`` (see :func:`load_api_client`).
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for transient failures.
         timeout: ``(connect, read)`` seconds for each request.
         clock: the current time.
@@ -229,10 +230,19 @@ class KubeCluster(PortBase):
         )
         return result
 
-    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
+    def _delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        grace_seconds: int | None,
+        propagation: Propagation | None = None,
+    ) -> bool:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
+        if propagation is not None:
+            body["propagationPolicy"] = propagation
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
     def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:

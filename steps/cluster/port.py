@@ -19,6 +19,7 @@ from steps.cluster import vocabulary as vocab
 
 __all__ = [
     "GPU_RESOURCE",
+    "NODE_EVENT_NAMESPACE",
     "ClusterPort",
     "Condition",
     "Cordon",
@@ -29,6 +30,7 @@ __all__ = [
     "NodeInfo",
     "Pod",
     "PodRef",
+    "Propagation",
     "StateChange",
     "Taint",
     "TaintEffect",
@@ -39,6 +41,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
+Propagation = Literal["Background", "Foreground", "Orphan"]
+"""How a deletion treats the objects the deleted one owns (``DeleteOptions.propagationPolicy``)."""
+
+NODE_EVENT_NAMESPACE = "default"
+"""Where Events about Nodes go. The API server accepts a core/v1 Event about a cluster-scoped object
+without ``eventTime`` only in namespace ``default`` (or none) and answers 422 elsewhere (kubernetes
+``legacyValidateEvent`` in pkg/apis/core/validation/events.go)."""
 
 
 class _Model(BaseModel):
@@ -437,7 +446,7 @@ class ClusterPort(Protocol):
     """
 
     namespace: str
-    """Where dsx keeps its ConfigMaps, Leases and Events."""
+    """Where dsx keeps its ConfigMaps and Leases (Events about nodes go to :data:`NODE_EVENT_NAMESPACE`)."""
 
     @property
     def endpoint(self) -> str:
@@ -529,8 +538,12 @@ class ClusterPort(Protocol):
         """
         ...
 
-    def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> None:
-        """Record a Kubernetes Event about the node (shown by ``kubectl describe node``)."""
+    def record_event(self, node: str, reason: str, message: str, type_: str = "Normal") -> bool:
+        """Record a Kubernetes Event about the node (shown by ``kubectl describe node``), best-effort.
+
+        The Event goes to :data:`NODE_EVENT_NAMESPACE`. It never raises: a refusal or an unreachable
+        API is reported on stderr in one line and the result is ``False``; ``True`` once recorded.
+        """
         ...
 
     def get_state(self, name: str) -> dict[str, str]:
@@ -569,8 +582,20 @@ class ClusterPort(Protocol):
         """Merge-patch an object (RFC 7386); returns it as stored."""
         ...
 
-    def delete_object(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete an object; ``False`` if it was already gone."""
+    def delete_object(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        propagation: Propagation | None = "Background",
+    ) -> bool:
+        """Delete an object; ``False`` if it was already gone.
+
+        ``propagation`` is sent as ``propagationPolicy``: ``Background`` (the default here) lets the
+        garbage collector delete what the object owns, ``Foreground`` deletes that first, ``Orphan``
+        leaves it; ``None`` takes the server's default for the kind (batch/v1 Jobs orphan their pods).
+        """
         ...
 
     def list_objects(

@@ -48,6 +48,7 @@ __all__ = [
     "ANNOTATION_CORDONED_BEFORE",
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
+    "ANNOTATION_MEMBERS",
     "ANNOTATION_SUBJECT",
     "ANNOTATION_WORKFLOW",
     "CONDITION_GPU_FAILED",
@@ -61,6 +62,7 @@ __all__ = [
     "LABEL_CERTIFICATION_REPORT",
     "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
+    "LABEL_GROUP_TEST",
     "LABEL_MANAGED",
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
@@ -91,6 +93,12 @@ LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
 LABEL_CERTIFICATION_REPORT: Final = "dsx.dev/certification-report"
 ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
 ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
+
+# On the objects of a group test (Job, its pods, headless Service, state ConfigMap): the Job's name, which
+# the Service selects the pods by; with LABEL_CERTIFICATION_RUN and ANNOTATION_WORKFLOW for the run, and
+# the members the test runs on.
+LABEL_GROUP_TEST: Final = "dsx.dev/group-test"
+ANNOTATION_MEMBERS: Final = "dsx.dev/members"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"

@@ -542,8 +542,9 @@ def _sweep(
     if plan.launcher == "local":
         return run_allreduce_sweep(request)
     from steps.readiness.jobs import run_sweep_job
+    from steps.readiness.rankpods import rank_pod_patch
 
-    return run_sweep_job(request, plan, connect())
+    return run_sweep_job(request, plan, connect(), pod_patch=rank_pod_patch(recipe))
 
 
 def _summary_file(result: CheckResult) -> CheckResult:
@@ -719,8 +720,9 @@ def _smoke(
     if local:
         return run_training_smoke(request)
     from steps.readiness.jobs import run_smoke_job
+    from steps.readiness.rankpods import rank_pod_patch
 
-    return run_smoke_job(request, plan, connect())
+    return run_smoke_job(request, plan, connect(), pod_patch=rank_pod_patch(recipe))
 
 
 def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdict]:

@@ -66,6 +66,21 @@ class RunRef(Model):
         return cls(name="dsx-certify-local", uid=str(uuid.uuid4()), namespace=namespace)
 
 
+def workflow_owner(port: ClusterPort, run: RunRef, namespace: str) -> list[dict[str, object]]:
+    """The ``ownerReferences`` that tie an object in ``namespace`` to the run's Workflow, or none.
+
+    Only when the Workflow exists there with the run's uid: the garbage collector deletes at once an
+    object whose owner is absent, and an owner reference cannot cross namespaces (the collector looks
+    the owner up in the dependent's own namespace). A local run, or objects kept elsewhere, get none.
+    """
+    if namespace != run.namespace:
+        return []
+    workflow = port.get_object(_WORKFLOW_API, "Workflow", run.name, run.namespace)
+    if workflow is None or (workflow.get("metadata") or {}).get("uid") != run.uid:
+        return []
+    return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": run.name, "uid": run.uid}]
+
+
 class CheckResult(Model):
     """A check's result as the workflow carries it: who, the status, and one line saying why."""
 
@@ -82,18 +97,6 @@ def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> Che
     return CheckResult(kind=kind, subject=outcome.subject.name, status=outcome.status, message=message[:500])
 
 
-def workflow_owner(port: ClusterPort, run: RunRef) -> list[dict[str, object]]:
-    """An ownerReference to the run's Workflow if it exists, else none.
-
-    Kubernetes' garbage collector deletes a dependent whose owner does not exist (an ownerReference to a
-    missing uid), so a reference is added only once the Workflow is seen with the run's uid.
-    """
-    workflow = port.get_object(_WORKFLOW_API, "Workflow", run.name, run.namespace)
-    if workflow is None or (workflow.get("metadata") or {}).get("uid") != run.uid:
-        return []
-    return [{"apiVersion": _WORKFLOW_API, "kind": "Workflow", "name": run.name, "uid": run.uid}]
-
-
 class OutcomeStore:
     """The outcomes of one certification run, one ConfigMap each, in the run's namespace."""
 
@@ -108,9 +111,6 @@ class OutcomeStore:
     def _selector(self, kind: OutcomeKind | DocumentKind | None = None) -> str:
         selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
         return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
-
-    def _owner(self) -> list[dict[str, object]]:
-        return workflow_owner(self.port, self.run)
 
     def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> str:
         """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
@@ -156,7 +156,7 @@ class OutcomeStore:
             },
             "annotations": {vocab.ANNOTATION_SUBJECT: subject, vocab.ANNOTATION_WORKFLOW: self.run.name},
         }
-        owner = self._owner()
+        owner = workflow_owner(self.port, self.run, self.run.namespace)
         if owner:
             metadata["ownerReferences"] = owner
         manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "binaryData": data}

@@ -23,11 +23,17 @@ from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
 from steps.cluster.patches import merge_patch, strategic_merge_patch
-from steps.cluster.port import CordonResult, EvictionResult, Node, Pod
+from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import matches
-from steps.cluster.sim.controllers import disruption_refusal, replace_pod
+from steps.cluster.sim.controllers import (
+    collect_dependents,
+    default_propagation,
+    disruption_refusal,
+    event_refusal,
+    replace_pod,
+)
 from steps.cluster.sim.faults import apply_fault
 from steps.cluster.sim.model import CallRecord, Fleet, NodeHealth, Pdb, object_key, owner_key
 from steps.cluster.sim.store import FleetStore, MemoryStore
@@ -120,7 +126,7 @@ class SimCluster(PortBase):
 
     Args:
         store: where the fleet lives (in memory, or a shared JSON file).
-        namespace: where dsx keeps its ConfigMaps, Leases and Events.
+        namespace: where dsx keeps its ConfigMaps and Leases (Events about nodes go to ``default``).
         retry: backoff for injected transient failures.
         clock: the current time.
         field_manager: who this port's writes are, as ``managedFields`` records the owner of
@@ -353,6 +359,10 @@ class SimCluster(PortBase):
                 raise ApiStatusError(409, f'{res.plural} "{name}" already exists')
             if res.kind == "Pod" and self._typed(res):
                 obj["metadata"]["uid"] = fleet.new_uid()  # the server names every new pod afresh
+            if (res.api_version, res.kind) == ("v1", "Event"):
+                refusal = event_refusal(obj)
+                if refusal is not None:
+                    raise ApiStatusError(422, refusal)
             return self._store(fleet, res, obj)
 
     def _replace(
@@ -415,7 +425,14 @@ class SimCluster(PortBase):
                 obj["metadata"].pop("namespace")
             return self._store(fleet, res, obj)
 
-    def _delete(self, res: Resource, name: str, namespace: str | None, grace_seconds: int | None) -> bool:
+    def _delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        grace_seconds: int | None,
+        propagation: Propagation | None = None,
+    ) -> bool:
         with self.store.transaction() as fleet:
             self._gate(fleet, "delete", res, name, namespace=namespace)
             if res.kind == "Node" and self._typed(res):
@@ -427,7 +444,12 @@ class SimCluster(PortBase):
                 return pod is not None
             if self._typed(res):
                 return fleet.pdbs.pop(f"{namespace}/{name}", None) is not None
-            return fleet.objects.pop(object_key(res.api_version, res.kind, namespace, name), None) is not None
+            gone = fleet.objects.pop(object_key(res.api_version, res.kind, namespace, name), None)
+            if gone is None:
+                return False
+            policy = propagation or default_propagation(res.api_version, res.kind)
+            collect_dependents(fleet, gone, policy, fleet.next_revision)
+            return True
 
     def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
         from steps.cluster.base import PODS

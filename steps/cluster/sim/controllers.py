@@ -6,14 +6,29 @@
 - An eviction is refused while the pod's PodDisruptionBudget allows no disruption: healthy (Running)
   pods minus the pods the budget insists on must be at least one. Two budgets on one pod is an error,
   as in the API server.
+- Deleting an object deletes what it owns (``Background`` and ``Foreground``; a dependent that still has
+  another owner only loses the reference) or leaves it with the reference removed (``Orphan``). With no
+  policy the server's default for the kind applies: batch/v1 Jobs orphan their pods, the rest do not.
+- A core/v1 Event without ``eventTime`` about a cluster-scoped object is accepted only in namespace
+  ``default`` (or none), as the API server's legacy Event validation has it.
 """
 
 from __future__ import annotations
 
-from steps.cluster.port import Pod
+from typing import Any
+
+from steps.cluster.port import Pod, Propagation
 from steps.cluster.sim.model import Fleet, owner_key
 
-__all__ = ["MULTIPLE_BUDGETS", "disruption_refusal", "replace_pod", "schedulable_nodes"]
+__all__ = [
+    "MULTIPLE_BUDGETS",
+    "collect_dependents",
+    "default_propagation",
+    "disruption_refusal",
+    "event_refusal",
+    "replace_pod",
+    "schedulable_nodes",
+]
 
 MULTIPLE_BUDGETS = (
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
@@ -79,4 +94,76 @@ def disruption_refusal(fleet: Fleet, pod: Pod) -> tuple[int, str] | None:
         429,
         f"{_BLOCKED} The disruption budget {budget.name} needs {desired} healthy pods "
         f"and has {healthy} currently",
+    )
+
+
+def default_propagation(api_version: str, kind: str) -> Propagation:
+    """The server's policy when a deletion names none: batch/v1 Jobs orphan their pods (kept for backward
+    compatibility by the Job strategy); every other kind is collected in the background."""
+    return "Orphan" if (api_version, kind) == ("batch/v1", "Job") else "Background"
+
+
+def _owned_by(meta: dict[str, Any], kind: str, name: str, uid: str) -> list[dict[str, Any]]:
+    refs: list[dict[str, Any]] = meta.get("ownerReferences") or []
+    return [
+        r for r in refs if (r.get("uid") == uid if uid else (r.get("kind"), r.get("name")) == (kind, name))
+    ]
+
+
+def collect_dependents(
+    fleet: Fleet, owner: dict[str, Any], propagation: Propagation, revision: Any = None
+) -> None:
+    """What the garbage collector does once ``owner`` (an object's JSON) is deleted.
+
+    Dependents are pods whose controller is the owner (by kind and name in its namespace) and stored
+    objects whose ``ownerReferences`` name its uid. ``revision`` gives a fresh ``resourceVersion`` for
+    a dependent that is changed rather than deleted.
+    """
+    meta = owner.get("metadata") or {}
+    kind, name, uid = str(owner.get("kind", "")), str(meta.get("name", "")), str(meta.get("uid") or "")
+    namespace = meta.get("namespace") or None
+    orphan = propagation == "Orphan"
+    for ref, pod in list(fleet.pods.items()):
+        if (pod.owner_kind, pod.owner_name) != (kind, name) or (namespace and pod.namespace != namespace):
+            continue
+        if orphan:
+            fleet.pods[ref] = pod.model_copy(update={"owner_kind": "", "owner_name": ""})
+        else:
+            del fleet.pods[ref]
+    for key, obj in list(fleet.objects.items()):
+        dep_meta = obj.get("metadata") or {}
+        if namespace and dep_meta.get("namespace") != namespace:
+            continue
+        hits = _owned_by(dep_meta, kind, name, uid)
+        if not hits:
+            continue
+        rest = [r for r in dep_meta.get("ownerReferences") or [] if r not in hits]
+        if orphan or rest:
+            if rest:
+                dep_meta["ownerReferences"] = rest
+            else:
+                dep_meta.pop("ownerReferences", None)
+            if revision is not None:
+                dep_meta["resourceVersion"] = revision()
+            continue
+        del fleet.objects[key]
+        collect_dependents(fleet, obj, "Background", revision)
+
+
+def event_refusal(event: dict[str, Any]) -> str | None:
+    """Why the API server would refuse to create this core/v1 Event (422), or ``None``."""
+    meta = event.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    involved = str((event.get("involvedObject") or {}).get("namespace") or "")
+    if involved:
+        allowed = namespace == involved
+    elif event.get("eventTime"):
+        allowed = namespace in ("default", "kube-system")
+    else:
+        allowed = namespace in ("", "default")
+    if allowed:
+        return None
+    return (
+        f'Event "{meta.get("name", "")}" is invalid: involvedObject.namespace: Invalid value: '
+        f'"{involved}": does not match event.namespace'
     )

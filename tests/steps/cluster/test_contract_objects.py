@@ -1,12 +1,17 @@
-"""Contract: any object by apiVersion and kind (what resource templates and snapshots use)."""
+"""Contract: any object by apiVersion and kind (what resource templates and snapshots use), and deletion
+propagation to the objects an object owns."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from steps.cluster import ConflictError, NotFoundError, load_fleet
+from steps.cluster.base import PortBase
+from steps.errors import InputError
 from tests.steps.cluster.conftest import Backend
 
 WORKFLOW = {
@@ -103,3 +108,72 @@ def test_contract_helm_release_secrets_of_a_simulated_fleet_list_alike(
         for o in load_fleet("sim:nodes=2,releases=cert-manager@v1.18.2").objects.values()
     }
     assert secrets[0]["data"] == stored["sh.helm.release.v1.cert-manager.v1"]["data"]
+
+
+def _job_with_dependents(port: PortBase, name: str) -> str:
+    """A batch/v1 Job in ``gpu-ops`` with a pod and a ConfigMap it owns; returns the Job's uid."""
+    job = port.create_object(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": "gpu-ops"},
+            "spec": {
+                "parallelism": 0,  # its controller starts no pod of its own
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}},
+            },
+        }
+    )
+    uid = job["metadata"]["uid"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
+    for kind, extra in (
+        ("Pod", {"spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        ("ConfigMap", {"data": {"k": "v"}}),
+    ):
+        port.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": kind,
+                "metadata": {"name": f"{name}-0", "namespace": "gpu-ops", "ownerReferences": [owner]},
+                **extra,
+            }
+        )
+    return str(uid)
+
+
+def _left(port: PortBase, name: str) -> dict[str, list[Any]]:
+    return {
+        kind: (obj["metadata"].get("ownerReferences") or [])
+        for kind in ("Pod", "ConfigMap")
+        if (obj := port.get_object("v1", kind, f"{name}-0", "gpu-ops")) is not None
+    }
+
+
+def test_contract_deleting_a_job_takes_its_pods_with_it_in_the_background(backend: Backend) -> None:
+    port = backend.port
+    _job_with_dependents(port, "sweep")
+    assert port.delete_object("batch/v1", "Job", "sweep", "gpu-ops") is True  # Background by default
+    _wait_until(lambda: _left(port, "sweep") == {})
+    assert port.get_object("batch/v1", "Job", "sweep", "gpu-ops") is None
+
+
+def test_contract_a_batch_v1_job_deleted_without_a_policy_orphans_its_pods(backend: Backend) -> None:
+    port = backend.port
+    _job_with_dependents(port, "plain")
+    assert port.delete_object("batch/v1", "Job", "plain", "gpu-ops", propagation=None) is True
+    _wait_until(lambda: _left(port, "plain") == {"Pod": [], "ConfigMap": []})
+    _job_with_dependents(port, "kept")
+    assert port.delete_object("batch/v1", "Job", "kept", "gpu-ops", propagation="Orphan") is True
+    _wait_until(lambda: _left(port, "kept") == {"Pod": [], "ConfigMap": []})
+
+
+def test_contract_an_unknown_propagation_policy_is_an_input_error(backend: Backend) -> None:
+    with pytest.raises(InputError, match="propagation must be Background, Foreground or Orphan"):
+        backend.port.delete_object("v1", "ConfigMap", "x", "dsx", propagation="Cascade")  # type: ignore[arg-type]
+
+
+def _wait_until(check: Callable[[], bool], seconds: float = 5.0) -> None:
+    """The garbage collector works after the deletion's answer; give it a moment."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "the dependents were not collected as expected"
+        time.sleep(0.02)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from steps.cluster import Pod
-from steps.errors import InputError
-from tests.steps.cluster.conftest import Backend
+from steps.cluster import ClusterError, Pod
+from tests.steps.cluster.conftest import FAST, Backend
 
 
 def _all_pods(backend: Backend) -> dict[str, Pod]:
@@ -102,8 +101,8 @@ def test_contract_replacement_waits_pending_when_no_node_is_schedulable(backend:
 
 def test_contract_events_are_recorded_about_the_node(backend: Backend) -> None:
     port = backend.port
-    port.record_event("node-03", "DsxCordoned", "cordoned: xid 79", "Warning")
-    events = port.list_objects("v1", "Event", port.namespace)
+    assert port.record_event("node-03", "DsxCordoned", "cordoned: xid 79", "Warning") is True
+    events = port.list_objects("v1", "Event", "default")
     assert len(events) == 1
     event = events[0]
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "node-03"}
@@ -113,8 +112,6 @@ def test_contract_events_are_recorded_about_the_node(backend: Backend) -> None:
         "Warning",
     )
     assert event["firstTimestamp"] == "2025-03-01T12:00:00Z"
-    with pytest.raises(InputError, match="Normal or Warning"):
-        port.record_event("node-03", "X", "y", "Error")
 
 
 def test_contract_a_pod_replaced_under_its_name_reads_as_gone_the_newcomer_stays(backend: Backend) -> None:
@@ -135,3 +132,48 @@ def test_contract_a_pod_replaced_under_its_name_reads_as_gone_the_newcomer_stays
     assert port.evict("default/debug-shell").outcome == "evicted"  # by name: the pod there now
     assert "default/debug-shell" not in _all_pods(backend)
     assert port.delete_pod(new) is False
+
+
+def test_contract_node_events_of_a_step_in_another_namespace_land_in_default(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = backend.new_port()
+    port.namespace = "gpu-ops"
+    assert port.record_event("node-01", "DsxCertificationPassed", "dsx certification passed") is True
+    assert [e["involvedObject"]["name"] for e in port.list_objects("v1", "Event", "default")] == ["node-01"]
+    assert port.list_objects("v1", "Event", "gpu-ops") == []
+    assert capsys.readouterr().err == ""
+
+
+def test_contract_the_api_refuses_a_node_event_outside_default(backend: Backend) -> None:
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "node-01.1", "namespace": "gpu-ops"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "node-01"},
+        "reason": "Tested",
+        "message": "x",
+        "type": "Normal",
+    }
+    with pytest.raises(ClusterError, match=r"rejected \(422\): .*does not match event.namespace"):
+        backend.port.create_object(event)
+    assert backend.port.list_objects("v1", "Event") == []
+
+
+def test_contract_recording_an_event_never_fails_the_caller(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = backend.port
+    backend.inject_errors(FAST.attempts)
+    assert port.record_event("node-02", "DsxCordoned", "z") is False
+    assert "warning: record_event node/node-02: the API answered 500" in capsys.readouterr().err
+    backend.forbid("create", "events")
+    failed = port.record_event("node-02", "DsxCertificationFailed", "certification failed", "Warning")
+    assert failed is False
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("warning: record_event node/node-02: forbidden (403): ")
+    assert lines[0].endswith("(event DsxCertificationFailed not recorded)")
+    assert port.record_event("node-02", "X", "y", "Error") is False
+    assert "event type must be Normal or Warning, not 'Error'" in capsys.readouterr().err
+    assert port.list_objects("v1", "Event") == []

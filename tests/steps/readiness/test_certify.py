@@ -1,9 +1,8 @@
-"""The certification pipeline's steps on a simulated fleet: plan, local checks, labels, gate, group jobs."""
+"""The certification pipeline's steps on a simulated fleet: plan, local checks, labels, gate (group jobs on a
+cluster: test_jobs.py)."""
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,21 +12,14 @@ from steps.cluster import connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
-from steps.readiness.checks import SweepOutcome, SweepRequest
-from steps.readiness.jobs import render_group_job, run_sweep_job, settings_for
+from steps.readiness.checks import SweepOutcome
 from steps.readiness.models import Subject
-from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from tests.paths import REPO
 
-LOGS = Path(__file__).parent / "logs"
 LOCAL_RECIPE = {
     "digest": "sha256:feed",
     "thresholds": {"nccl": {"allReduce": [], "relative": {"madFactor": 3.5, "minGroups": 3}}},
-}
-H100_RECIPE = {
-    "digest": "sha256:beef",
-    "thresholds": {"nccl": {"allReduce": [{"size": "2MiB", "busBwGBps": 60, "scope": "multi-node"}]}},
 }
 
 
@@ -272,99 +264,6 @@ def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(fleet) -> None
     )
     with pytest.raises(DsxError, match=r"node node-00: its outcome takes .* bytes compressed"):
         OutcomeStore(connect(), RunRef.local("default")).put("node", outcome)
-
-
-def test_group_job_is_pinned_to_exactly_the_groups_nodes(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=3,gpu=h100")
-    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1", namespace="gpu-ops")
-    group = Subject(kind="group", name="rack-00", members=["node-02", "node-00"])
-    job = render_group_job(
-        "sweep", group, "steps.readiness.sweep", ["--max-bytes", "8GiB"], settings_for(plan), 600
-    )
-    spec = job.job["spec"]
-    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
-    assert spec["activeDeadlineSeconds"] == 600 and spec["backoffLimit"] == 0
-    pod = spec["template"]["spec"]
-    assert pod["subdomain"] == job.name == job.service["metadata"]["name"]
-    assert job.service["spec"]["clusterIP"] == "None"
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]
-    assert terms[0]["matchExpressions"][0]["values"] == ["node-00", "node-02"]
-    assert (
-        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]
-        == "kubernetes.io/hostname"
-    )
-    assert {t["key"] for t in pod["tolerations"]} >= {
-        vocab.TAINT_UNHEALTHY,
-        "node.kubernetes.io/unschedulable",
-    }
-    container = pod["containers"][0]
-    assert container["image"] == "registry.example/dsx:1"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    script = container["command"][2]
-    assert "--nnodes=2 --nproc-per-node=8 --node-rank=$JOB_COMPLETION_INDEX" in script
-    assert f"--master-addr={job.name}-0.{job.name}" in script
-    assert f"python -m steps.readiness.jobs publish {job.name}" in script
-    certify.release_certification(plan.run.name, plan.run.uid)
-    with pytest.raises(InputError, match="group jobs need an image"):
-        settings_for(certify.plan_certification(launcher="job"))
-
-
-def _play_job_controller(port, namespace: str, result: str | None) -> threading.Thread:  # type: ignore[no-untyped-def]
-    """Wait for a Job to be created, then finish it as the Job controller and rank 0 would."""
-
-    def play() -> None:
-        for _ in range(200):
-            jobs = port.list_objects("batch/v1", "Job", namespace)
-            if jobs:
-                name = jobs[0]["metadata"]["name"]
-                if result is not None:
-                    port.update_state(name, lambda _: {"result.json": result, "exit-code": "0"})
-                    port.patch_object("batch/v1", "Job", name, {"status": {"succeeded": 2}}, namespace)
-                return
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=play, daemon=True)
-    thread.start()
-    return thread
-
-
-def test_a_group_job_is_judged_on_rank_zeros_result_and_cleaned_up(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
-    monkeypatch.setenv("DSX_JOB_POLL_S", "0.05")
-    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
-    port = connect()
-    group = Subject(kind="group", name="all", members=["node-00", "node-01"])
-    run = parse_nccl_tests_file(LOGS / "new_layout_clean.txt")
-    player = _play_job_controller(port, "dsx", run.model_dump_json())
-    request = SweepRequest(
-        subject=group,
-        thresholds=H100_RECIPE["thresholds"],
-        scope="multi-node",
-        timeout_s=30,
-        max_bytes="4MiB",
-    )
-    outcome = run_sweep_job(request, plan, port)
-    player.join()
-    assert outcome.run is not None and outcome.run.hosts == ["node-a", "node-b"]
-    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
-    assert port.list_objects("batch/v1", "Job", "dsx") == []
-    assert port.list_objects("v1", "Service", "dsx") == []
-    assert port.get_state(outcome.evidence[0].rsplit("/", 1)[1]) == {}
-
-
-def test_a_group_job_that_never_finishes_is_a_hang(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
-    monkeypatch.setenv("DSX_JOB_POLL_S", "0.05")
-    monkeypatch.setattr("steps.readiness.jobs.REPORT_GRACE_S", 0.0)
-    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
-    port = connect()
-    group = Subject(kind="group", name="all", members=["node-00", "node-01"])
-    outcome = run_sweep_job(SweepRequest(subject=group, timeout_s=0.3), plan, port)
-    assert outcome.status == "hang"
-    assert "did not finish within its deadline" in outcome.verdicts[0].message
-    assert port.list_objects("batch/v1", "Job", "dsx") == []
 
 
 def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path) -> None:

@@ -131,7 +131,7 @@ def test_labels_always_agree_with_the_last_finished_report(seed: int, tmp_path: 
     for thread in threads:
         thread.join()
     kinds = {kind for kind, _ in log}
-    assert "finished" in kinds, f"no run finished: the property says nothing ({log})"
+    assert kinds & {"finished", "broken"}, f"no run reached its report: the property says nothing ({log})"
     allowed: dict[str, set[str]] = {}
     for kind, what in log:  # in the order the runs held the nodes (the Leases serialise them)
         if kind == "plan-broken":  # some marked pending, some not reached

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from steps.cluster.vocabulary import LABEL_GROUP_TEST as GROUP_LABEL
 from steps.errors import InputError
-from steps.readiness.jobs import GPU_RESOURCE, GROUP_LABEL, JobSettings, render_group_job
+from steps.readiness.jobs import GPU_RESOURCE, JobSettings, render_group_job
 from steps.readiness.models import Subject
+from steps.readiness.outcomes import RunRef
 from steps.readiness.rankpods import (
     ENV_VAR,
     RankPodProfile,
@@ -41,7 +43,11 @@ def _template() -> dict[str, Any]:
         "steps.readiness.sweep",
         ["--sizes", "1GiB"],
         JobSettings(
-            namespace="gpu-ops", image="ghcr.io/dsx-dev/dsx-gpu:0.1.0", service_account="sa", gpus_per_node=8
+            namespace="gpu-ops",
+            image="ghcr.io/dsx-dev/dsx-gpu:0.1.0",
+            service_account="sa",
+            gpus_per_node=8,
+            run=RunRef(name="dsx-certify-x7k2p", uid="3f1c-77ab", namespace="gpu-ops"),
         ),
         60,
     )
@@ -148,8 +154,10 @@ def test_dev_shm_is_a_memory_backed_volume_of_16gi_unless_told_otherwise() -> No
         {"name": "data", "mountPath": "/data"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    untouched = apply_profile(_template(), _profile(shmSize=None))
-    assert "volumes" not in untouched["spec"] and "volumeMounts" not in _ranks(untouched)
+    rendered = _template()  # the Job renderer already gives /dev/shm its default size
+    untouched = apply_profile(rendered, _profile(shmSize=None))
+    assert untouched["spec"]["volumes"] == rendered["spec"]["volumes"]
+    assert _ranks(untouched)["volumeMounts"] == _ranks(rendered)["volumeMounts"]
 
 
 def test_capabilities_are_added_to_the_container_security_context() -> None:
