@@ -1049,7 +1049,10 @@ def _publish(process: PodProcess, args: RankPodArgs, code: int, text: str) -> in
     namespace = process.env.get("DSX_NAMESPACE") or process.namespace
     try:
         port = connect("kube", kubeconfig=str(process.kubelet.kubeconfig), namespace=namespace)
-        port.update_state(args.publish, lambda _: {STATE_RESULT: text, STATE_EXIT_CODE: str(code)})
+        # As the real rankpod: a patch of the state the step created, never a create (a step that
+        # stopped waiting has deleted it, and a new one would be left behind).
+        data = {"data": {STATE_RESULT: text, STATE_EXIT_CODE: str(code)}}
+        port.patch_object("v1", "ConfigMap", args.publish, data, namespace)
     except Exception as exc:  # the real rankpod exits 1 when it cannot publish
         process.message = f"publish {args.publish}: {exc}"
         return 1

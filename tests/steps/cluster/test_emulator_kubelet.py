@@ -206,6 +206,11 @@ RANK_ARGS = [
 ]  # fmt: skip
 
 
+def _state_configmap(name: str) -> dict[str, Any]:
+    """The state ConfigMap a group test's step creates before its Job; rank 0 only patches it."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "dsx"}}
+
+
 def _rank_job(name: str, members: list[str], *extra: str) -> dict[str, Any]:
     command = (
         "python", "-m", "steps.readiness.rankpod",
@@ -220,6 +225,7 @@ def _rank_job(name: str, members: list[str], *extra: str) -> dict[str, Any]:
 def test_rank_pods_play_their_group_and_rank_zero_publishes_the_result(k8s_cluster: MakeCluster) -> None:
     cluster = k8s_cluster(nodes=4, racks=2)
     port = cluster.port()
+    port.create_object(_state_configmap("sweep-r0"))
     port.create_object(headless_service("sweep-r0"))
     port.create_object(_rank_job("sweep-r0", ["node-02", "node-03"]))
     job = eventually(
@@ -243,6 +249,7 @@ def test_a_failed_group_run_ends_the_other_pods_and_rank_zero_still_publishes(
 ) -> None:
     cluster = k8s_cluster(nodes=4, racks=2)
     port = cluster.port()
+    port.create_object(_state_configmap("failing"))
     port.create_object(headless_service("failing"))
     port.create_object(_rank_job("failing", ["node-00", "node-01"], "--inject", "1:fail"))
     job = eventually(
@@ -266,6 +273,7 @@ def test_a_failed_group_run_ends_the_other_pods_and_rank_zero_still_publishes(
 def test_rank_pods_without_their_headless_service_fail_and_say_why(k8s_cluster: MakeCluster) -> None:
     cluster = k8s_cluster(nodes=4, racks=2)
     port = cluster.port()
+    port.create_object(_state_configmap("lonely"))
     port.create_object(_rank_job("lonely", ["node-00", "node-01"]))
     job = eventually(
         lambda: "Failed" in conditions(job := port.get_object("batch/v1", "Job", "lonely", "dsx")) and job,

@@ -1,0 +1,177 @@
+"""Certification through Kubernetes Jobs on an emulated 16-node, 4-rack H100 cluster.
+
+The API server, its Job controller, scheduler (eight GPUs a node), garbage collector and kubelet double
+are the emulated cluster's (``tests/k8s_emulator.py``, ``tests/k8s_kubelet.py``); the kubelet runs each
+group's ranks on this machine over gloo, one rank a pod. The steps are dsx's own, called in the order and
+with the fan-out the ``dsx-certify`` DAG gives them: every node's check at once, then every rack at once,
+then the whole set, the smoke run, the report, and the exit handler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steps.cluster import vocabulary as vocab
+from steps.readiness import certify
+from steps.readiness.outcomes import RunRef
+from tests.paths import REPO
+
+NS = "gpu-ops"
+# CPU gloo cannot meet an H100 recipe's absolute figures: judge what a CPU can be judged on (the sweep
+# completes with correct data, no straggler, the training loss falls).
+RECIPE = {"digest": "sha256:cluster", "thresholds": {"nccl": {"allReduce": []}}}
+SIZES = {"min_bytes": "16KiB", "max_bytes": "64KiB", "iters": 2}
+
+
+def _workflow(port: Any, name: str) -> str:
+    """The Argo Workflow of a run, as the controller would have made it; its uid."""
+    made = port.create_object(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": name, "namespace": NS, "uid": str(uuid.uuid4())},
+        }
+    )
+    return str(made["metadata"]["uid"])
+
+
+def _fan_out(step: Callable[[str, RunRef], Any], items: Iterable[str], run: RunRef) -> list[Any]:
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(lambda item: step(item, run), items))
+
+
+def _left(port: Any) -> dict[str, list[str]]:
+    """What group tests and the run's own records left behind (the kept report aside)."""
+    left: dict[str, list[str]] = {}
+    for api, kind in (("batch/v1", "Job"), ("v1", "Pod"), ("v1", "Service"), ("v1", "ConfigMap")):
+        names = [
+            o["metadata"]["name"]
+            for o in port.list_objects(api, kind, NS)
+            if not o["metadata"]["name"].startswith("dsx-report-")
+            and not o["metadata"]["name"].startswith("kube-root-ca")
+        ]
+        if names:
+            left[kind] = sorted(names)
+    held = [
+        lease["metadata"]["name"]
+        for lease in port.list_objects("coordination.k8s.io/v1", "Lease", NS)
+        if (lease.get("spec") or {}).get("holderIdentity")
+    ]
+    if held:
+        left["Lease"] = sorted(held)
+    return left
+
+
+def _wait_until(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def cluster(k8s_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    made = k8s_cluster(nodes=16, racks=4, gpu="h100", service_accounts=("dsx-ranks",), namespace=NS)
+    for name, value in {
+        "DSX_CLUSTER": "kube",
+        "KUBECONFIG": str(made.kubeconfig),
+        "DSX_NAMESPACE": NS,
+        "DSX_GPU_IMAGE": "registry.example/dsx-gpu:0.1.0",
+        "DSX_OUTPUT_DIR": str(tmp_path / "out"),
+        "DSX_JOB_POLL_S": "0.1",
+        "DSX_SCHEDULE_BUDGET_S": "120",
+        "DSX_STALE_WAIT_S": "60",
+        "DSX_RETRY_BASE_DELAY": "0.05",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return made
+
+
+def _certify(port: Any, name: str) -> certify.CertifySummary:
+    """One whole run, in the DAG's order; the exit handler last, as Argo runs it."""
+    uid = _workflow(port, name)
+    plan = certify.plan_certification(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
+    try:
+        certify.store_recipe(plan.run, RECIPE)
+        nodes = _fan_out(certify.certify_node, plan.nodes, plan.run)
+        assert [r.status for r in nodes] == ["pass"] * len(plan.nodes), [r.message for r in nodes]
+        racks = [g.name for g in plan.groups if g.name != certify.WHOLE]
+        assert [r.status for r in _fan_out(certify.certify_group, racks, plan.run)] == ["pass"] * 4
+        assert certify.certify_group(certify.WHOLE, plan.run).status == "pass"
+        assert certify.certify_smoke(plan.run).status == "pass"
+        return certify.finish_certification(plan.run)
+    finally:
+        certify.release_certification(name, uid)
+
+
+def test_sixteen_nodes_in_four_racks_are_certified_through_jobs_and_nothing_is_left(cluster) -> None:  # type: ignore[no-untyped-def]
+    port = cluster.port(NS)
+    summary = _certify(port, "dsx-certify-a1")
+    assert summary.status == "passed" and summary.passed == 16, summary.summary
+    labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
+    assert labels == {f"node-{i:02d}": "passed" for i in range(16)}
+    assert _left(port) == {}
+    kept = port.get_object("v1", "ConfigMap", summary.report, NS)
+    assert kept is not None and "| node-15 | passed |" in kept["data"]["report.md"]
+    events = port.list_objects("v1", "Event", "default")
+    assert len([e for e in events if e["reason"] == "DsxCertificationPassed"]) == 16
+
+
+def test_a_run_stopped_halfway_then_started_again_ends_certified_and_leaves_nothing(  # type: ignore[no-untyped-def]
+    cluster, tmp_path: Path
+) -> None:
+    """Argo stops a workflow by signalling its pods: the rack stage is stopped while its Jobs run."""
+    port = cluster.port(NS)
+    name = "dsx-certify-stopped"
+    uid = _workflow(port, name)
+    plan = certify.plan_certification(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
+    certify.store_recipe(plan.run, RECIPE)
+    _fan_out(certify.certify_node, plan.nodes, plan.run)
+    # The rack check of rack-00 in its own process, as in its pod; stopped once its Job's pods run.
+    script = (
+        "import sys; from steps.readiness import certify; from steps.readiness.outcomes import RunRef; "
+        "certify.certify_group('rack-00', RunRef.model_validate_json(sys.argv[1]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    step = subprocess.Popen(
+        [sys.executable, "-c", script, plan.run.model_dump_json()],
+        env=env,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )
+
+    def running() -> bool:
+        pods = port.list_objects("v1", "Pod", NS, vocab.LABEL_GROUP_TEST)
+        return len(pods) == 4 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+    _wait_until(running, "rack-00's four rank pods to run")
+    step.send_signal(signal.SIGTERM)
+    _, stderr = step.communicate(timeout=120)
+    assert step.returncode == 143, stderr.decode()[-2000:]
+    _wait_until(lambda: not port.list_objects("v1", "Pod", NS, vocab.LABEL_GROUP_TEST), "the rank pods to go")
+    certify.release_certification(name, uid)  # the stopped workflow's exit handler
+    # Never certified: the stopped run's nodes stay pending, not passed.
+    assert {n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()} == {"pending"}
+
+    summary = _certify(port, "dsx-certify-again")
+    assert summary.status == "passed" and summary.passed == 16, summary.summary
+    assert {n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()} == {"passed"}
+    # What remains of the stopped run is owned by its Workflow: Argo's TTL deletes that, and with it all.
+    port.delete_object("argoproj.io/v1alpha1", "Workflow", name, NS)
+    _wait_until(
+        lambda: _left(port) == {}, f"the stopped run's records to be collected: {_left(port)}", timeout=30
+    )
