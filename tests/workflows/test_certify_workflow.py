@@ -86,3 +86,25 @@ def test_certify_template_explains_itself_in_the_argo_ui() -> None:
     steps = {t["name"]: t for t in doc["spec"]["templates"]}
     assert steps["gate"]["script"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert steps["report"]["outputs"]["artifacts"] == [{"name": "report", "path": "/tmp/dsx-out"}]
+
+
+def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_gave() -> None:
+    """Node checks, then racks, then the whole set, then the smoke run: no two stages at once, and a
+    stage that failed (or was skipped: no racks) never omits those after it."""
+    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    (dag,) = [t["dag"] for t in doc["spec"]["templates"] if t["name"] == "certify"]
+    depends = {t["name"]: t.get("depends", "") for t in dag["tasks"]}
+    for stage, before in (
+        ("group-check", "node-check"),
+        ("whole-check", "group-check"),
+        ("smoke", "whole-check"),
+        ("report", "smoke"),
+    ):
+        assert depends[stage] == (
+            f"({before}.Succeeded || {before}.Failed || {before}.Errored || {before}.Skipped)"
+        ), stage
+    assert doc["spec"]["onExit"] == "exit"  # the run's hold on its nodes is released however it ends
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    for check in ("node-check", "group-check", "smoke"):  # the UI shows each check's one-line verdict
+        (verdict,) = templates[check]["outputs"]["parameters"]
+        assert verdict["name"] == "verdict" and verdict["valueFrom"]["default"] == ""
