@@ -17,7 +17,9 @@ from typing import Any
 
 from steps.errors import InputError
 from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
+from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
+from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.validate import validate
@@ -82,11 +84,21 @@ def suspend_names(library: Library, entrypoint: str) -> list[str]:
     return sorted(names)
 
 
-def _warnings(lib: Library, entrypoint: str, artifact_repository: str) -> list[str]:
+def _warnings(
+    lib: Library, entrypoint: str, artifact_repository: str, allow_host_commands: bool = False
+) -> list[str]:
     if artifact_repository not in ARTIFACT_REPOSITORIES:
         raise InputError(
             f"--artifact-repository {artifact_repository}: not one of {', '.join(ARTIFACT_REPOSITORIES)}"
         )
+    found = []
+    if allow_host_commands:
+        hosted = host_warning(host_templates(lib, entrypoint))
+        found += [hosted] if hosted else []
+    return found + _artifact_warnings(lib, entrypoint, artifact_repository)
+
+
+def _artifact_warnings(lib: Library, entrypoint: str, artifact_repository: str) -> list[str]:
     if artifact_repository != "local" or spec_of(lib.entry).get("artifactRepositoryRef") is not None:
         return []
     names = sorted(
@@ -111,14 +123,18 @@ def warnings(
     library: Sequence[Mapping[str, Any]] = (),
     entrypoint: str | None = None,
     artifact_repository: str = "local",
+    allow_host_commands: bool = False,
 ) -> list[str]:
-    """What would work here but fail on a cluster as Argo is installed by default, one line each.
+    """What the user should know before the run, one line each.
 
-    Today: output artifacts with no ``artifactRepositoryRef`` while the run folder stands for a
-    repository (``artifact_repository="local"``).
+    With ``allow_host_commands``: the templates that will run as processes of this machine, and the
+    values they substitute into shell or script text. Then what would work here but fail on a cluster as
+    Argo is installed by default: output artifacts with no ``artifactRepositoryRef`` while the run
+    folder stands for a repository (``artifact_repository="local"``).
     """
     lib = Library(entry, library)
-    return _warnings(lib, str(entrypoint or spec_of(entry).get("entrypoint")), artifact_repository)
+    start = str(entrypoint or spec_of(entry).get("entrypoint"))
+    return _warnings(lib, start, artifact_repository, allow_host_commands)
 
 
 def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
@@ -227,9 +243,11 @@ def run(
 ) -> RunResult:
     """Run a Workflow or WorkflowTemplate on this machine with Argo's semantics.
 
-    Checks everything first (unsupported constructs, parameters, ``--approve`` names) and raises
+    Checks everything first (unsupported constructs, parameters, ``--approve`` names, commands that
+    would run on this machine without ``options.allow_host_commands``) and raises
     :class:`~steps.errors.InputError` (:class:`~workflows.runner.errors.UnsupportedConstruct` for
-    constructs) before anything runs. A workflow that fails is not an exception: the result's phase
+    constructs, :class:`~workflows.runner.errors.HostCommandsRefused` for host commands) before anything
+    runs. A workflow that fails is not an exception: the result's phase
     says Failed or Error. Ctrl-C stops the run like ``argo stop``: running steps are killed, the run
     ends Failed and its folder is kept.
     """
@@ -239,7 +257,6 @@ def run(
     values = resolve_parameters(entry, parameters or {})
     spec = spec_of(entry)
     entrypoint = str(options.entrypoint or spec.get("entrypoint"))
-    cautions = _warnings(lib, entrypoint, options.artifact_repository)
     known = suspend_names(lib, entrypoint)
     for name in options.approve:
         if name not in known:
@@ -247,6 +264,10 @@ def run(
                 f"--approve {name}: the workflow has no suspend step or template of that name "
                 f"(suspend steps: {', '.join(known) or 'none'})"
             )
+    hosts = host_templates(lib, entrypoint)
+    if hosts and not options.allow_host_commands:
+        raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
+    cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster
     metadata = entry.get("metadata") or {}
     base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
     suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))

@@ -137,6 +137,9 @@ class RunOptions:
     artifact_repository: str = "local"
     """``local``: output artifacts are kept in the run folder, standing for a configured repository;
     ``none``: play a cluster without one, where a step that saves an artifact ends Error as in Argo."""
+    allow_host_commands: bool = False
+    """Run container and script templates that are not dsx's own steps as processes of this machine,
+    as this user, their images ignored. Without it such a workflow is refused before it starts."""
 
 
 @dataclass
