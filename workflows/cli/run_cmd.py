@@ -202,7 +202,11 @@ def register(app: typer.Typer) -> None:
         ),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
-        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
+        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded.
+
+        A local run stopped by Ctrl-C or SIGTERM ends Failed ("Stopped with strategy 'Terminate'", as
+        argo terminate), keeps its run folder and workflow.json, and exits 130 (SIGINT) or 143 (SIGTERM).
+        """
         try:
             code = _run(
                 name,
@@ -325,4 +329,4 @@ def _run(
         if warning not in printed:
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     emit(result.to_dict(), output, lambda _: print(result_text(result), end=""))
-    return 0 if result.succeeded else 1
+    return result.exit_code

@@ -9,9 +9,10 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -248,8 +249,10 @@ def run(
     :class:`~steps.errors.InputError` (:class:`~workflows.runner.errors.UnsupportedConstruct` for
     constructs, :class:`~workflows.runner.errors.HostCommandsRefused` for host commands) before anything
     runs. A workflow that fails is not an exception: the result's phase
-    says Failed or Error. Ctrl-C stops the run like ``argo stop``: running steps are killed, the run
-    ends Failed and its folder is kept.
+    says Failed or Error. SIGINT (Ctrl-C) and SIGTERM stop the run as ``argo terminate`` does (Argo's
+    ``Terminate`` strategy: running steps are killed, no exit handler runs): the run ends Failed with
+    Argo's message "Stopped with strategy 'Terminate'", its ``workflow.json`` written, its folder kept,
+    and the result names the signal (:attr:`RunResult.signal`).
     """
     options = options or RunOptions()
     validate(entry, library, options.entrypoint)
@@ -281,24 +284,32 @@ def run(
     try:
         cluster = _shareable(options.cluster, run_dir)
         engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
-        outcome: dict[str, Any] = {}
-        finished = threading.Event()
-        refused = engine.artifact_repository_error()
+    except BaseException:
+        if created:  # nothing ran: leave no empty folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    # From here on the folder holds evidence: whatever happens, it is never deleted.
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+    refused = engine.artifact_repository_error()
+    received: list[int] = []
 
-        def work() -> None:
-            try:
-                outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
-            except BaseException as exc:  # surfaced in the calling thread
-                outcome["error"] = exc
-            finally:
-                finished.set()
+    def work() -> None:
+        try:
+            outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
+        except BaseException as exc:  # surfaced in the calling thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
 
+    with _stop_on_signals(engine, received):
         threading.Thread(target=work, name="dsx-run", daemon=True).start()
         try:
             try:
                 while not finished.wait(0.2):
                     pass
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # SIGINT where the handler could not be installed
+                received.append(int(signal.SIGINT))
                 engine.stop.set()
                 while not finished.wait(0.2):
                     pass
@@ -327,6 +338,7 @@ def run(
             finished_at=time.time(),
             root_id=root.id if root is not None else workflow_name,
             warnings=cautions,
+            signal=received[0] if received else None,
         )
         document = _workflow_document(entry, result, engine, entrypoint)
         too_large = workflow_size_warning(document, spec)
@@ -334,10 +346,32 @@ def run(
             result.warnings.append(too_large)
         _write_json(run_dir / "workflow.json", document)
         return result
-    except BaseException:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+
+
+@contextlib.contextmanager
+def _stop_on_signals(engine: Engine, received: list[int]) -> Iterator[None]:
+    """While the run goes on, SIGINT and SIGTERM stop it as ``argo terminate`` would.
+
+    The first signal sets the engine's stop: running steps are killed with their process groups, no
+    further step starts, and the run still ends with its ``workflow.json``. A later one only repeats the
+    kill; nothing is ever deleted. Handlers can be installed only in the main thread; elsewhere the
+    caller's own handling stays (a KeyboardInterrupt still stops the run).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        engine.stop.set()
+        engine.kill_all()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 MAX_WORKFLOW_SIZE = 1024 * 1024
@@ -377,6 +411,8 @@ def _workflow_document(
         "entrypoint": entrypoint,
         "arguments": {"parameters": [{"name": k, "value": v} for k, v in result.parameters.items()]},
     }
+    if result.signal is not None:
+        spec["shutdown"] = "Terminate"  # what `argo terminate` sets on the Workflow
     if entry.get("kind") != "Workflow":
         spec["workflowTemplateRef"] = {
             "name": metadata.get("name"),
