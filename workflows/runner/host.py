@@ -149,11 +149,12 @@ def host_templates(library: Library, entrypoint: str) -> list[HostTemplate]:
 
 def refusal(hosts: list[HostTemplate]) -> str:
     """Why a run that would start host commands is refused, naming each template."""
+    many = len(hosts) > 1
     return (
         f"refused before starting: {'; '.join(h.describe() for h in hosts)}. A local run would start "
-        f"{'these' if len(hosts) > 1 else 'this'} as a process of this machine, as this user, the image "
-        f"ignored: pass {ALLOW_FLAG} to run {'them' if len(hosts) > 1 else 'it'} here anyway, or submit "
-        "the workflow to Argo"
+        f"{'these as processes' if many else 'this as a process'} of this machine, as this user, "
+        f"{'their images' if many else 'the image'} ignored: pass {ALLOW_FLAG} to run "
+        f"{'them' if many else 'it'} here anyway, or submit the workflow to Argo"
     )
 
 
