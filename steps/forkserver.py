@@ -2,12 +2,23 @@
 
 Starting a Python program that imports torch or Hera costs seconds, paid again by every process. A fork
 server pays it once: it imports what its client asks for, then forks a child per request. Each child
-starts its own session (so the client can kill its whole process group), reads stdin from
-``/dev/null``, writes stdout and stderr to the files named, takes the environment, working directory
-and extra ``sys.path`` entries it is given, and runs the module as ``__main__`` through :mod:`runpy`.
-The server imports nothing heavy itself, never touches CUDA or a process group, and, unlike
+reads stdin from ``/dev/null``, writes stdout and stderr to the files named, takes the environment,
+working directory and extra ``sys.path`` entries it is given, and runs the module as ``__main__``
+through :mod:`runpy`. The server imports nothing heavy itself, never touches CUDA, and, unlike
 :mod:`multiprocessing`'s forkserver, never re-imports the client's ``__main__``: the same program
 works under a console script, ``python -c`` or a test runner.
+
+Nothing leaves the client's session, so whatever stops the client's processes reaches every child.
+Where the children go depends on ``own_groups``:
+
+- ``True`` (the local runner's steps): the server takes a process group of its own and each child
+  leads a new one, so that killing a step's group kills everything the step started (its ranks too),
+  and a Ctrl-C at the terminal reaches only the client, which stops its steps itself.
+- ``False`` (the ranks of one test): the server and its children stay in the client's process group,
+  so killing the group of the step that launched the ranks kills every rank with it.
+
+The server ignores SIGINT (its children take Python's default back) and answers SIGTERM as it answers
+the end of its stdin: it kills every child still running, then exits.
 
 The server speaks JSON lines, requests on its stdin and answers on its stdout:
 
@@ -15,13 +26,15 @@ The server speaks JSON lines, requests on its stdin and answers on its stdout:
   skipped (a child that needs the module reports the error in its own stderr); with an ``id``
   (optional) the server answers ``{"id": N, "errors": {module: message}}`` once done.
 - ``{"op": "start", "id": N, "module": M, "args": [...], "env": {...}, "stdout": PATH, "stderr":
-  PATH, "cwd": PATH, "sys_path": [...]}`` (``cwd`` and ``sys_path`` optional): fork a child. The
+  PATH, "cwd": PATH, "sys_path": [...], "own_group": B}`` (``cwd``, ``sys_path`` and ``own_group``
+  optional; ``own_group`` true by default: the child leads a new process group): fork a child. The
   answer is ``{"id": N, "pid": P}``, or ``{"id": N, "error": message}`` when no child could be forked.
 - When a child ends: ``{"pid": P, "code": C, "time": T}``; ``C`` is the exit status, negative when a
   signal killed it, and ``T`` the server's :func:`time.monotonic` (the same clock as the client's).
 
-At the end of its stdin the server kills every child still running and exits. :class:`ForkServer` is
-the client's side: it starts the server, preloads, starts children and waits for them.
+At the end of its stdin, or on SIGTERM, the server kills every child still running and exits.
+:class:`ForkServer` is the client's side: it starts the server, preloads, starts children and waits for
+them.
 
 Example:
     >>> with ForkServer() as server:  # doctest: +SKIP
@@ -156,10 +169,12 @@ def _child(request: Mapping[str, Any], server_fds: Iterable[int]) -> None:  # pr
     code = 1
     redirected = False
     try:
-        os.setsid()
+        if request.get("own_group", True):
+            os.setpgid(0, 0)  # a new group in the same session: the client kills it whole
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter starts
         for fd in server_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -220,8 +235,10 @@ class _Server:
         self.wake_read, self.wake_write = os.pipe()
         for fd in (self.wake_read, self.wake_write):
             os.set_blocking(fd, False)
-        signal.set_wakeup_fd(self.wake_write)
+        signal.set_wakeup_fd(self.wake_write)  # each signal writes its number there
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # seen through the wakeup fd: stop
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the client's to handle
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.requests, selectors.EVENT_READ, "requests")
         self.selector.register(self.wake_read, selectors.EVENT_READ, "children")
@@ -264,6 +281,10 @@ class _Server:
             if pid == 0:  # pragma: no cover - the child
                 fds = [self.answers, self.wake_read, self.wake_write, self.selector.fileno()]
                 _child(request, fds)
+            if request.get("own_group", True):
+                # The child does the same; done here too, its group exists before anyone hears its pid.
+                with contextlib.suppress(OSError):
+                    os.setpgid(pid, pid)
             self.children.add(pid)
             self.send({"id": request["id"], "pid": pid})
         except Exception as exc:
@@ -275,9 +296,13 @@ class _Server:
         while True:
             for key, _ in self.selector.select():
                 if key.data == "children":
+                    received = b""
                     with contextlib.suppress(BlockingIOError):
-                        while os.read(self.wake_read, 512):
-                            pass
+                        while chunk := os.read(self.wake_read, 512):
+                            received += chunk
+                    if int(signal.SIGTERM) in received:
+                        self.stop()
+                        return
                     self.reap()
                     continue
                 chunk = os.read(self.requests, 1 << 16)
@@ -293,9 +318,11 @@ class _Server:
 
     def stop(self) -> None:
         for pid in list(self.children):
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:  # it leads its own group: everything it started goes too
+                    os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self.reap(block=True)
 
 
@@ -347,10 +374,17 @@ class ForkServer:
             server's ``sys.path`` is the one every child starts from.
         stderr: where the server's own stderr goes (a file, ``subprocess.DEVNULL``, or None to
             inherit).
+        own_groups: put the server in a process group of its own and each child at the head of a
+            new one (True), or keep the server and every child in this process's group (False).
+            Either way they stay in this process's session.
     """
 
     def __init__(
-        self, env: Mapping[str, str] | None = None, stderr: int | IO[Any] | None = subprocess.DEVNULL
+        self,
+        env: Mapping[str, str] | None = None,
+        stderr: int | IO[Any] | None = subprocess.DEVNULL,
+        *,
+        own_groups: bool = True,
     ) -> None:
         server_env = dict(os.environ if env is None else env)
         root = str(Path(__file__).resolve().parent.parent)
@@ -362,8 +396,9 @@ class ForkServer:
             stdout=subprocess.PIPE,
             stderr=stderr,
             env=server_env,
-            start_new_session=True,
+            process_group=0 if own_groups else None,
         )
+        self.own_groups = own_groups
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in: IO[bytes] = self.process.stdin
         self._out: IO[bytes] = self.process.stdout
@@ -499,6 +534,7 @@ class ForkServer:
                 "stderr": os.fspath(stderr),
                 "cwd": os.fspath(cwd) if cwd is not None else None,
                 "sys_path": list(sys_path),
+                "own_group": self.own_groups,
             },
             timeout,
         )

@@ -7,6 +7,11 @@ outlasts its timeout, every rank still running gets SIGUSR1 (a stack dump into i
 evidence) and is killed. The rank named as failed is the one whose error came first (each rank notes
 the time of its first exception in ``rank-N.failed``); on a timeout, the ranks that were outside a
 collective while others waited inside one are named as the ones that hang.
+
+Every rank stays in the launcher's process group and session (no ``setsid``): when the local runner
+kills a step's process group, or a terminal's Ctrl-C or a ``kill`` reaches the launcher's group, the
+ranks go with it instead of holding their devices and ports into the next run. The launcher signals
+a rank by its pid, never its group, which is the step's own.
 """
 
 from __future__ import annotations
@@ -119,11 +124,12 @@ def stderr_tail(path: str | Path, lines: int = 3) -> str:
     return " | ".join(kept[-lines:])
 
 
-def _signal_group(pid: int | None, sig: signal.Signals) -> None:
+def _signal(pid: int | None, sig: signal.Signals) -> None:
+    """Signal one rank (its group is the launcher's: signalling that would reach the launcher too)."""
     if pid is None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+        os.kill(pid, sig)
 
 
 def _state(running: bool, hung: bool, status: int | None) -> RankState:
@@ -151,7 +157,7 @@ class _RankServer:
             server: ForkServer | None = None
             with tempfile.TemporaryFile() as log:
                 try:
-                    server = ForkServer(env, stderr=log)
+                    server = ForkServer(env, stderr=log, own_groups=False)
                     failed = list(server.preload(_PRELOAD, timeout=_SERVER_START_S).values())
                 except OSError as exc:  # the server died (its stderr says why) or did not answer
                     log.seek(0)
@@ -178,7 +184,6 @@ def _start_spawned(
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
                 env=spec["env"],
-                start_new_session=True,
             )
         pids[spec["rank"]] = proc.pid
 
@@ -322,10 +327,10 @@ def launch_local(
         phases = {rank: read_phase(files[rank]["phase"]) for rank in running}
         if timed_out:
             for rank in running:
-                _signal_group(pids.get(rank), signal.SIGUSR1)
+                _signal(pids.get(rank), signal.SIGUSR1)
             time.sleep(_STACK_DUMP_WAIT_S)
         for rank in running:
-            _signal_group(pids.get(rank), signal.SIGKILL)
+            _signal(pids.get(rank), signal.SIGKILL)
         reap_deadline = time.monotonic() + 10
         while len(ended) < world_size and time.monotonic() < reap_deadline:
             try:
@@ -336,7 +341,7 @@ def launch_local(
     finally:
         for rank in range(world_size):
             if rank not in ended:
-                _signal_group(pids.get(rank), signal.SIGKILL)
+                _signal(pids.get(rank), signal.SIGKILL)
     failures = {rank: _read_failure(files[rank]["failed"]) for rank in range(world_size)}
     noted = sorted((found[0], rank) for rank, found in failures.items() if found is not None)
     first_failure = noted[0][1] if noted else first_exit_failure

@@ -1,4 +1,4 @@
-"""The fork server: children run a module as ``python -m`` would, in their own session, and die with it."""
+"""The fork server: children run a module as ``python -m`` would, in the client's session, and die with it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MODULES = {
         print("env", os.environ.get("FS_VALUE"), "FS_SECRET" in os.environ)
         print("cwd", os.getcwd())
         print("stdin", repr(sys.stdin.read()))
-        print("session", os.getsid(0) == os.getpid())
+        print("group", os.getpgid(0) == os.getpid(), "session", os.getsid(0))
         print("main", __name__)
         sys.exit(3)
     """,
@@ -75,7 +75,7 @@ def test_a_child_writes_its_files_and_exits_with_its_code(server: ForkServer, tm
         "env 42 False",
         f"cwd {work}",
         "stdin ''",
-        "session True",
+        f"group True session {os.getsid(0)}",  # leads its own group, in the client's session
         "main __main__",
     ]
     assert (tmp_path / "err.txt").read_text() == "err\n"
@@ -136,3 +136,40 @@ def test_end_of_stdin_kills_the_children_and_stops_the_server(modules: Path, tmp
     assert not server.alive
     with pytest.raises(OSError, match="fork server is gone"):
         server.start("fs_sleep", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_without_own_groups_every_child_stays_in_the_clients_process_group(
+    modules: Path, tmp_path: Path
+) -> None:
+    with ForkServer(dict(os.environ, PYTHONPATH=str(modules)), own_groups=False) as server:
+        child = server.start("fs_sleep", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
+        assert child.wait(0) is None
+        assert os.getpgid(server.process.pid) == os.getpgrp()
+        assert os.getpgid(child.pid) == os.getpgrp()  # killing the caller's group reaches it
+        assert os.getsid(child.pid) == os.getsid(0)
+
+
+def test_sigint_is_ignored_and_sigterm_kills_the_children_first(modules: Path, tmp_path: Path) -> None:
+    server = ForkServer(dict(os.environ, PYTHONPATH=str(modules)))
+    out = tmp_path / "out.txt"
+    child = server.start("fs_sleep", [], _env(), out, tmp_path / "err.txt")
+    deadline = time.monotonic() + 10
+    while "sleeping" not in (out.read_text() if out.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(server.process.pid, signal.SIGINT)  # a terminal's Ctrl-C is the client's to handle
+    assert child.wait(0.5) is None and server.alive
+    os.kill(server.process.pid, signal.SIGTERM)
+    assert child.wait(10) == -signal.SIGKILL
+    assert server.process.wait(10) == 0
+    assert _wait_gone(child.pid)

@@ -65,6 +65,7 @@ def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(t
     broken.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "workflows.cli", "run", "dsx-certify", "--file", str(broken), "--local"]
+    cmd += ["--allow-host-commands"]  # the crashing check is a test's function, not one of dsx's steps
     cmd += ["--cluster", "sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]

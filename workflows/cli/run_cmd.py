@@ -193,9 +193,20 @@ def register(app: typer.Typer) -> None:
             "(a warning names the steps a cluster without one would fail); none: play a cluster without "
             "one, as a default Argo install is, where those steps end Error.",
         ),
+        allow_host_commands: bool = typer.Option(
+            False,
+            "--allow-host-commands",
+            help="With --local: run container and script templates that are not dsx's own steps (those of "
+            "a --file workflow) as processes of this machine, as you, their images ignored; without it such "
+            "a run is refused before it starts.",
+        ),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
-        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."""
+        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded.
+
+        A local run stopped by Ctrl-C or SIGTERM ends Failed ("Stopped with strategy 'Terminate'", as
+        argo terminate), keeps its run folder and workflow.json, and exits 130 (SIGINT) or 143 (SIGTERM).
+        """
         try:
             code = _run(
                 name,
@@ -212,6 +223,7 @@ def register(app: typer.Typer) -> None:
                 output,
                 namespace,
                 artifact_repository=artifact_repository.value,
+                allow_host_commands=allow_host_commands,
             )
         except DsxError as exc:
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
@@ -234,6 +246,7 @@ def _run(
     output: OutputFormat,
     namespace: str | None = None,
     artifact_repository: str = "local",
+    allow_host_commands: bool = False,
 ) -> int:
     params = _parameters(parameter)
     if file is not None:
@@ -302,9 +315,10 @@ def _run(
         entrypoint=entry,
         on_update=reporter.update,
         artifact_repository=artifact_repository,
+        allow_host_commands=allow_host_commands,
     )
     runner.validate(chosen, library, entry)
-    printed = runner.warnings(chosen, library, entry, artifact_repository)
+    printed = runner.warnings(chosen, library, entry, artifact_repository, allow_host_commands)
     for warning in printed:
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     with reporter:
@@ -315,4 +329,4 @@ def _run(
         if warning not in printed:
             typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     emit(result.to_dict(), output, lambda _: print(result_text(result), end=""))
-    return 0 if result.succeeded else 1
+    return result.exit_code

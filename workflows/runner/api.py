@@ -9,15 +9,18 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from steps.errors import InputError
 from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
+from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
+from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.validate import validate
@@ -82,11 +85,21 @@ def suspend_names(library: Library, entrypoint: str) -> list[str]:
     return sorted(names)
 
 
-def _warnings(lib: Library, entrypoint: str, artifact_repository: str) -> list[str]:
+def _warnings(
+    lib: Library, entrypoint: str, artifact_repository: str, allow_host_commands: bool = False
+) -> list[str]:
     if artifact_repository not in ARTIFACT_REPOSITORIES:
         raise InputError(
             f"--artifact-repository {artifact_repository}: not one of {', '.join(ARTIFACT_REPOSITORIES)}"
         )
+    found = []
+    if allow_host_commands:
+        hosted = host_warning(host_templates(lib, entrypoint))
+        found += [hosted] if hosted else []
+    return found + _artifact_warnings(lib, entrypoint, artifact_repository)
+
+
+def _artifact_warnings(lib: Library, entrypoint: str, artifact_repository: str) -> list[str]:
     if artifact_repository != "local" or spec_of(lib.entry).get("artifactRepositoryRef") is not None:
         return []
     names = sorted(
@@ -111,14 +124,18 @@ def warnings(
     library: Sequence[Mapping[str, Any]] = (),
     entrypoint: str | None = None,
     artifact_repository: str = "local",
+    allow_host_commands: bool = False,
 ) -> list[str]:
-    """What would work here but fail on a cluster as Argo is installed by default, one line each.
+    """What the user should know before the run, one line each.
 
-    Today: output artifacts with no ``artifactRepositoryRef`` while the run folder stands for a
-    repository (``artifact_repository="local"``).
+    With ``allow_host_commands``: the templates that will run as processes of this machine, and the
+    values they substitute into shell or script text. Then what would work here but fail on a cluster as
+    Argo is installed by default: output artifacts with no ``artifactRepositoryRef`` while the run
+    folder stands for a repository (``artifact_repository="local"``).
     """
     lib = Library(entry, library)
-    return _warnings(lib, str(entrypoint or spec_of(entry).get("entrypoint")), artifact_repository)
+    start = str(entrypoint or spec_of(entry).get("entrypoint"))
+    return _warnings(lib, start, artifact_repository, allow_host_commands)
 
 
 def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
@@ -227,11 +244,15 @@ def run(
 ) -> RunResult:
     """Run a Workflow or WorkflowTemplate on this machine with Argo's semantics.
 
-    Checks everything first (unsupported constructs, parameters, ``--approve`` names) and raises
+    Checks everything first (unsupported constructs, parameters, ``--approve`` names, commands that
+    would run on this machine without ``options.allow_host_commands``) and raises
     :class:`~steps.errors.InputError` (:class:`~workflows.runner.errors.UnsupportedConstruct` for
-    constructs) before anything runs. A workflow that fails is not an exception: the result's phase
-    says Failed or Error. Ctrl-C stops the run like ``argo stop``: running steps are killed, the run
-    ends Failed and its folder is kept.
+    constructs, :class:`~workflows.runner.errors.HostCommandsRefused` for host commands) before anything
+    runs. A workflow that fails is not an exception: the result's phase
+    says Failed or Error. SIGINT (Ctrl-C) and SIGTERM stop the run as ``argo terminate`` does (Argo's
+    ``Terminate`` strategy: running steps are killed, no exit handler runs): the run ends Failed with
+    Argo's message "Stopped with strategy 'Terminate'", its ``workflow.json`` written, its folder kept,
+    and the result names the signal (:attr:`RunResult.signal`).
     """
     options = options or RunOptions()
     validate(entry, library, options.entrypoint)
@@ -239,7 +260,6 @@ def run(
     values = resolve_parameters(entry, parameters or {})
     spec = spec_of(entry)
     entrypoint = str(options.entrypoint or spec.get("entrypoint"))
-    cautions = _warnings(lib, entrypoint, options.artifact_repository)
     known = suspend_names(lib, entrypoint)
     for name in options.approve:
         if name not in known:
@@ -247,6 +267,10 @@ def run(
                 f"--approve {name}: the workflow has no suspend step or template of that name "
                 f"(suspend steps: {', '.join(known) or 'none'})"
             )
+    hosts = host_templates(lib, entrypoint)
+    if hosts and not options.allow_host_commands:
+        raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
+    cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster
     metadata = entry.get("metadata") or {}
     base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
     suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
@@ -260,24 +284,32 @@ def run(
     try:
         cluster = _shareable(options.cluster, run_dir)
         engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
-        outcome: dict[str, Any] = {}
-        finished = threading.Event()
-        refused = engine.artifact_repository_error()
+    except BaseException:
+        if created:  # nothing ran: leave no empty folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    # From here on the folder holds evidence: whatever happens, it is never deleted.
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+    refused = engine.artifact_repository_error()
+    received: list[int] = []
 
-        def work() -> None:
-            try:
-                outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
-            except BaseException as exc:  # surfaced in the calling thread
-                outcome["error"] = exc
-            finally:
-                finished.set()
+    def work() -> None:
+        try:
+            outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
+        except BaseException as exc:  # surfaced in the calling thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
 
+    with _stop_on_signals(engine, received):
         threading.Thread(target=work, name="dsx-run", daemon=True).start()
         try:
             try:
                 while not finished.wait(0.2):
                     pass
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # SIGINT where the handler could not be installed
+                received.append(int(signal.SIGINT))
                 engine.stop.set()
                 while not finished.wait(0.2):
                     pass
@@ -306,6 +338,7 @@ def run(
             finished_at=time.time(),
             root_id=root.id if root is not None else workflow_name,
             warnings=cautions,
+            signal=received[0] if received else None,
         )
         document = _workflow_document(entry, result, engine, entrypoint)
         too_large = workflow_size_warning(document, spec)
@@ -313,10 +346,32 @@ def run(
             result.warnings.append(too_large)
         _write_json(run_dir / "workflow.json", document)
         return result
-    except BaseException:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+
+
+@contextlib.contextmanager
+def _stop_on_signals(engine: Engine, received: list[int]) -> Iterator[None]:
+    """While the run goes on, SIGINT and SIGTERM stop it as ``argo terminate`` would.
+
+    The first signal sets the engine's stop: running steps are killed with their process groups, no
+    further step starts, and the run still ends with its ``workflow.json``. A later one only repeats the
+    kill; nothing is ever deleted. Handlers can be installed only in the main thread; elsewhere the
+    caller's own handling stays (a KeyboardInterrupt still stops the run).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        engine.stop.set()
+        engine.kill_all()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 MAX_WORKFLOW_SIZE = 1024 * 1024
@@ -356,6 +411,8 @@ def _workflow_document(
         "entrypoint": entrypoint,
         "arguments": {"parameters": [{"name": k, "value": v} for k, v in result.parameters.items()]},
     }
+    if result.signal is not None:
+        spec["shutdown"] = "Terminate"  # what `argo terminate` sets on the Workflow
     if entry.get("kind") != "Workflow":
         spec["workflowTemplateRef"] = {
             "name": metadata.get("name"),

@@ -28,7 +28,7 @@ from workflows.runner.executor import Launcher, ProcessSpec, hera_entrypoint, wa
 from workflows.runner.library import Library, TemplateScope, spec_of
 from workflows.runner.model import NodeStatus, Phase, RunOptions, timestamp
 from workflows.runner.templating import Unresolved, render, render_all
-from workflows.runner.validate import LOCAL_PREFIXES, local_path
+from workflows.runner.validate import LOCAL_PREFIXES, local_path, outside_message
 from workflows.runner.when import WhenError, evaluate_when
 
 __all__ = [
@@ -791,7 +791,12 @@ class Engine:
         if why == "deadline":
             self.finish(node, Phase.Failed, DEADLINE_MESSAGE)
             return
-        wait_error = self.save_outputs(node, body, artifacts)
+        try:
+            wait_error = self.save_outputs(node, body, artifacts)
+        except NodeError:
+            if code == 0:
+                raise  # an output path that leaves the step's folder: the node ends Error, naming it
+            wait_error = None
         if code != 0:
             # The main container's failure outranks the wait container's (Argo's inferFailedReason).
             message = f"main: Error (exit code {code})"
@@ -814,6 +819,10 @@ class Engine:
         Returns the first error, which becomes the wait container's termination message (its node then
         ends Error, unless main failed first). Files missing from the step's folder read as Argo's
         emissary reports them, under ``/var/run/argo/outputs``; artifacts need a repository.
+
+        Raises:
+            NodeError: an output path that leads out of the step's folder (``..``, or a link that
+                points elsewhere): in a pod it would read the container's own file, here the host's.
         """
         outputs = body.get("outputs") or {}
         errors: list[str] = []
@@ -825,7 +834,7 @@ class Engine:
                     params.append({"name": param["name"], "value": str(value_from["default"])})
                 continue
             pod_path = str(value_from["path"])
-            path = artifacts / (local_path(pod_path) or "")
+            path = self.inside(node, artifacts, pod_path, f"parameter '{param.get('name')}'")
             if path.is_file():
                 value = path.read_bytes().decode("utf-8", errors="replace")
             elif "default" in value_from:
@@ -838,7 +847,7 @@ class Engine:
         failures = []
         for artifact in outputs.get("artifacts") or []:
             pod_path = str(artifact.get("path", ""))
-            path = artifacts / (local_path(pod_path) or "")
+            path = self.inside(node, artifacts, pod_path, f"artifact '{artifact.get('name')}'")
             if not path.exists():
                 if not artifact.get("optional"):
                     staged = f"{VAR_RUN_ARGO}/outputs/artifacts{pod_path.rstrip('/')}.tgz"
@@ -854,6 +863,22 @@ class Engine:
         if kept:
             node.outputs["artifacts"] = kept
         return errors[0] if errors else None
+
+    def inside(self, node: NodeStatus, artifacts: Path, pod_path: str, what: str) -> Path:
+        """Where an output path of the pod lies in the step's folder; NodeError when it leads out."""
+        where = f"template '{node.template_name}', output {what}"
+        relative = local_path(pod_path)
+        if relative is None:
+            kind = "artifacts" if what.startswith("artifact") else "files"
+            raise NodeError(f"{where}: {outside_message(pod_path, kind)}; refused")
+        path = artifacts / relative
+        base = artifacts.resolve()
+        target = path.resolve()  # follows links, as reading the file would
+        if target != base and not target.is_relative_to(base):
+            raise NodeError(
+                f"{where}: output path {pod_path!r} is a link that leads out of the step's folder; refused"
+            )
+        return path
 
     def include_script_output(self, node_name: str, boundary_id: str | None) -> bool:
         """Argo's includeScriptOutput: keep stdout as ``outputs.result`` only if the step's DAG or steps

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from steps.errors import DsxError, InputError
 
-__all__ = ["NodeError", "UnsupportedConstruct"]
+__all__ = ["HostCommandsRefused", "NodeError", "UnsupportedConstruct"]
 
 
 class UnsupportedConstruct(InputError):
@@ -22,3 +22,14 @@ class UnsupportedConstruct(InputError):
 
 class NodeError(DsxError):
     """A failure of one node while the workflow runs (its node ends in phase Error with this message)."""
+
+
+class HostCommandsRefused(InputError):
+    """The workflow would start commands on this machine that the user did not allow; raised before the run.
+
+    ``templates`` names each container or script template that is not one of dsx's own steps.
+    """
+
+    def __init__(self, message: str, templates: Sequence[str]) -> None:
+        self.templates = list(templates)
+        super().__init__(message)

@@ -4,9 +4,10 @@ Argo writes a script template's substituted ``source`` to a file and runs ``comm
 For dsx's steps that is ``python -m hera.workflows.runner -e module:function FILE``; importing Hera costs
 about a second, so those steps are forked from a fork server (:mod:`steps.forkserver`) that has Hera
 and the workflow's step modules imported already. Each child writes its stdout and stderr into the
-step's log files, starts its own process group (so a timeout kills everything it started), takes the
-step's environment, working directory and ``sys.path`` entries, and runs Hera's runner as ``python -m``
-would. Any other command runs as an ordinary subprocess.
+step's log files, leads its own process group in the runner's session (so a timeout or a stop kills
+everything it started, the ranks it launched included), takes the step's environment, working directory
+and ``sys.path`` entries, and runs Hera's runner as ``python -m`` would. Any other command runs as an
+ordinary subprocess, in its own process group too.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 env=spec.env,
                 cwd=spec.cwd,
-                start_new_session=True,
+                process_group=0,  # its own group, in the runner's session: killed whole with its children
             )
         pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):

@@ -49,6 +49,15 @@ def timestamp(seconds: float | None) -> str | None:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 @dataclass
 class NodeStatus:
     """One node of the run: a template invocation, a retry attempt, a group, a skipped task."""
@@ -137,6 +146,9 @@ class RunOptions:
     artifact_repository: str = "local"
     """``local``: output artifacts are kept in the run folder, standing for a configured repository;
     ``none``: play a cluster without one, where a step that saves an artifact ends Error as in Argo."""
+    allow_host_commands: bool = False
+    """Run container and script templates that are not dsx's own steps as processes of this machine,
+    as this user, their images ignored. Without it such a workflow is refused before it starts."""
 
 
 @dataclass
@@ -154,11 +166,21 @@ class RunResult:
     root_id: str
     warnings: list[str] = field(default_factory=list)
     """What worked here but would fail on a cluster as Argo is installed by default."""
+    signal: int | None = None
+    """The signal (SIGINT 2, SIGTERM 15) that stopped the run; None when it ran to its end."""
 
     @property
     def succeeded(self) -> bool:
         """The workflow Succeeded."""
         return self.phase is Phase.Succeeded
+
+    @property
+    def exit_code(self) -> int:
+        """What ``dsx run --local`` exits with: 0 Succeeded, 1 Failed or Error, 128 + the signal that
+        stopped the run (130 for SIGINT, 143 for SIGTERM), as a shell reports a process it killed."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return 0 if self.succeeded else 1
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -186,6 +208,7 @@ class RunResult:
             "runDir": str(self.run_dir),
             "nodes": {node_id: node.to_dict() for node_id, node in sorted(self.nodes.items())},
             **({"warnings": list(self.warnings)} if self.warnings else {}),
+            **({"stoppedBy": _signal_name(self.signal)} if self.signal is not None else {}),
         }
 
 

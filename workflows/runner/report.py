@@ -89,6 +89,9 @@ def result_text(result: RunResult) -> str:
     ]
     if result.message:
         lines.append(f"Message:    {result.message}")
+    if result.signal is not None:
+        name = result.to_dict()["stoppedBy"]
+        lines.append(f"Stopped by: {name} (exit status {result.exit_code})")
     lines.append(f"Duration:   {format_duration(result.finished_at - result.started_at)}")
     lines.append(f"Run folder: {result.run_dir}")
     lines.append("")

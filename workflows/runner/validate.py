@@ -8,6 +8,7 @@ rejected with the construct and where it is: document, template name and field p
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from workflows.runner.errors import UnsupportedConstruct
 from workflows.runner.library import Library, TemplateScope, spec_of
 from workflows.runner.templating import expression_tags, tags, walk_strings
 
-__all__ = ["LOCAL_PREFIXES", "check", "local_path", "validate"]
+__all__ = ["LOCAL_PREFIXES", "check", "local_path", "outside_message", "validate"]
 
 LOCAL_PREFIXES = ("/tmp/dsx-out", "/tmp/hera-outputs")
 """Pod paths that map to a step's artifact folder on this machine."""
@@ -137,13 +138,31 @@ _NODE_VARS = re.compile(
 
 
 def local_path(path: str) -> str | None:
-    """The part of a pod path below ``/tmp/dsx-out`` (or Hera's outputs folder); None elsewhere."""
+    """The part of a pod path below ``/tmp/dsx-out`` (or Hera's outputs folder); None elsewhere.
+
+    The path is normalised first, as the pod's filesystem reads it: ``/tmp/dsx-out/a/../b`` is ``b``,
+    and ``/tmp/dsx-out/../../etc/passwd`` (``/etc/passwd``) is None. On this machine the step's folder
+    stands for ``/tmp/dsx-out``, so a path that leaves it would read the host's files.
+    """
+    normal = posixpath.normpath(path) if path else path
+    if normal.startswith("//"):  # POSIX keeps a leading '//'; the pod's kernel reads it as '/'
+        normal = "/" + normal.lstrip("/")
     for prefix in LOCAL_PREFIXES:
-        if path == prefix:
+        if normal == prefix:
             return ""
-        if path.startswith(prefix + "/"):
-            return path[len(prefix) + 1 :]
+        if normal.startswith(prefix + "/"):
+            return normal[len(prefix) + 1 :]
     return None
+
+
+def outside_message(path: str, what: str = "files") -> str:
+    """Why an output path is refused: it is not in the step's folder, or it leads out of it."""
+    if ".." in path.split("/") and any(path.startswith(prefix + "/") for prefix in LOCAL_PREFIXES):
+        return f"output path {path!r} leads out of the step's folder (/tmp/dsx-out) through '..'"
+    return (
+        f"output path {path!r} is outside the step's folder: output {what} must be under /tmp/dsx-out/ "
+        "($DSX_OUTPUT_DIR)"
+    )
 
 
 class _Checker:
@@ -335,13 +354,7 @@ class _Checker:
                         f"a {kind} template has no files",
                     )
                 elif local_path(str(value_from["path"])) is None:
-                    self.unsupported(
-                        scope,
-                        name,
-                        f"{path}.valueFrom.path",
-                        "valueFrom.path",
-                        "output files must be under /tmp/dsx-out/ ($DSX_OUTPUT_DIR)",
-                    )
+                    self.add(scope, name, f"{path}.valueFrom.path", outside_message(str(value_from["path"])))
             if "jsonPath" in value_from and kind != "resource":
                 self.unsupported(
                     scope,
@@ -371,12 +384,8 @@ class _Checker:
             if kind not in ("script", "container"):
                 self.unsupported(scope, name, path, "outputs.artifacts", f"a {kind} template has no files")
             elif local_path(str(artifact.get("path", ""))) is None:
-                self.unsupported(
-                    scope,
-                    name,
-                    f"{path}.path",
-                    "artifact path",
-                    "output artifacts must be under /tmp/dsx-out/ ($DSX_OUTPUT_DIR)",
+                self.add(
+                    scope, name, f"{path}.path", outside_message(str(artifact.get("path", "")), "artifacts")
                 )
 
     def retry(self, scope: TemplateScope, name: str, base: str, retry: Any) -> None:

@@ -37,6 +37,7 @@ def run_fixture(tmp_path: Path) -> RunFixture:
         **options: Any,
     ) -> RunResult:
         entry, library = load(filename, name)
+        options.setdefault("allow_host_commands", True)  # the fixtures' steps are not dsx's own
         opts = RunOptions(
             out_dir=tmp_path / f"run-{next(counter)}", approve=approve, workflow_name="wf", **options
         )

@@ -43,10 +43,15 @@ def test_a_declared_repository_silences_the_warning_but_must_exist(tmp_path: Pat
     entry, library = load("artifacts.yaml", "dsx-fixture-artifacts")
     entry["spec"]["artifactRepositoryRef"] = {"configMap": "artifact-repositories", "key": "s3"}
     assert warnings(entry, library) == []
-    local = run(entry, library, {}, RunOptions(out_dir=tmp_path / "local"))
+    local = run(entry, library, {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "local"))
     assert (local.phase, local.warnings) == (Phase.Succeeded, [])
     # on a cluster without the ConfigMap it names, Argo errors the workflow before any step runs
-    none = run(entry, library, {}, RunOptions(out_dir=tmp_path / "none", artifact_repository="none"))
+    none = run(
+        entry,
+        library,
+        {},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "none", artifact_repository="none"),
+    )
     assert none.phase is Phase.Error
     assert none.message == (
         "failed to resolve artifact repository: failed to find any artifact repository for artifact "
@@ -59,7 +64,9 @@ def test_a_missing_artifact_fails_where_argos_emissary_would_have_staged_it(tmp_
     outputs = {"artifacts": [{"name": "report", "path": "/tmp/dsx-out/report/"}]}
     tasks = [{"name": "lost", "template": "lost"}]
     doc = workflow([{"name": "main", "dag": {"tasks": tasks}}, shell("lost", "true", outputs=outputs)])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     lost = result.node("lost")
     assert (lost.phase, lost.message) == (
         Phase.Error,
@@ -74,5 +81,10 @@ def test_a_failed_step_keeps_its_own_message_over_the_wait_containers(tmp_path: 
         "artifacts": [{"name": "a", "path": "/tmp/dsx-out/a"}],
     }
     doc = workflow([shell("main", "exit 3", outputs=outputs)])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", artifact_repository="none"))
+    result = run(
+        doc,
+        [],
+        {},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", artifact_repository="none"),
+    )
     assert (result.phase, result.message) == (Phase.Failed, "main: Error (exit code 3)")

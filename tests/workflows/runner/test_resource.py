@@ -61,7 +61,7 @@ def test_every_step_shares_one_simulated_fleet(tmp_path: Path) -> None:
             ],
         },
     }
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", cluster="sim:"))
+    result = run(doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", cluster="sim:"))
     spec = printed(result, result.nodes[result.root_id])
     assert spec == f"state:{result.run_dir / 'fleet.json'}"
     assert (result.run_dir / "fleet.json").exists()

@@ -48,7 +48,9 @@ def test_a_dag_keeps_the_results_its_template_references_and_no_others(tmp_path:
         onExit="bye",
     )
     doc["spec"]["templates"].append(shell("bye", "echo bye"))
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Succeeded
     kept = {n.display_name: n.outputs.get("result") for n in result.nodes.values() if n.type == "Pod"}
     assert kept == {
@@ -79,7 +81,9 @@ def test_a_fan_out_whose_kept_results_are_not_json_errors_every_task_after_it(tm
         {"name": "later", "template": "show", "depends": "follows", "arguments": _x("never")},
     ]
     doc = workflow([{"name": "main", "dag": {"tasks": tasks}}, shell("say", "echo hi"), _show()])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Error
     for name in ("reads", "follows"):  # Argo gathers the outputs of every fan-out among a task's ancestors
         node = result.node(name)
@@ -94,14 +98,21 @@ def test_a_steps_template_keeps_what_its_output_parameters_read(tmp_path: Path) 
     steps = [[{"name": "first", "template": "say"}, {"name": "second", "template": "say"}]]
     outputs = {"parameters": [{"name": "said", "valueFrom": {"parameter": "{{steps.first.outputs.result}}"}}]}
     doc = workflow([{"name": "main", "steps": steps, "outputs": outputs}, shell("say", "echo hi")])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.nodes[result.root_id].outputs["parameters"] == [{"name": "said", "value": "hi"}]
     assert result.node("first").outputs["result"] == "hi"
     assert "result" not in result.node("second").outputs
 
 
 def test_a_leaf_entrypoint_keeps_no_result(tmp_path: Path) -> None:
-    result = run(workflow([shell("main", "echo hi")]), [], {}, RunOptions(out_dir=tmp_path / "run"))
+    result = run(
+        workflow([shell("main", "echo hi")]),
+        [],
+        {},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "run"),
+    )
     root = result.nodes[result.root_id]
     assert result.phase is Phase.Succeeded and "result" not in root.outputs
     assert printed(result, root) == "hi"
@@ -127,7 +138,9 @@ def test_a_result_keeps_its_last_256_kb_cut_at_a_byte(tmp_path: Path) -> None:
     ]
     count = shell("count", "true", inputs={"parameters": [{"name": "x"}]})
     doc = workflow([{"name": "main", "dag": {"tasks": tasks}}, big, count])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Succeeded
     kept = result.node("big").outputs["result"]
     assert kept == "\ufffd" + "é" * ((MAX_RESULT_BYTES - 2) // 2) + "z"
@@ -158,6 +171,8 @@ def test_fan_out_parameters_are_parsed_only_when_all_are_json_lists_or_objects(t
     for task in tasks[:2]:
         task["arguments"] = {"parameters": [{"name": "v", "value": "{{item}}"}]}
     doc = workflow([{"name": "main", "dag": {"tasks": tasks}}, write, _show()])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Succeeded, result.message
     assert result.node("use").inputs["parameters"][0]["value"] == '["1","2"] [{"a":2,"b":1}]'

@@ -22,7 +22,9 @@ def _retried(tmp_path: Path, command: str, retry: dict[str, Any]) -> tuple[RunRe
         if node.display_name == "t" and node.type == "Retry":
             messages.append(node.message)
 
-    options = RunOptions(out_dir=tmp_path / "run", workflow_name="wf", on_update=seen)
+    options = RunOptions(
+        allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf", on_update=seen
+    )
     return run(doc, [], {}, options), messages
 
 

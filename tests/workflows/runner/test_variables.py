@@ -22,7 +22,10 @@ def test_workflow_variables_are_substituted(tmp_path: Path) -> None:
         arguments={"parameters": [{"name": "size", "value": "4"}]},
     )
     result = run(
-        doc, [], {"size": "8"}, RunOptions(out_dir=tmp_path / "run", workflow_name="dsx-inline-abcde")
+        doc,
+        [],
+        {"size": "8"},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="dsx-inline-abcde"),
     )
     assert result.phase is Phase.Succeeded
     name, namespace, uid, created, size, params, pod = printed(result, result.nodes[result.root_id]).split(
@@ -51,7 +54,9 @@ def test_dag_target_runs_only_the_targets_and_their_dependencies(tmp_path: Path)
             shell("ok", "true"),
         ]
     )
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Succeeded
     assert sorted(n.display_name for n in result.nodes.values()) == ["a", "b", "wf"]
 
@@ -64,7 +69,9 @@ def test_a_missing_output_file_is_an_error_unless_it_has_a_default(tmp_path: Pat
         ]
     }
     doc = workflow([shell("main", "true", outputs=outputs)])
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     root = result.nodes[result.root_id]
     assert result.phase is Phase.Error
     # the wait container's error, staged where Argo's emissary keeps output files
@@ -98,7 +105,9 @@ def test_an_unresolvable_reference_errors_the_task(tmp_path: Path) -> None:
             shell("show", "echo {{inputs.parameters.x}}", inputs={"parameters": [{"name": "x"}]}),
         ]
     )
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     b = result.node("b")
     assert (b.phase, b.message) == (Phase.Error, "failed to resolve {{tasks.a.outputs.parameters.none}}")
     assert result.phase is Phase.Error
@@ -106,7 +115,9 @@ def test_an_unresolvable_reference_errors_the_task(tmp_path: Path) -> None:
 
 def test_exit_handler_failure_fails_a_successful_workflow(tmp_path: Path) -> None:
     doc = workflow([shell("main", "true"), shell("bye", "exit 4")], onExit="bye")
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.nodes[result.root_id].phase is Phase.Succeeded
     assert (result.phase, result.message) == (Phase.Failed, "main: Error (exit code 4)")
 
@@ -134,7 +145,9 @@ def test_a_skipped_output_without_defaults_leaves_the_input_unsupplied(tmp_path:
             shell("show", "echo {{inputs.parameters.x}}", inputs={"parameters": [{"name": "x"}]}),
         ]
     )
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.node("a").phase is Phase.Skipped
     b = result.node("b")
     assert (b.phase, b.message) == (Phase.Error, "inputs.parameters.x was not supplied")
@@ -144,7 +157,13 @@ def test_steps_get_their_output_folder_and_the_cluster_settings(tmp_path: Path) 
     doc = workflow(
         [shell("main", "echo $DSX_OUTPUT_DIR $hera__outputs_directory $KUBECONFIG $DSX_KUBE_CONTEXT")]
     )
-    options = RunOptions(out_dir=tmp_path / "run", workflow_name="wf", kubeconfig="/k/config", context="lab")
+    options = RunOptions(
+        allow_host_commands=True,
+        out_dir=tmp_path / "run",
+        workflow_name="wf",
+        kubeconfig="/k/config",
+        context="lab",
+    )
     result = run(doc, [], {}, options)
     root = result.nodes[result.root_id]
     artifacts = str(result.run_dir / str(root.folder) / "artifacts")
@@ -179,7 +198,9 @@ def test_workflow_status_is_running_until_the_exit_handler_gets_the_final_one(tm
         [{"name": "main", "dag": {"tasks": tasks}}, {"name": "bye", "dag": {"tasks": [report]}}, _show("x")],
         onExit="bye",
     )
-    result = run(doc, [], {}, RunOptions(out_dir=tmp_path / "run", workflow_name="wf"))
+    result = run(
+        doc, [], {}, RunOptions(allow_host_commands=True, out_dir=tmp_path / "run", workflow_name="wf")
+    )
     assert result.phase is Phase.Succeeded
     status, duration = result.node("a").inputs["parameters"][0]["value"].split(" ")
     assert status == "Running" and float(duration) >= 0
@@ -226,9 +247,19 @@ def test_a_run_whose_workflow_object_argo_could_not_store_is_named(tmp_path: Pat
     doc = workflow(
         [{"name": "main", "dag": {"tasks": tasks}}, _show("x")], arguments={"parameters": [{"name": "blob"}]}
     )
-    result = run(doc, [], {"blob": blob}, RunOptions(out_dir=tmp_path / "big", workflow_name="wf"))
+    result = run(
+        doc,
+        [],
+        {"blob": blob},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "big", workflow_name="wf"),
+    )
     assert result.phase is Phase.Succeeded
     (warning,) = result.warnings
     assert "Argo refuses more than 1048576 (workflow is longer than maximum allowed size)" in warning
-    small = run(doc, [], {"blob": "x"}, RunOptions(out_dir=tmp_path / "small", workflow_name="wf"))
+    small = run(
+        doc,
+        [],
+        {"blob": "x"},
+        RunOptions(allow_host_commands=True, out_dir=tmp_path / "small", workflow_name="wf"),
+    )
     assert small.warnings == []
