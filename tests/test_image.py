@@ -30,6 +30,7 @@ import yaml
 
 from steps.readiness.jobs import JobSettings, render_group_job
 from steps.readiness.models import Subject
+from steps.readiness.outcomes import RunRef
 from tests import dockerfile
 from tests.paths import CHART, REPO
 from workflows.templates import _base
@@ -186,15 +187,14 @@ def _compiled_containers() -> list[tuple[str, dict[str, Any]]]:
 
 
 def _job_settings() -> JobSettings:
-    """Settings of a group job whose pods get the GPU image (only the fields JobSettings has)."""
-    known = {
-        "namespace": "gpu-ops",
-        "image": _base.GPU_IMAGE,
-        "gpu_image": _base.GPU_IMAGE,
-        "service_account": _base.RANK_SERVICE_ACCOUNT,
-        "gpus_per_node": 8,
-    }
-    return JobSettings(**{k: v for k, v in known.items() if k in JobSettings.model_fields})
+    """Settings of a group job whose pods get the GPU image, as a certification run's step has them."""
+    return JobSettings(
+        namespace="gpu-ops",
+        image=_base.GPU_IMAGE,
+        service_account=_base.RANK_SERVICE_ACCOUNT,
+        gpus_per_node=8,
+        run=RunRef(name="dsx-certify-x7k2p", uid="3f1c-77ab", namespace="gpu-ops"),
+    )
 
 
 def _rank_pods() -> list[tuple[str, dict[str, Any]]]:
