@@ -247,22 +247,33 @@ def build_report(request: ReportRequest) -> CertificationReport:
     return report
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def load_report(path: str | Path) -> CertificationReport:
     """Read a ``report.json``.
 
     Raises:
-        InputError: the file is missing, not JSON, or not a certification report (naming the field).
+        InputError: the file is missing, not UTF-8, not strict JSON (``NaN`` and ``Infinity`` are not
+            numbers in JSON), or not a certification report (naming the field).
     """
+    from steps.yamlio import read_text
+
     file = Path(path)
+    text = read_text(file, str(file), "a report file")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{file}: cannot read ({exc.strerror})") from None
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InputError(f"{file}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # NaN, Infinity
+        raise InputError(f"{file}: not strict JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{file}: not JSON: nested too deeply") from None
     try:
         return CertificationReport.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top)"
         raise InputError(f"{file}: not a certification report: {where}: {first['msg']}") from None
+
