@@ -32,6 +32,7 @@ __all__ = [
     "build_report",
     "load_report",
     "node_results",
+    "recheck_report",
     "render_markdown",
 ]
 
@@ -277,3 +278,45 @@ def load_report(path: str | Path) -> CertificationReport:
         where = ".".join(str(part) for part in first["loc"]) or "(top)"
         raise InputError(f"{file}: not a certification report: {where}: {first['msg']}") from None
 
+
+def recheck_report(report: CertificationReport) -> tuple[CertificationReport, list[str]]:
+    """The report with its status and node results derived again from its verdicts, and every place
+    where the report's own words disagree with them.
+
+    A report file is evidence a person or a later step may have edited, or a bug may have written
+    wrongly; its ``status`` field is what a gate would trust. The status shown is ``passed`` only when
+    there are verdicts, every one passed, no node failed, and the report itself says ``passed``: a report
+    that disagrees with its own verdicts is never taken as a pass.
+
+    Returns:
+        The report with the derived status and nodes (a node failed by either its recorded result or
+        the verdicts), and one line per disagreement (empty when the report is consistent).
+    """
+    derived = {node.name: node for node in node_results([n.name for n in report.nodes], report.verdicts)}
+    recorded = {node.name: node for node in report.nodes}
+    nodes: list[NodeResult] = []
+    problems: list[str] = []
+    for name in sorted(derived):
+        mine, theirs = derived[name], recorded.get(name)
+        failed = mine.status == "failed" or (theirs is not None and theirs.status == "failed")
+        reasons = list(dict.fromkeys([*(theirs.reasons if theirs else []), *mine.reasons]))
+        nodes.append(NodeResult(name=name, status="failed" if failed else "passed", reasons=reasons))
+        if theirs is not None and theirs.status != mine.status:
+            problems.append(f"node {name}: the report says {theirs.status}, its verdicts say {mine.status}")
+    bad = [v for v in report.verdicts if v.status != "pass"]
+    failed_nodes = [n.name for n in nodes if n.status == "failed"]
+    derived_status = "passed" if report.verdicts and not bad and not failed_nodes else "failed"
+    if derived_status != report.status:
+        if not report.verdicts:
+            why = "it holds no verdicts"
+        elif bad:
+            why = f"{len(bad)} of {len(report.verdicts)} verdicts did not pass"
+        elif failed_nodes:
+            why = f"nodes failed: {', '.join(failed_nodes)}"
+        else:
+            why = f"all {len(report.verdicts)} verdicts passed"
+        problems.insert(0, f"the report says {report.status}, but {why}")
+    status: Literal["passed", "failed"] = (
+        "passed" if derived_status == "passed" and not problems else "failed"
+    )
+    return report.model_copy(update={"status": status, "nodes": nodes}), problems
