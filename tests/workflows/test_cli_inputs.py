@@ -122,15 +122,16 @@ def test_approve_naming_a_suspend_step_is_accepted(capsys: pytest.CaptureFixture
     ],
 )
 def test_retry_settings_must_be_finite_and_in_range(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, value: str
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, value: str
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(name, value)
     code, _, err = _dsx(capsys, "cluster", "nodes", "--cluster", "sim:nodes=2")
     assert code == 2
     assert _error(err).startswith(f"error: {name}={value!r}: expected ")
     code, _, err = _dsx(capsys, "run", "certify", "--local", "--out", "never")
     assert code == 2 and name in _error(err)
-    assert not Path("never").exists()
+    assert list(tmp_path.iterdir()) == []  # refused before a run folder was made
 
 
 def test_retry_settings_in_range_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,10 +115,10 @@ def _usage_error(exc: Exception) -> int:
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: the process's arguments) and return its exit status.
 
-    Every outcome is one of four codes: 0 ok, 1 what was checked is not ok, 2 bad input or usage (one
-    line on stderr naming what and where), 70 an unexpected error (one line naming it, and the hint to
-    rerun with ``--debug`` for the traceback). Nothing else escapes, so a caller (a CI gate, a test)
-    never mistakes a crash for a verdict.
+    Every outcome is 0 ok, 1 what was checked is not ok, 2 bad input or usage (one line on stderr naming
+    what and where), 70 an unexpected error (one line naming it, and the hint to rerun with ``--debug``
+    for the traceback), or 130 and 143 when Ctrl-C or SIGTERM stopped the work. No exception escapes,
+    so a caller (a CI gate, a test) never mistakes a crash for a verdict.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     _State.debug = os.environ.get(_DEBUG_ENV, "") not in ("", "0")
@@ -145,7 +145,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             return 130
         _traceback()
         hint = "" if _State.debug else "; rerun as 'dsx --debug ...' for the traceback"
-        _error(f"unexpected {type(exc).__name__}: {exc} (a defect of dsx, exit {EXIT_INTERNAL}){hint}")
+        text = _one_line(exc)
+        text = text if len(text) <= 300 else text[:297] + "..."
+        _error(f"unexpected {type(exc).__name__}: {text} (a defect of dsx, exit {EXIT_INTERNAL}){hint}")
         return EXIT_INTERNAL
     return result if isinstance(result, int) else EXIT_OK
 
