@@ -150,7 +150,7 @@ def write(files: list[CompiledFile], out: Path) -> list[Path]:
     wanted = {f.filename for f in files}
     for compiled in files:
         target = out / compiled.filename
-        if target.exists() and target.read_text() == compiled.text:
+        if target.is_file() and target.read_bytes() == compiled.text.encode("utf-8"):
             continue
         fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{compiled.filename}.")
         with os.fdopen(fd, "w") as handle:
@@ -173,7 +173,7 @@ def check(files: list[CompiledFile], out: Path) -> list[str]:
         target = out / compiled.filename
         if not target.exists():
             problems.append(f"{target}: missing (declared in {compiled.source})")
-        elif target.read_text() != compiled.text:
+        elif not target.is_file() or target.read_bytes() != compiled.text.encode("utf-8"):
             problems.append(f"{target}: stale (declared in {compiled.source}; run dsx compile)")
     if out.is_dir():
         for extra in sorted(out.glob("*.yaml")):

@@ -36,6 +36,21 @@ def _resolve(spec: str | None) -> str:
     return chosen.strip() or _KUBE
 
 
+def _state_path(spec: str) -> Path:
+    """The file a ``state:PATH`` spec names.
+
+    Raises:
+        ClusterConfigError: no path given, or the path is a folder.
+    """
+    text = spec.removeprefix("state:").strip()
+    if not text:
+        raise ClusterConfigError(f"--cluster {spec!r}: state: needs the path of a fleet state file")
+    path = Path(text)
+    if path.is_dir():
+        raise ClusterConfigError(f"--cluster {spec!r}: {path} is a folder, not a fleet state file")
+    return path
+
+
 def load_fleet(spec: str) -> Fleet:
     """Build the fleet a ``sim:`` spec or a fleet file names.
 
@@ -84,7 +99,7 @@ def connect(
     from steps.cluster.sim import FileStore, MemoryStore, SimCluster
 
     if chosen.startswith("state:"):
-        return SimCluster(FileStore(Path(chosen.removeprefix("state:"))), namespace=ns or "dsx", retry=retry)
+        return SimCluster(FileStore(_state_path(chosen)), namespace=ns or "dsx", retry=retry)
     return SimCluster(MemoryStore(load_fleet(chosen)), namespace=ns or "dsx", retry=retry)
 
 
@@ -93,11 +108,20 @@ def shareable(spec: str | None, folder: Path) -> str:
 
     A simulated fleet is built once and written to ``folder/fleet.json``; the result is
     ``state:`` that file. A real cluster (or a fleet that is already ``state:``) is returned unchanged.
+
+    Raises:
+        ClusterConfigError: a ``state:`` spec without a path, or naming a folder or a missing file.
+        InputError: a malformed simulated-fleet spec or file.
     """
     from steps.cluster.sim.store import write_fleet
 
     chosen = _resolve(spec)
-    if chosen == _KUBE or chosen.startswith("state:"):
+    if chosen.startswith("state:"):
+        from steps.cluster.sim import FileStore
+
+        FileStore(_state_path(chosen))  # a missing file or a folder is refused before any step runs
+        return chosen
+    if chosen == _KUBE:
         return chosen
     path = (folder / "fleet.json").resolve()
     write_fleet(load_fleet(chosen), path)

@@ -29,11 +29,59 @@ _SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _RETRYABLE = (429, 500, 502, 503, 504)
 
 
+def _kubeconfig_files(kubeconfig: str | None) -> list[Path] | None:
+    """The kubeconfig files to read, in kubectl's order; ``None`` when there are none to read.
+
+    ``--kubeconfig`` names one file, read alone. Otherwise ``$KUBECONFIG`` is a list of paths
+    (``os.pathsep``-separated) whose files are merged, those that do not exist skipped, as kubectl does;
+    without it, ``~/.kube/config`` if it exists.
+
+    Raises:
+        ClusterConfigError: the file ``--kubeconfig`` names, or every file ``$KUBECONFIG`` lists, is
+            missing.
+    """
+    hint = "(pass --kubeconfig, set KUBECONFIG, or use --cluster sim:... for a simulated fleet)"
+    if kubeconfig:
+        path = Path(kubeconfig).expanduser()
+        if not path.exists():
+            raise ClusterConfigError(f"connect: kubeconfig {path} does not exist {hint}")
+        return [path]
+    listed = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        found = [p for p in listed if p.exists()]
+        if not found:
+            names = ", ".join(str(p) for p in listed)
+            raise ClusterConfigError(f"connect: kubeconfig {names} does not exist {hint}")
+        return found
+    default_path = Path("~/.kube/config").expanduser()
+    return [default_path] if default_path.exists() else None
+
+
+def _first_current_context(paths: list[Path]) -> str | None:
+    """The current context of merged kubeconfigs: the first file that names one wins, as in kubectl.
+
+    (The kubernetes client's merge lets the last one win, so the context is named to it explicitly.)
+    """
+    from steps.errors import InputError
+    from steps.yamlio import load_yaml
+
+    for path in paths:
+        try:
+            data = load_yaml(path, str(path))
+        except InputError as exc:
+            raise ClusterConfigError(f"connect: kubeconfig {exc}") from None
+        current = data.get("current-context") if isinstance(data, dict) else None
+        if isinstance(current, str) and current:
+            return current
+    return None
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> tuple[Any, str | None]:
     """A configured ``kubernetes.client.ApiClient``, and the pod's namespace when running in a cluster.
 
-    With no ``kubeconfig`` it uses ``$KUBECONFIG`` or ``~/.kube/config`` when present, else the
-    in-cluster service account (whose namespace is returned; ``None`` otherwise).
+    With no ``kubeconfig`` it uses the files ``$KUBECONFIG`` lists (merged as kubectl merges them) or
+    ``~/.kube/config`` when present, else the in-cluster service account (whose namespace is returned;
+    ``None`` otherwise).
 
     Raises:
         ClusterConfigError: the kubeconfig is missing or unreadable, or the context is unknown.
@@ -42,10 +90,9 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     from kubernetes.config.config_exception import ConfigException
 
     configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-    default_path = Path("~/.kube/config").expanduser()
     namespace: str | None = None
-    if path is None and not default_path.exists() and (_SERVICE_ACCOUNT / "token").exists():
+    paths = _kubeconfig_files(kubeconfig)
+    if paths is None and (_SERVICE_ACCOUNT / "token").exists():
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except ConfigException as exc:
@@ -53,26 +100,32 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         ns_file = _SERVICE_ACCOUNT / "namespace"
         namespace = ns_file.read_text().strip() if ns_file.exists() else None
     else:
-        chosen = Path(path) if path else default_path
-        if not chosen.exists():
+        if paths is None:
             raise ClusterConfigError(
-                f"connect: kubeconfig {chosen} does not exist (pass --kubeconfig, set KUBECONFIG, "
-                "or use --cluster sim:... for a simulated fleet)"
+                f"connect: kubeconfig {Path('~/.kube/config').expanduser()} does not exist (pass "
+                "--kubeconfig, set KUBECONFIG, or use --cluster sim:... for a simulated fleet)"
             )
+        shown = os.pathsep.join(str(p) for p in paths)
+        if context is None and len(paths) > 1:
+            context = _first_current_context(paths)
         try:
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(chosen),
+                config_file=shown,  # the client merges a path list: first file wins for each name
                 context=context,
                 client_configuration=configuration,
                 persist_config=False,
             )
         except ConfigException as exc:
             where = f" context {context!r}" if context else ""
-            raise ClusterConfigError(f"connect: kubeconfig {chosen}{where}: {_one_line(exc)}") from None
+            raise ClusterConfigError(f"connect: kubeconfig {shown}{where}: {_one_line(exc)}") from None
         except Exception as exc:  # a file that is not YAML, or YAML that is not a kubeconfig
             raise ClusterConfigError(
-                f"connect: kubeconfig {chosen} cannot be read: {_one_line(exc)}"
+                f"connect: kubeconfig {shown} cannot be read: {_one_line(exc)}"
             ) from None
+    if not str(configuration.host).startswith(("https://", "http://")):
+        raise ClusterConfigError(
+            f"connect: the kubeconfig's server {configuration.host!r} is not an http:// or https:// URL"
+        )
     configuration.retries = False
     return client.ApiClient(configuration), namespace
 

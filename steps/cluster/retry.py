@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -10,7 +11,11 @@ from dataclasses import dataclass, field
 
 from steps.errors import InputError
 
-__all__ = ["RetryPolicy", "TransientError"]
+__all__ = ["MAX_ATTEMPTS", "RetryPolicy", "TransientError"]
+
+MAX_ATTEMPTS = 100
+"""The most tries ``DSX_RETRY_ATTEMPTS`` may ask for: with the delay capped at a few seconds, more would
+keep a step retrying a dead API server for longer than any step's deadline."""
 
 
 class TransientError(Exception):
@@ -75,12 +80,33 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """The default policy, tuned by ``DSX_RETRY_ATTEMPTS`` and ``DSX_RETRY_BASE_DELAY`` when set."""
-        try:
-            attempts = int(os.environ.get("DSX_RETRY_ATTEMPTS", cls.attempts))
-            base = float(os.environ.get("DSX_RETRY_BASE_DELAY", cls.base_delay))
-        except ValueError as exc:
-            raise InputError(f"DSX_RETRY_ATTEMPTS or DSX_RETRY_BASE_DELAY is not a number: {exc}") from None
-        if attempts < 1 or base < 0:
-            raise InputError("DSX_RETRY_ATTEMPTS must be at least 1 and DSX_RETRY_BASE_DELAY not negative")
+        """The default policy, tuned by ``DSX_RETRY_ATTEMPTS`` and ``DSX_RETRY_BASE_DELAY`` when set.
+
+        Raises:
+            InputError: ``DSX_RETRY_ATTEMPTS`` is not a whole number from 1 to :data:`MAX_ATTEMPTS`, or
+                ``DSX_RETRY_BASE_DELAY`` is not a finite number of seconds from 0 to ``max_delay``
+                (``nan`` would make every wait ``nan`` and ``time.sleep`` fail mid-call; ``inf``
+                would wait forever).
+        """
+        attempts_text = os.environ.get("DSX_RETRY_ATTEMPTS", "").strip()
+        base_text = os.environ.get("DSX_RETRY_BASE_DELAY", "").strip()
+        attempts, base = cls.attempts, cls.base_delay
+        if attempts_text:
+            try:
+                attempts = int(attempts_text)
+            except ValueError:
+                attempts = 0
+            if not 1 <= attempts <= MAX_ATTEMPTS:
+                raise InputError(
+                    f"DSX_RETRY_ATTEMPTS={attempts_text!r}: expected a whole number from 1 to {MAX_ATTEMPTS}"
+                )
+        if base_text:
+            try:
+                base = float(base_text)
+            except ValueError:
+                base = math.nan
+            if not (math.isfinite(base) and 0 <= base <= cls.max_delay):
+                raise InputError(
+                    f"DSX_RETRY_BASE_DELAY={base_text!r}: expected seconds from 0 to {cls.max_delay:g}"
+                )
         return cls(attempts=attempts, base_delay=base)

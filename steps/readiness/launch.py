@@ -159,6 +159,13 @@ class _RankServer:
                 try:
                     server = ForkServer(env, stderr=log, own_groups=False)
                     failed = list(server.preload(_PRELOAD, timeout=_SERVER_START_S).values())
+                except (KeyboardInterrupt, SystemExit):
+                    # Stopped (Ctrl-C, or SIGTERM turned into one) while torch loads: an import does
+                    # not read its stdin, so the server would only notice it is orphaned once done.
+                    if server is not None:
+                        server.process.kill()
+                        server.process.wait()
+                    raise
                 except OSError as exc:  # the server died (its stderr says why) or did not answer
                     log.seek(0)
                     said = log.read().decode(errors="replace").strip().splitlines()

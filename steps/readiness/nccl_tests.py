@@ -7,10 +7,12 @@ column layout (no Group on rank lines, no root column, an ``error`` column) and 
 as ``[0x0f]`` or ``[0000:04:00]``, ``N/A`` and e-notation in figures, and failure lines.
 
 The result is a :class:`~steps.readiness.models.CollectiveRun` whose status is ``complete`` (a clean
-run with its footer), ``failed`` (a ``Test ... failure`` line), ``corrupted`` (wrong elements, or an
-out-of-bounds footer that is not ``0 OK``) or ``incomplete`` (no footer). Input that is not an
-nccl-tests log at all, or a table with a malformed row, raises :class:`~steps.errors.InputError`
-naming the line.
+run with its footer), ``failed`` (a ``Test ... failure`` line), ``corrupted`` (wrong elements, an
+out-of-bounds footer that is not ``0 OK``, or a figure that is ``nan`` or ``inf``: kept as no figure,
+so it never meets a threshold and never reaches JSON) or ``incomplete`` (no footer: the run stopped or
+the log was cut, before the table or in the middle of its last row). Input that is not an nccl-tests log
+at all, or a table with a malformed row followed by more of the log, raises
+:class:`~steps.errors.InputError` naming the line.
 """
 
 from __future__ import annotations
@@ -174,6 +176,18 @@ class _Table:
             f"found {len(tokens)}: the row is cut or corrupt"
         )
 
+    def row_is_readable(self, index: int) -> bool:
+        """Whether row ``index`` has every field its column holds (a cut row may not)."""
+        saved = self.tokens, self.lines
+        self.tokens, self.lines = [saved[0][index]], [saved[1][index]]
+        try:
+            self._first_bad_field()
+        except InputError:
+            return False
+        finally:
+            self.tokens, self.lines = saved
+        return True
+
     def close(self, into: _Results) -> None:
         """Add this table's rows to ``into``, column by column."""
         rows = len(self.tokens)
@@ -193,6 +207,9 @@ class _Table:
         except (ValueError, OverflowError):
             self._first_bad_field()
             raise
+        for k, column in enumerate(figures):
+            if (self.layout != "new" or k % 4 != 3) and not _all_finite(column):
+                figures[k] = self._finite(column, k, into)
         into.size += size
         into.count += count
         into.type += ["float"] * rows if self.type_at is None else columns[self.type_at]
@@ -215,6 +232,20 @@ class _Table:
                 column += values
         into.has_in_place = into.has_in_place or len(figures) == 8
 
+    def _finite(self, column: Sequence[float | None], k: int, into: _Results) -> list[float | None]:
+        """The column with each ``nan`` or ``inf`` figure replaced by no figure, each one noted."""
+        where = "out-of-place" if k < 4 else "in-place"
+        kept: list[float | None] = []
+        for value, tokens, lineno in zip(column, self.tokens, self.lines, strict=True):
+            if value is not None and not math.isfinite(value):
+                into.nonfinite.append(
+                    f"line {lineno}: {where} {self.measured[k]} {tokens[self.first + k]!r} is not a "
+                    "finite number"
+                )
+                value = None
+            kept.append(value)
+        return kept
+
     def _first_bad_field(self) -> None:
         """Raise the error for the first field, in line order, that is not what its column holds."""
         for tokens, lineno in zip(self.tokens, self.lines, strict=True):
@@ -231,12 +262,35 @@ class _Table:
                     _number(token, f"{where} {name}", lineno)
 
 
+def _cut_row(
+    cut: tuple[_Table, list[str], int] | None, table: _Table, tokens: list[str], lineno: int
+) -> tuple[_Table, list[str], int]:
+    """Note a row of the wrong width as cut; a row after a cut one makes the cut one malformed.
+
+    Raises:
+        InputError: naming the first malformed row (or an earlier row's bad field).
+    """
+    if cut is not None:
+        raise cut[0].cut(cut[1], cut[2])
+    return table, tokens, lineno
+
+
 def _figures(tokens: tuple[str, ...]) -> list[float | None]:
     """A column of figures: numbers, with ``N/A`` as ``None`` (``ValueError`` for anything else)."""
     try:
         return [*map(float, tokens)]  # the common case: no N/A
     except ValueError:
         return [None if token == _NA else float(token) for token in tokens]
+
+
+def _all_finite(column: Sequence[float | None]) -> bool:
+    """Whether no figure of the column is ``nan`` or infinite (``None`` for ``N/A`` is fine)."""
+    total: float
+    try:
+        total = sum(column)  # type: ignore[arg-type]
+    except TypeError:  # N/A in the column
+        total = sum(value for value in column if value is not None)
+    return math.isfinite(total) or all(value is None or math.isfinite(value) for value in column)
 
 
 def _counts(tokens: tuple[str, ...], figures: Sequence[float | None]) -> Sequence[int | None]:
@@ -257,7 +311,18 @@ def _counts(tokens: tuple[str, ...], figures: Sequence[float | None]) -> Sequenc
 class _Results:
     """The result columns of a whole log, filled table by table."""
 
-    __slots__ = ("count", "has_in_place", "in_place", "line", "out_of_place", "redop", "root", "size", "type")
+    __slots__ = (
+        "count",
+        "has_in_place",
+        "in_place",
+        "line",
+        "nonfinite",
+        "out_of_place",
+        "redop",
+        "root",
+        "size",
+        "type",
+    )
 
     def __init__(self) -> None:
         self.size: list[int] = []
@@ -269,6 +334,7 @@ class _Results:
         self.out_of_place: list[list[float | None]] = [[] for _ in _HALF]
         self.in_place: list[list[float | None]] = [[] for _ in _HALF]
         self.has_in_place = False
+        self.nonfinite: list[str] = []
 
     def table(self) -> ResultTable:
         """The columns as a :class:`ResultTable`.
@@ -406,6 +472,9 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
     # Preamble and rank lines read before, by their text: a soak test's log repeats them for every run.
     preambles: dict[str, Preamble] = {}
     rank_lines: dict[str, RankInfo] = {}
+    # A row of the wrong width: the last row of a run that stopped (or a log cut) mid-row, unless more
+    # rows, a header or a footer follow it, which makes it a malformed row.
+    cut: tuple[_Table, list[str], int] | None = None
     lineno = 0
     try:
         for lineno, raw in enumerate(lines, start=1):
@@ -413,8 +482,9 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                 # A plain result row, the bulk of a log (a row behind a launcher prefix is read below).
                 tokens = raw.split()
                 if len(tokens) >= 2 and tokens[0].isdigit() and tokens[1].isdigit():
-                    if len(tokens) != width:
-                        raise table.cut(tokens, lineno)
+                    if len(tokens) != width or cut is not None:
+                        cut = _cut_row(cut, table, tokens, lineno)
+                        continue
                     row_tokens.append(tokens)
                     row_lines.append(lineno)
                     continue
@@ -425,8 +495,9 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
             if body[0].isdigit() and table is not None:
                 tokens = body.split()
                 if len(tokens) >= 2 and tokens[0].isdigit() and tokens[1].isdigit():
-                    if len(tokens) != width:
-                        raise table.cut(tokens, lineno)
+                    if len(tokens) != width or cut is not None:
+                        cut = _cut_row(cut, table, tokens, lineno)
+                        continue
                     row_tokens.append(tokens)
                     row_lines.append(lineno)
                     continue
@@ -435,6 +506,8 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                 inner = body[1:].strip()
                 names = _header_names(inner) if inner.startswith("size") else None
                 if names is not None:
+                    if cut is not None:
+                        raise cut[0].cut(cut[1], cut[2])
                     if table is not None:
                         table.close(results)
                     table = _Table(names, lineno)
@@ -455,6 +528,8 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                         injected.append(found_injected.group("what"))
                         continue
             if "Out of bounds" in body and (oob := _OOB.search(body)) is not None:
+                if cut is not None:
+                    raise cut[0].cut(cut[1], cut[2])
                 count = _count(oob.group("count"), "out-of-bounds count", lineno)
                 word = (oob.group("verdict") or "").upper()
                 out_of_bounds = (count, {"OK": True, "FAILED": False}.get(word), lineno)
@@ -476,6 +551,9 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
                 if program is not None:
                     collective = program.group("name")
         if table is not None:
+            if cut is None and out_of_bounds is None and table.tokens and not table.row_is_readable(-1):
+                # The run stopped (or the log was cut) inside the last row's last field: "N/" of N/A.
+                cut = (table, table.tokens.pop(), table.lines.pop())
             table.close(results)
     except UnicodeDecodeError as exc:
         raise InputError(f"{source}: line {lineno + 1}: not text ({exc.reason})") from None
@@ -486,20 +564,26 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
 
     if seen == 0:
         raise InputError(f"{source}: empty input, not an nccl-tests log")
+    problems: list[str] = []
     if not rows and not failures:
-        if table is not None:
-            raise InputError(
-                f"{source}: line {table.lineno}: table header but no result rows after it "
-                f"(the log is cut short, {seen} lines read)"
-            )
-        if preamble is None and not ranks and out_of_bounds is None:
+        if preamble is None and not ranks and table is None and out_of_bounds is None:
             raise InputError(
                 f"{source}: not an nccl-tests log: no '# nThread' line, no table header and no result "
                 f"rows in {seen} lines"
             )
-        raise InputError(f"{source}: line {seen}: no table header and no result rows (the log is cut short)")
-
-    problems: list[str] = []
+        if out_of_bounds is not None:
+            raise InputError(f"{source}: line {out_of_bounds[2]}: a footer but no result rows before it")
+        if table is not None:
+            problems.append(f"line {table.lineno}: table header but no result rows after it")
+        else:
+            problems.append(f"no table header in {seen} lines: the run did not start its sweep")
+    if cut is not None:
+        _, cut_tokens, cut_line = cut
+        problems.append(
+            f"line {cut_line}: the last result row is cut ({len(cut_tokens)} of {cut[0].width} fields, "
+            "or a field cut short): the run stopped or the log is cut there"
+        )
+    problems += results.nonfinite
     for failure in failures:
         where = f" {failure.where}" if failure.where else ""
         host = f"{failure.host}: " if failure.host else ""
@@ -518,6 +602,10 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
         at = format_size(results.size[index])
         problems.append(f"line {results.line[index]}: {wrong} wrong elements at {at} ({half})")
     footer: Footer | None = None
+    avg_nonfinite = avg_busbw is not None and not math.isfinite(avg_busbw)
+    if avg_nonfinite:
+        problems.append(f"the footer's average bus bandwidth {avg_busbw} is not a finite number")
+        avg_busbw = None
     if out_of_bounds is not None:
         count, ok, oob_line = out_of_bounds
         footer = Footer(out_of_bounds=count, out_of_bounds_ok=ok, avg_busbw_gbps=avg_busbw)
@@ -535,11 +623,14 @@ def _parse(lines: Iterable[str], source: str) -> CollectiveRun:
     status: RunStatus
     if failures:
         status = "failed"
-    elif wrong_rows or (
-        footer is not None and (footer.out_of_bounds_ok is False or (footer.out_of_bounds or 0) > 0)
+    elif (
+        wrong_rows
+        or results.nonfinite
+        or avg_nonfinite
+        or (footer is not None and (footer.out_of_bounds_ok is False or (footer.out_of_bounds or 0) > 0))
     ):
         status = "corrupted"
-    elif footer is None:
+    elif footer is None or cut is not None:
         status = "incomplete"
     else:
         status = "complete"

@@ -35,6 +35,7 @@ __all__ = [
     "build_report",
     "load_report",
     "node_results",
+    "recheck_report",
     "render_markdown",
 ]
 
@@ -265,22 +266,75 @@ def build_report(request: ReportRequest) -> CertificationReport:
     return report
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def load_report(path: str | Path) -> CertificationReport:
     """Read a ``report.json``.
 
     Raises:
-        InputError: the file is missing, not JSON, or not a certification report (naming the field).
+        InputError: the file is missing, not UTF-8, not strict JSON (``NaN`` and ``Infinity`` are not
+            numbers in JSON), or not a certification report (naming the field).
     """
+    from steps.yamlio import read_text
+
     file = Path(path)
+    text = read_text(file, str(file), "a report file")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{file}: cannot read ({exc.strerror})") from None
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InputError(f"{file}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # NaN, Infinity
+        raise InputError(f"{file}: not strict JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{file}: not JSON: nested too deeply") from None
     try:
         return CertificationReport.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top)"
         raise InputError(f"{file}: not a certification report: {where}: {first['msg']}") from None
+
+
+def recheck_report(report: CertificationReport) -> tuple[CertificationReport, list[str]]:
+    """The report with its status and node results derived again from its verdicts, and every place
+    where the report's own words disagree with them.
+
+    A report file is evidence a person or a later step may have edited, or a bug may have written
+    wrongly; its ``status`` field is what a gate would trust. The status shown is ``passed`` only when
+    there are verdicts, every one passed, no node failed, and the report itself says ``passed``: a report
+    that disagrees with its own verdicts is never taken as a pass.
+
+    Returns:
+        The report with the derived status and nodes (a node failed by either its recorded result or
+        the verdicts), and one line per disagreement (empty when the report is consistent).
+    """
+    derived = {node.name: node for node in node_results([n.name for n in report.nodes], report.verdicts)}
+    recorded = {node.name: node for node in report.nodes}
+    nodes: list[NodeResult] = []
+    problems: list[str] = []
+    for name in sorted(derived):
+        mine, theirs = derived[name], recorded.get(name)
+        failed = mine.status == "failed" or (theirs is not None and theirs.status == "failed")
+        reasons = list(dict.fromkeys([*(theirs.reasons if theirs else []), *mine.reasons]))
+        nodes.append(NodeResult(name=name, status="failed" if failed else "passed", reasons=reasons))
+        if theirs is not None and theirs.status != mine.status:
+            problems.append(f"node {name}: the report says {theirs.status}, its verdicts say {mine.status}")
+    bad = [v for v in report.verdicts if v.status != "pass"]
+    failed_nodes = [n.name for n in nodes if n.status == "failed"]
+    derived_status = "passed" if report.verdicts and not bad and not failed_nodes else "failed"
+    if derived_status != report.status:
+        if not report.verdicts:
+            why = "it holds no verdicts"
+        elif bad:
+            why = f"{len(bad)} of {len(report.verdicts)} verdicts did not pass"
+        elif failed_nodes:
+            why = f"nodes failed: {', '.join(failed_nodes)}"
+        else:
+            why = f"all {len(report.verdicts)} verdicts passed"
+        problems.insert(0, f"the report says {report.status}, but {why}")
+    status: Literal["passed", "failed"] = (
+        "passed" if derived_status == "passed" and not problems else "failed"
+    )
+    return report.model_copy(update={"status": status, "nodes": nodes}), problems

@@ -120,18 +120,11 @@ def load_thresholds(data: Mapping[str, Any] | str | Path | None) -> Thresholds:
         return Thresholds()
     source = "thresholds"
     if isinstance(data, Path) or (isinstance(data, str) and not data.lstrip().startswith("{")):
-        import yaml
+        from steps.yamlio import load_yaml, plain
 
         path = Path(data)
         source = str(path)
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read thresholds ({exc.strerror})") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise InputError(f"{path}:{where}: not valid YAML") from None
+        loaded = plain(load_yaml(path, source))  # unreadable, not UTF-8 or not YAML: naming the line
     elif isinstance(data, str):
         try:
             loaded = json.loads(data)

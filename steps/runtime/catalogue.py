@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from steps.errors import InputError
 from steps.runtime.criteria import Criteria, parse_criteria
@@ -24,17 +24,60 @@ from steps.runtime.yamlio import LineDict, line_of, load_yaml
 
 __all__ = [
     "API_VERSION",
+    "PATTERNS",
     "Catalogue",
     "ComponentRef",
     "ComponentSpec",
     "NodeScheduling",
     "Overlay",
+    "check_value",
     "default_catalogue_dir",
     "load_catalogue",
 ]
 
 API_VERSION = "dsx.dev/v1alpha1"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+
+#: What each value a bundle hands to helm, kubectl, Argo CD or Flux may look like. These values end up
+#: in ``install.sh`` and in manifests; checked when the catalogue is read, a hostile or mistyped value
+#: (``$(curl ...)`` as a version) is refused with its file and line instead of reaching a shell.
+PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
+    "version": (
+        re.compile(r"^v?\d+(\.\d+){0,2}(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"),
+        "a pinned chart version (SemVer, e.g. 1.2.3, v25.3.4 or 2.0.0-rc.1)",
+    ),
+    "chart": (
+        re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"),
+        "a chart name (lowercase letters, digits, '-', '_' and '.')",
+    ),
+    "repository": (
+        re.compile(
+            r"^(https?|oci)://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?(/[A-Za-z0-9._~%+-]+)*/?$"
+        ),
+        "a chart repository URL (https://host/path or oci://host/path)",
+    ),
+    "namespace": (
+        re.compile(rf"^(?=.{{1,63}}$){_LABEL}$"),
+        "a namespace name (a DNS label: lowercase letters, digits and '-', at most 63)",
+    ),
+    "release": (
+        re.compile(rf"^(?=.{{1,53}}$){_LABEL}(\.{_LABEL})*$"),
+        "a Helm release name (lowercase letters, digits, '-' and '.', at most 53)",
+    ),
+}
+
+
+def check_value(kind: str, value: str) -> str:
+    """``value`` if it matches the pattern for ``kind`` (a key of :data:`PATTERNS`).
+
+    Raises:
+        ValueError: naming the value and what it should be (pydantic reports it with file and line).
+    """
+    pattern, meaning = PATTERNS[kind]
+    if not pattern.match(value):
+        raise ValueError(f"{kind} {value!r} is not {meaning}")
+    return value
 
 
 class _Strict(BaseModel):
@@ -68,6 +111,16 @@ class ComponentSpec(_Strict):
     nodeFacts: dict[str, str] = Field(default_factory=dict)
     """Node facts this component decides, each read from a values path (``driverVersion: driver.version``)."""
 
+    @field_validator("repository", "chart", "namespace", "release")
+    @classmethod
+    def _pattern(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_value(str(info.field_name), value)
+
+    @field_validator("defaultVersion")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return check_value("version", value)
+
 
 class _RegistrySpec(_Strict):
     components: dict[str, ComponentSpec]
@@ -91,6 +144,11 @@ class ComponentRef(_Strict):
     dependsOn: list[str] | None = None
     values: dict[str, Any] | None = None
     manifests: list[str] | None = None
+
+    @field_validator("version", "namespace")
+    @classmethod
+    def _pattern(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_value(str(info.field_name), value)
 
 
 class _Fabric(_Strict):

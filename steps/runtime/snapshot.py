@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from steps.cluster.errors import ForbiddenError
 from steps.errors import InputError
 from steps.runtime.yamlio import line_of, load_yaml
+from steps.yamlio import read_text
 
 if TYPE_CHECKING:
     from steps.cluster.port import ClusterPort, Node
@@ -304,11 +305,11 @@ def read_snapshot(path: Path) -> Snapshot:
     raw: Any = None
     if path.suffix == ".json":
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+            raw = json.loads(read_text(path))
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        except RecursionError:
+            raise InputError(f"{path}: invalid JSON: nested too deeply") from None
     else:
         raw = load_yaml(path, str(path))
     try:

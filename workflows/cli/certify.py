@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from workflows.cli.output import OutputFormat, emit, print_table
+from workflows.cli.output import OutputFormat, emit, print_table, to_plain
 
 __all__ = ["register"]
 
@@ -32,11 +32,15 @@ def report_cmd(
 ) -> None:
     """Show a certification report: nodes, verdicts, evidence.
 
-    Exit 0 when the certification passed, 1 when it failed, 2 when the file is not a report.
+    The status shown, and the exit code, come from the report's verdicts and node results: 0 when
+    every verdict passed (and the report agrees), 1 when it failed or disagrees with its own verdicts
+    (each disagreement named on stderr), 2 when the file is not a report.
     """
-    from steps.readiness.report import load_report, render_markdown
+    from steps.readiness.report import load_report, recheck_report, render_markdown
 
-    report = load_report(file)
+    report, disagreements = recheck_report(load_report(file))
+    for problem in disagreements:
+        typer.secho(f"warning: {file}: {problem}; shown as {report.status}", fg=typer.colors.YELLOW, err=True)
     if output is ReportFormat.markdown:
         sys.stdout.write(render_markdown(report))
     else:
@@ -54,7 +58,10 @@ def report_cmd(
 
             print_verdicts(report.verdicts)
 
-        emit(report, OutputFormat(output.value), table)
+        data = to_plain(report)
+        if disagreements:
+            data["disagreements"] = disagreements
+        emit(data, OutputFormat(output.value), table)
     raise typer.Exit(0 if report.status == "passed" else 1)
 
 

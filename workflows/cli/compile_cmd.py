@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compile every dsx WorkflowTemplate, CronWorkflow, EventSource and Sensor to YAML."""
         from workflows import compiler
+        from workflows.cli.output import check_out_dir
 
+        check_out_dir(out, "--out")
         files = compiler.compile_objects()
         if check_only:
             problems = compiler.check(files, out)

@@ -5,14 +5,30 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit, print_table
 
-__all__ = ["register"]
+__all__ = ["MAX_LOCAL_RANKS", "RANKS_OPTION", "register", "run_ranks"]
+
+MAX_LOCAL_RANKS = 64
+"""The most rank processes a local run starts. Each is a process on this machine with torch loaded
+(hundreds of MB each) and, with nccl, a GPU of its own: past a few dozen, a local run measures the
+machine's memory and CPU contention rather than the collective, and a mistyped count (``-n 1000``)
+would exhaust the machine before anything is measured. Larger groups run on a cluster."""
+
+RANKS_OPTION = typer.Option(
+    2,
+    "--ranks",
+    "-n",
+    min=1,
+    max=MAX_LOCAL_RANKS,
+    help=f"Rank processes to start on this machine (1 to {MAX_LOCAL_RANKS}).",
+)
 
 nccl_app = typer.Typer(
     name="nccl", help="NCCL all-reduce: parse nccl-tests logs, run sweeps.", no_args_is_help=True
@@ -81,6 +97,24 @@ def _evidence_dir(out_dir: Path | None, prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix)
 
 
+def run_ranks(work: Callable[[Any], Any], request: Any) -> Any:
+    """Run a local multi-rank check; SIGTERM stops it as Ctrl-C does (ranks killed and reaped, exit 143).
+
+    Raises:
+        typer.Exit: with status 143 after SIGTERM, 130 after Ctrl-C, once every rank is gone.
+    """
+    from workflows.cli._signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
+    try:
+        with sigterm_as_interrupt():
+            return work(request)
+    except KeyboardInterrupt as exc:  # the launcher has killed its ranks; its server closes at exit
+        why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        where = f"; evidence so far in {request.out_dir}" if request.out_dir else ""
+        typer.secho(f"error: {why}: every rank was stopped{where}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_TERMINATED if isinstance(exc, Terminated) else 130) from None
+
+
 @nccl_app.command("parse")
 def parse_cmd(
     file: str = typer.Argument(
@@ -102,7 +136,7 @@ def parse_cmd(
 
 @nccl_app.command("sweep")
 def sweep_cmd(
-    ranks: int = typer.Option(2, "--ranks", "-n", help="Rank processes to start on this machine."),
+    ranks: int = RANKS_OPTION,
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU processes) or nccl (one GPU per rank)."),
     min_bytes: str = typer.Option("1KiB", "--min-bytes", "-b", help="Smallest message (B, KiB, MiB, GiB)."),
     max_bytes: str = typer.Option("16MiB", "--max-bytes", "-e", help="Largest message."),
@@ -141,6 +175,7 @@ def sweep_cmd(
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
     if scope not in ("node", "multi-node"):
         raise InputError(f"--scope {scope!r}: use node or multi-node")
+    check_out_dir(out_dir, "--out-dir")
     if torchrun:
         from steps.readiness import sweep
 
@@ -183,7 +218,7 @@ def sweep_cmd(
         rank_hosts=hosts,
         out_dir=_evidence_dir(out_dir, "dsx-nccl-sweep-") or None,
     )
-    outcome = run_allreduce_sweep(request)
+    outcome = run_ranks(run_allreduce_sweep, request)
 
     def table(_: Any) -> None:
         table_file = Path(outcome.out_dir) / "sweep.txt"

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
 
-__all__ = ["OUTPUT_OPTION", "OutputFormat", "console", "emit", "print_table", "to_plain"]
+__all__ = [
+    "OUTPUT_OPTION",
+    "OutputFormat",
+    "check_out_dir",
+    "console",
+    "emit",
+    "print_table",
+    "to_plain",
+]
 
 
 class OutputFormat(enum.StrEnum):
@@ -25,15 +35,49 @@ class OutputFormat(enum.StrEnum):
 OUTPUT_OPTION = typer.Option(OutputFormat.table, "--output", "-o", help="Output format.")
 
 
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_finite(v) for v in data]
+    return data
+
+
 def to_plain(data: Any) -> Any:
-    """Turn pydantic models (and lists or dicts of them) into plain JSON-compatible data."""
+    """Turn pydantic models (and lists or dicts of them) into plain JSON-compatible data.
+
+    A figure that is not finite (NaN, infinity) becomes ``null``: strict JSON has no such numbers, and
+    a reader would fail on the whole document for one figure.
+    """
     if hasattr(data, "model_dump"):
-        return data.model_dump(mode="json")
+        return _finite(data.model_dump(mode="json"))
     if isinstance(data, dict):
         return {str(k): to_plain(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
         return [to_plain(v) for v in data]
+    if isinstance(data, float):
+        return _finite(data)
     return data
+
+
+def check_out_dir(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output folder that is a file or lies under one.
+
+    Raises:
+        InputError: naming the option and the file in the way.
+    """
+    from steps.errors import InputError
+
+    if path is None:
+        return
+    for place in (path, *path.parents):
+        if place.exists() and not place.is_dir():
+            detail = "is a file" if place == path else f"lies under {place}, which is a file"
+            raise InputError(f"{option} {path}: {detail}, not a folder")
+        if place.exists():
+            return
 
 
 def console() -> Any:
@@ -61,7 +105,7 @@ def emit(data: Any, fmt: OutputFormat, table: Callable[[Any], None] | None = Non
     """Write ``data`` in the chosen format; ``table`` renders it for people (default: JSON)."""
     plain = to_plain(data)
     if fmt is OutputFormat.json or (fmt is OutputFormat.table and table is None):
-        sys.stdout.write(json.dumps(plain, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(plain, indent=2, sort_keys=True, allow_nan=False) + "\n")
     elif fmt is OutputFormat.yaml:
         import yaml
 

@@ -64,9 +64,24 @@ def resolve_from_flags(recipes: Path | None, **flags: Any) -> RecipeResult:
 
 
 def recipe_from_file_or_flags(recipe_file: Path | None, recipes: Path | None, **flags: Any) -> RecipeResult:
-    """The resolved recipe in ``recipe_file`` (``--recipe``), else the one the criteria flags describe."""
+    """The resolved recipe in ``recipe_file`` (``--recipe``), else the one the criteria flags describe.
+
+    Raises:
+        InputError: ``--recipe`` given together with ``--recipes`` or a criteria flag: the file's recipe
+            was resolved already, so those flags would be ignored without a word.
+    """
     if recipe_file is not None:
+        from steps.errors import InputError
         from steps.runtime.recipefile import read_recipe
+
+        given = [f"--{name} {value}" for name, value in flags.items() if value != _ANY]
+        if recipes is not None:
+            given.insert(0, f"--recipes {recipes}")
+        if given:
+            raise InputError(
+                f"--recipe {recipe_file} and {', '.join(given)} cannot be used together: the file holds "
+                "a recipe resolved already; drop one"
+            )
 
         return read_recipe(recipe_file)
     return resolve_from_flags(recipes, **flags)

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from steps.errors import DsxError, InputError
-from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit
 
 DEFAULT_LOCAL_FLEET = "sim:nodes=4,gpu=h100,racks=2"
 """The cluster of a local run given none: a small simulated fleet of two racks."""
@@ -40,23 +40,90 @@ def _parameters(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def _load_file(path: Path) -> list[dict[str, Any]]:
-    import yaml
+def _check_types(path: Path, raw: Any, doc: dict[str, Any], index: int) -> None:
+    """Refuse a document whose fields have the wrong types for Argo's schema, naming the field and line.
 
+    The runner reads the documents as plain data and trusts their shapes; a mapping where Argo has a
+    list (``inputs: x``, ``tasks: 7``) would otherwise fail deep inside it. Hera's models are Argo's
+    schema, generated from its OpenAPI document.
+    """
+    from hera.workflows import models
+    from pydantic import ValidationError
+
+    from steps.yamlio import line_of
+
+    schema = {
+        "Workflow": models.Workflow,
+        "WorkflowTemplate": models.WorkflowTemplate,
+        "ClusterWorkflowTemplate": models.ClusterWorkflowTemplate,
+        "CronWorkflow": models.CronWorkflow,
+    }.get(str(doc.get("kind")))
+    if schema is None:
+        return
+    problem: tuple[tuple[Any, ...], str] | None = None
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"--file {path}: {exc.strerror or exc}") from exc
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{where}: not valid YAML: {problem}") from exc
-    for index, doc in enumerate(docs):
-        if not isinstance(doc, dict):
-            raise InputError(f"{path}: document {index + 1} is not a mapping")
+        schema.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        problem = (tuple(first["loc"]), first["msg"])
+    if problem is None:
+        problem = _manifest_problem(doc)
+    if problem is not None:
+        loc, message = problem
+        line = line_of(raw, loc) or getattr(raw, "line", None)
+        where = f"--file {path}:{line}" if line else f"--file {path}"
+        field = ".".join(str(part) for part in loc) or "(document)"
+        raise InputError(f"{where}: {doc.get('kind')} (document {index + 1}): {field}: {message}")
+
+
+def _manifest_problem(doc: dict[str, Any]) -> tuple[tuple[Any, ...], str] | None:
+    """A resource template whose manifest is YAML but not an object (``manifest: x``).
+
+    A manifest that is not YAML yet may become YAML once Argo substitutes its ``{{...}}`` variables, so
+    only one that parses, and holds no variable, is judged here.
+    """
+    from steps.yamlio import parse_yaml
+
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "CronWorkflow":
+        spec, prefix = spec.get("workflowSpec") or {}, ("spec", "workflowSpec")
+    else:
+        prefix = ("spec",)
+    for number, template in enumerate(spec.get("templates") or []):
+        manifest = (template.get("resource") or {}).get("manifest")
+        if not isinstance(manifest, str) or "{{" in manifest:
+            continue
+        try:
+            parsed = parse_yaml(manifest, "manifest")
+        except InputError:
+            continue
+        if not isinstance(parsed, dict):
+            loc = (*prefix, "templates", number, "resource", "manifest")
+            return loc, "the manifest is not a Kubernetes object (a YAML mapping)"
+    return None
+
+
+def _without_nulls(data: Any) -> Any:
+    """The data without the mapping keys whose value is null: Argo reads ``dag: null`` (a nil pointer
+    in Go) as no ``dag`` at all, and so must the runner."""
+    if isinstance(data, dict):
+        return {k: _without_nulls(v) for k, v in data.items() if v is not None}
+    if isinstance(data, list):
+        return [_without_nulls(v) for v in data]
+    return data
+
+
+def _load_file(path: Path) -> list[dict[str, Any]]:
+    from steps.yamlio import load_yaml, plain
+
+    raws = [d for d in load_yaml(path, f"--file {path}", documents=True) if d is not None]
+    docs: list[dict[str, Any]] = []
+    for index, raw in enumerate(raws):
+        if not isinstance(raw, dict):
+            raise InputError(f"--file {path}: document {index + 1} is not a mapping")
+        doc = _without_nulls(plain(raw))
+        _check_types(path, raw, doc, index)
+        docs.append(doc)
     return docs
 
 
@@ -126,6 +193,41 @@ def _submit_hint(
     for key, value in params.items():
         words += ["-p", f"{key}={value}"]
     return shlex.join(words)
+
+
+def _check_step_environment(cluster: str | None) -> None:
+    """Refuse, before a step runs, what every step would refuse on its own (and fail the run with 1):
+    ``DSX_RETRY_*`` values, and a ``state:`` cluster path that is empty, a folder or missing."""
+    from steps.cluster import shareable
+    from steps.cluster.retry import RetryPolicy
+
+    RetryPolicy.from_env()
+    spec = cluster if cluster is not None else os.environ.get("DSX_CLUSTER", "")
+    if spec.strip().startswith("state:"):
+        shareable(spec, Path("."))
+
+
+def _check_approvals(
+    chosen: dict[str, Any],
+    library: list[dict[str, Any]],
+    params: dict[str, str],
+    entry: str | None,
+    approve: list[str],
+) -> None:
+    """Refuse ``--approve NAME`` naming no suspend step of the workflow, in every mode (a dry run and the
+    printed ``argo submit`` command too), before anything runs."""
+    if not approve:
+        return
+    from workflows import runner
+
+    workflow = _scheduled_run(chosen) if chosen.get("kind") == "CronWorkflow" else chosen
+    known = runner.plan(workflow, library, params, entry).approvals
+    for name in approve:
+        if name not in known:
+            raise InputError(
+                f"--approve {name}: the workflow has no suspend step or template of that name "
+                f"(suspend steps: {', '.join(known) or 'none'})"
+            )
 
 
 def register(app: typer.Typer) -> None:
@@ -249,6 +351,7 @@ def _run(
     allow_host_commands: bool = False,
 ) -> int:
     params = _parameters(parameter)
+    check_out_dir(out, "--out")
     if file is not None:
         docs = _load_file(file)
         where = str(file)
@@ -273,6 +376,7 @@ def _run(
                 for d in compiled_documents().values()
                 if d.get("kind") == "WorkflowTemplate" and not _names(d) & present
             ]
+    _check_approvals(chosen, library, params, entry, approve)
     if not local and not dry_run:
         typer.echo(
             "dsx run submits nothing by itself: on a cluster, Argo runs the workflow. Submit it with the "
@@ -288,6 +392,8 @@ def _run(
     if chosen.get("kind") == "CronWorkflow":
         chosen = _scheduled_run(chosen)
 
+    if not dry_run:
+        _check_step_environment(cluster)
     if cluster is None and kubeconfig is None and not os.environ.get("DSX_CLUSTER") and not dry_run:
         # A rehearsal on this machine never reaches a real cluster unless asked to.
         cluster = DEFAULT_LOCAL_FLEET

@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+from workflows.cli.nccl import RANKS_OPTION
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit, print_table
 
 __all__ = ["register"]
 
@@ -16,7 +17,7 @@ train_app = typer.Typer(name="train", help="Training smoke runs.", no_args_is_he
 
 @train_app.command("smoke")
 def smoke_cmd(
-    ranks: int = typer.Option(2, "--ranks", "-n", help="Rank processes to start on this machine."),
+    ranks: int = RANKS_OPTION,
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU processes) or nccl (one GPU per rank)."),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (default: thresholds, else 30)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Sequences per rank per step."),
@@ -51,10 +52,11 @@ def smoke_cmd(
     from steps.readiness.checks import SmokeRequest, run_training_smoke
     from steps.readiness.models import Subject
     from steps.readiness.thresholds import load_thresholds
-    from workflows.cli.nccl import _evidence_dir, print_verdicts
+    from workflows.cli.nccl import _evidence_dir, print_verdicts, run_ranks
 
     if backend not in ("gloo", "nccl"):
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
+    check_out_dir(out_dir, "--out-dir")
     hosts = [n.strip() for n in nodes.split(",")] if nodes else None
     limits = load_thresholds(thresholds) if thresholds is not None else None
     request = SmokeRequest(
@@ -73,7 +75,7 @@ def smoke_cmd(
         rank_hosts=hosts,
         out_dir=_evidence_dir(out_dir, "dsx-train-smoke-") or None,
     )
-    outcome = run_training_smoke(request)
+    outcome = run_ranks(run_training_smoke, request)
 
     def table(_: Any) -> None:
         result = outcome.result

@@ -37,7 +37,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from steps.cluster import vocabulary as vocab
@@ -47,6 +46,7 @@ from steps.cluster.sim.gpus import GPU_MODELS, cuda_for_driver, gpu_model
 from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, GpuHealth, NodeHealth, Pdb, owner_key
 from steps.errors import InputError
+from steps.yamlio import LineDict, load_yaml, plain
 
 __all__ = ["FleetSpec", "build_fleet", "load_spec_file", "parse_short_spec"]
 
@@ -180,6 +180,8 @@ def parse_short_spec(text: str) -> FleetSpec:
         if field not in FleetSpec.model_fields:
             known = ", ".join(sorted(f.replace("_", "-") for f in FleetSpec.model_fields))
             raise InputError(f"sim:{text}: unknown key {key!r} (known: {known})")
+        if field in values:
+            raise InputError(f"sim:{text}: key {key!r} is given twice")
         values[field] = value.strip()
     try:
         return FleetSpec.model_validate({**base, **values})
@@ -194,27 +196,26 @@ def _read_spec_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """The keys of a fleet file (``-`` read as ``_``) and the line of each.
 
     Raises:
-        InputError: the file is missing, is not YAML, is not a mapping or has an unknown key (with file
-            and line).
+        InputError: the file is missing, is not UTF-8 YAML, is not a mapping, or has an unknown or a
+            repeated key (with file and line).
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the fleet file: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
+    raw = load_yaml(
+        path, str(path), what="the fleet file"
+    )  # duplicate keys, bad text and alias bombs refused with their line
+    if raw is None:
+        raw = LineDict()
+    if not isinstance(raw, dict):
         raise InputError(f"{path}:1: a fleet file is a mapping of keys (nodes, gpu, racks...)")
+    key_lines: dict[Any, int] = getattr(raw, "key_lines", {})
+    data: dict[str, Any] = {}
     lines: dict[str, int] = {}
-    if isinstance(root, yaml.MappingNode):
-        for key_node, _ in root.value:
-            lines[str(key_node.value).replace("-", "_")] = key_node.start_mark.line + 1
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    for key, value in raw.items():
+        field = str(key).replace("-", "_")
+        line = key_lines.get(key, 1)
+        if field in data:
+            raise InputError(f"{path}:{line}: key {key!r} is given twice (also on line {lines[field]})")
+        data[field] = plain(value)
+        lines[field] = line
     unknown = sorted(set(data) - set(FleetSpec.model_fields))
     if unknown:
         raise InputError(f"{path}:{lines.get(unknown[0], 1)}: unknown key {unknown[0]!r}")

@@ -116,9 +116,7 @@ def test_wrong_elements_or_a_failed_out_of_bounds_footer_is_corrupted() -> None:
     ("name", "message"),
     [
         ("corrupt_number.txt", "line 6: out-of-place algbw '0.0x' is not a number"),
-        ("truncated_row.txt", "line 6: a result row needs 13 fields"),
         ("infinite_wrong.txt", "line 3: out-of-place #wrong 'inf' is not a count"),
-        ("header_no_rows.txt", "line 3: table header but no result rows"),
         ("empty.txt", "empty input"),
         ("not_a_log.txt", "not an nccl-tests log"),
     ],
@@ -251,7 +249,7 @@ def test_the_garbage_collector_is_as_it_was_after_a_parse() -> None:
     parse_nccl_tests(lines)
     assert gc.isenabled()
     with pytest.raises(InputError):
-        parse_nccl_tests([*lines[:11], "1 2 float sum -1 x"])
+        parse_nccl_tests([*lines[:11], "1 2 float sum -1 x", "# Out of bounds values : 0 OK"])
     assert gc.isenabled()
     gc.disable()
     try:
@@ -329,3 +327,101 @@ def test_the_cli_fails_the_crashed_shared_run() -> None:
     )
     result = _dsx("nccl", "parse", str(path))
     assert result.returncode == 1 and "unhandled cuda error" in result.stderr
+
+
+# Non-finite figures, cut logs and the README's statuses ------------------------------------------------
+
+_ROW_LAST = _CLEAN[13]  # the 4 MiB row
+_FOOTER = _CLEAN.index("# Out of bounds values : 0 OK")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("83.89   83.89", "83.89   inf", "out-of-place busbw 'inf'"),
+        ("51.00   82.24   82.24", "51.00   82.24   nan", "in-place busbw 'nan'"),
+        ("50.00", "-inf", "out-of-place time '-inf'"),
+        ("82.24   82.24", "Infinity   82.24", "in-place algbw 'Infinity'"),
+    ],
+)
+def test_a_nan_or_inf_figure_makes_the_run_corrupted_and_never_reaches_json(
+    tmp_path: Path, old: str, new: str, field: str
+) -> None:
+    log = tmp_path / "nonfinite.txt"
+    log.write_text("\n".join([*_CLEAN[:13], _ROW_LAST.replace(old, new, 1), *_CLEAN[14:]]) + "\n")
+    run = parse_nccl_tests_file(log)
+    assert run.status == "corrupted" and exit_code(run) == 1
+    assert f"line 14: {field} is not a finite number" in run.problems
+    result = _dsx("nccl", "parse", str(log), "-o", "json")
+    assert result.returncode == 1, result.stderr
+    import json
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the JSON output")
+
+    data = json.loads(result.stdout, parse_constant=refuse)  # strict JSON: no NaN, no Infinity
+    assert data["status"] == "corrupted"
+
+
+def test_an_infinite_busbw_never_meets_a_threshold() -> None:
+    from steps.readiness.judge import judge_collective
+    from steps.readiness.models import Subject
+    from steps.readiness.thresholds import load_thresholds
+
+    row = _ROW_LAST.replace("83.89   83.89", "83.89   +inf", 1).replace("82.24   82.24", "82.24   inf", 1)
+    run = parse_nccl_tests([*_CLEAN[:13], row, *_CLEAN[14:]])
+    limits = load_thresholds({"nccl": {"allReduce": [{"size": "4MiB", "busBwGBps": 1, "scope": "node"}]}})
+    verdicts = judge_collective(run, Subject(kind="node", name="node-a"), limits)
+    busbw = [v for v in verdicts if v.test == "allreduce-busbw@4MiB"]
+    assert [v.status for v in busbw] == ["error"] and busbw[0].measured is None
+    assert [v.status for v in verdicts if v.test == "allreduce-data"] == ["error"]
+
+
+def test_an_average_that_is_not_finite_makes_the_run_corrupted() -> None:
+    lines = [line.replace("67.6733", "nan") for line in _CLEAN]
+    run = parse_nccl_tests(lines)
+    assert run.status == "corrupted" and run.footer is not None and run.footer.avg_busbw_gbps is None
+
+
+def test_a_log_cut_anywhere_in_its_last_row_is_incomplete_through_the_cli(tmp_path: Path) -> None:
+    text = (LOGS / "new_layout_clean.txt").read_text()
+    start = text.index(_ROW_LAST)
+    codes: dict[int, str] = {}
+    for end in range(start + 1, start + len(_ROW_LAST)):
+        log = tmp_path / "cut.txt"
+        log.write_text(text[:end])
+        result = _dsx("nccl", "parse", str(log), "-o", "json") if end % 16 == 0 else None
+        run = parse_nccl_tests_file(log)
+        codes[end] = run.status
+        if result is not None:
+            assert result.returncode == 1, (end, result.stderr)
+    assert set(codes.values()) == {"incomplete"}, codes
+    run = parse_nccl_tests_file(LOGS / "truncated_row.txt")
+    assert run.status == "incomplete" and len(run.rows) == 1
+    assert any(p.startswith("line 6: the last result row is cut") for p in run.problems)
+
+
+def test_a_log_that_stops_before_any_row_is_incomplete_not_bad_input() -> None:
+    run = parse_nccl_tests_file(LOGS / "header_no_rows.txt")
+    assert run.status == "incomplete" and exit_code(run) == 1 and len(run.rows) == 0
+    assert run.problems[0] == "line 3: table header but no result rows after it"
+    preamble_only = parse_nccl_tests(_CLEAN[:6])
+    assert preamble_only.status == "incomplete" and preamble_only.hosts == ["node-a", "node-b"]
+
+
+def test_a_cut_row_followed_by_more_of_the_log_is_bad_input() -> None:
+    cut = _ROW_LAST[:40]
+    for after in (_ROW_LAST, "# Out of bounds values : 0 OK", _CLEAN[9]):
+        with pytest.raises(InputError, match="line 14: a result row needs 13 fields"):
+            parse_nccl_tests([*_CLEAN[:13], cut, after])
+
+
+def test_the_readme_states_the_exit_code_of_every_status() -> None:
+    from steps.readiness.nccl_tests import EXIT_CODES
+
+    readme = (REPO / "README.md").read_text()
+    line = next(row for row in readme.splitlines() if row.startswith("| `dsx nccl parse"))
+    assert "exit 0 clean, 1 failed, corrupted or incomplete, 2 not a log" in line
+    assert EXIT_CODES == {"complete": 0, "failed": 1, "corrupted": 1, "incomplete": 1}
+    for status in ("failed", "corrupted", "incomplete"):
+        assert status in line

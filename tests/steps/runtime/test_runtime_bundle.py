@@ -1,8 +1,10 @@
 """Bundles: checksums verify, Argo CD waves and Flux dependsOn follow the graph, bytes are stable."""
 
 import hashlib
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
 from steps.runtime.catalogue import load_catalogue
 from steps.runtime.criteria import parse_criteria
 from steps.runtime.resolve import RecipeResult, resolve
+from tests.paths import REPO
 
 REPO_URL = "https://git.example.org/platform/gitops.git"
 
@@ -154,3 +157,131 @@ def test_bundles_are_written_atomically(result: RecipeResult, tmp_path: Path) ->
     write_bundle(render_bundle(result, "flux"), out)  # a bundle is replaced by a bundle
     assert (out / "kustomization.yaml").is_file() and not (out / "install.sh").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# Safe bundles: quoted shell, checked values, nobody else's folder replaced --------------------------------
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workflows.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_install_sh_hands_every_value_to_helm_intact(result: RecipeResult, tmp_path: Path) -> None:
+    out = _write(result, "helm", tmp_path / "bundle")
+    calls = tmp_path / "calls.txt"
+    recorder = tmp_path / "record"
+    recorder.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> {calls}; echo --- >> {calls}\n'
+    )
+    recorder.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HELM": str(recorder), "KUBECTL": str(recorder)}
+    run = subprocess.run(
+        ["bash", str(out / "install.sh")], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    recorded = [block.strip().splitlines() for block in calls.read_text().split("---\n") if block.strip()]
+    helm = {args[2]: args for args in recorded if args[0] == "upgrade"}
+    for component in result.components:
+        args = helm[component.release]
+        assert args[args.index("--version") + 1] == component.version
+        assert args[args.index("--namespace") + 1] == component.namespace
+    assert f"recipe {result.digest} installed" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("defaultVersion", "$(touch pwned)"),
+        ("defaultVersion", "1.0.0;id"),
+        ("chart", "chart`id`"),
+        ("repository", "https://charts.example.org/$(id)"),
+        ("namespace", "ns name"),
+        ("release", "rel'ease"),
+    ],
+)
+def test_catalogue_values_that_could_reach_a_shell_are_refused_with_file_and_line(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    from tests.steps.runtime.kit import component, overlay, write_catalogue
+
+    spec = component()
+    spec[field] = value
+    root = write_catalogue(
+        tmp_path / "cat", {"app": spec}, [overlay("base", componentRefs=[{"name": "app"}])]
+    )
+    with pytest.raises(InputError, match=r"cat/registry\.yaml:\d+: spec\.components\.app\.") as caught:
+        load_catalogue(root)
+    assert repr(value) in str(caught.value)
+    run = _cli("recipe", "resolve", "--recipes", str(root), cwd=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_an_overlay_version_with_a_command_is_refused_with_its_line(tmp_path: Path) -> None:
+    from tests.steps.runtime.kit import component, overlay, write_catalogue
+
+    ref = {"name": "app", "version": "2.0.0$(touch pwned)"}
+    root = write_catalogue(tmp_path / "cat", {"app": component()}, [overlay("base", componentRefs=[ref])])
+    with pytest.raises(
+        InputError, match=r"overlays/base\.yaml:\d+: spec\.componentRefs\.0\.version: .*touch"
+    ):
+        load_catalogue(root)
+
+
+def test_a_resolved_recipe_holding_a_command_is_refused_by_bundle(
+    result: RecipeResult, tmp_path: Path
+) -> None:
+    from steps.runtime.resolve import compute_digest
+
+    data = result.model_dump(mode="json")
+    data["components"][0]["version"] = "$(touch pwned)"
+    forged = RecipeResult.model_validate(data)
+    forged = forged.model_copy(update={"digest": compute_digest(forged)})
+    (tmp_path / "forged.json").write_text(forged.model_dump_json())
+    run = _cli("bundle", "-f", "helm", "--out", "b", "--recipe", "forged.json", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "version '$(touch pwned)' is not a pinned chart version" in run.stderr
+    assert not (tmp_path / "b").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_a_folder_with_a_checksums_file_is_not_a_bundle_and_keeps_its_files(
+    result: RecipeResult, tmp_path: Path
+) -> None:
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / CHECKSUMS).write_text("0" * 64 + "  tool.tar.gz\n")
+    (folder / "tool.tar.gz").write_bytes(b"\x1f\x8b data")
+    (folder / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    run = _cli("bundle", "-f", "helm", "--out", str(folder), "--service", "eks", cwd=tmp_path)
+    assert run.returncode == 2 and "not a dsx bundle" in run.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    with pytest.raises(InputError, match="not a dsx bundle"):
+        write_bundle(render_bundle(result, "helm"), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_bundle_with_a_file_added_is_not_replaced(result: RecipeResult, tmp_path: Path) -> None:
+    out = _write(result, "helm", tmp_path / "bundle")
+    (out / "my-notes.md").write_text("added by hand")
+    with pytest.raises(InputError, match="not a dsx bundle"):
+        write_bundle(render_bundle(result, "flux"), out)
+    assert (out / "my-notes.md").read_text() == "added by hand" and (out / "install.sh").is_file()
+    (out / "my-notes.md").unlink()
+    write_bundle(render_bundle(result, "flux"), out)  # exactly a bundle again: replaced
+    assert not (out / "install.sh").exists() and (out / "kustomization.yaml").is_file()
+
+
+def test_an_out_that_is_a_file_is_refused(result: RecipeResult, tmp_path: Path) -> None:
+    file = tmp_path / "bundle"
+    file.write_text("mine")
+    with pytest.raises(InputError, match="is a file"):
+        write_bundle(render_bundle(result, "helm"), file)
+    assert file.read_text() == "mine"

@@ -180,7 +180,7 @@ def test_dependency_errors_name_the_file_and_the_cycle(tmp_path: Path) -> None:
     [
         (
             "apiVersion: dsx.dev/v1alpha1\nkind: Recipe\nmetadata: {name: bad\n",
-            r"bad\.yaml:\d+: invalid YAML",
+            r"bad\.yaml:\d+: not valid YAML",
         ),
         (
             "apiVersion: dsx.dev/v1alpha1\nkind: Recipe\nmetadata: {name: bad}\nspec:\n  colour: red\n",
