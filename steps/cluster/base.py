@@ -594,7 +594,11 @@ class PortBase(abc.ABC):
                     body = {
                         "apiVersion": "coordination.k8s.io/v1",
                         "kind": "Lease",
-                        "metadata": {"name": name, "namespace": ns, "labels": {"dsx.dev/node": node}},
+                        "metadata": {
+                            "name": name,
+                            "namespace": ns,
+                            "labels": {vocab.LABEL_LOCKED_NODE: node},
+                        },
                         "spec": spec,
                     }
                     self._run(call, target, True, functools.partial(self._create, LEASES, ns, body))

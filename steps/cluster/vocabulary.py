@@ -49,8 +49,10 @@ __all__ = [
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
     "ANNOTATION_MEMBERS",
+    "ANNOTATION_REPORT_CONTENTS",
     "ANNOTATION_SUBJECT",
     "ANNOTATION_WORKFLOW",
+    "ANNOTATION_WORKFLOW_UID",
     "CONDITION_GPU_FAILED",
     "CONDITION_GPU_XID",
     "CONDITION_NIC_DEGRADED",
@@ -63,6 +65,7 @@ __all__ = [
     "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
     "LABEL_GROUP_TEST",
+    "LABEL_LOCKED_NODE",
     "LABEL_MANAGED",
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
@@ -91,6 +94,10 @@ LABEL_BLOCK: Final = "topology.dsx.dev/block"
 LABEL_CERTIFICATION_RUN: Final = "dsx.dev/certification-run"
 LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
 LABEL_CERTIFICATION_REPORT: Final = "dsx.dev/certification-report"
+ANNOTATION_WORKFLOW_UID: Final = "dsx.dev/workflow-uid"
+ANNOTATION_REPORT_CONTENTS: Final = "dsx.dev/report-contents"
+LABEL_LOCKED_NODE: Final = "dsx.dev/node"
+"""On a node's Lease (``dsx-node-<node>``): the node it locks, so a run can find the Leases it holds."""
 ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
 ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
 

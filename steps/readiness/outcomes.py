@@ -237,8 +237,8 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
             "labels": {vocab.LABEL_CERTIFICATION_REPORT: "true"},
             "annotations": {
                 vocab.ANNOTATION_WORKFLOW: run.name,
-                "dsx.dev/workflow-uid": run.uid,
-                "dsx.dev/report-contents": note,
+                vocab.ANNOTATION_WORKFLOW_UID: run.uid,
+                vocab.ANNOTATION_REPORT_CONTENTS: note,
             },
         },
         "binaryData": {_REPORT_KEY: base64.b64encode(packed).decode()},
