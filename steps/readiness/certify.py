@@ -29,7 +29,7 @@ Where the group tests run:
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError
 
@@ -62,6 +62,10 @@ from steps.readiness.thresholds import Thresholds, group_timeout, load_threshold
 
 __all__ = [
     "ACCELERATORS",
+    "AUTO",
+    "LAUNCHERS",
+    "PLAN_OUTPUTS",
+    "RECIPE_INTENT",
     "CertifyOptions",
     "CertifyPlan",
     "CertifySummary",
@@ -80,6 +84,26 @@ __all__ = [
 ]
 
 Launcher = Literal["local", "job"]
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+"""Where group tests run (the ``launcher`` option; ``auto`` picks one, see the module's notes)."""
+
+AUTO = "auto"
+"""The value of an option that the plan works out itself (launcher, recipe criteria, message sizes)."""
+
+RECIPE_INTENT = "training"
+"""The recipe intent certification judges against: its tests are collectives and a training run."""
+
+PLAN_OUTPUTS: tuple[str, ...] = (
+    "nodes",
+    "groups",
+    "whole",
+    "run",
+    "launcher",
+    "service",
+    "accelerator",
+    "os",
+)
+"""The plan's output parameters for the workflow, each a file under ``$DSX_OUTPUT_DIR/params``."""
 
 #: GPU Feature Discovery product names (``nvidia.com/gpu.product``) to the recipe's accelerator names.
 #: Longest match first: ``GB200`` must not read as ``B200``.
@@ -116,11 +140,11 @@ class CertifyOptions(Model):
     selector: str = Field(default="", description="label selector of the nodes to certify (all when empty)")
     group_label: str = Field(default=vocab.LABEL_RACK, description="node label that forms the groups")
     launcher: Literal["auto", "local", "job"] = "auto"
-    accelerator: str = Field(default="auto", description="recipe accelerator; auto: from GPU labels")
-    service: str = Field(default="auto", description="recipe service; auto: local for local runs, else any")
-    os: str = Field(default="auto", description="recipe os; auto: from the nodes' OS image")
-    min_bytes: str = Field(default="auto", description="smallest message; auto: 64KiB local, 1MiB job")
-    max_bytes: str = Field(default="auto", description="largest message; auto: 4MiB local, 8GiB job")
+    accelerator: str = Field(default=AUTO, description="recipe accelerator; auto: from GPU labels")
+    service: str = Field(default=AUTO, description="recipe service; auto: local for local runs, else any")
+    os: str = Field(default=AUTO, description="recipe os; auto: from the nodes' OS image")
+    min_bytes: str = Field(default=AUTO, description="smallest message; auto: 64KiB local, 1MiB job")
+    max_bytes: str = Field(default=AUTO, description="largest message; auto: 4MiB local, 8GiB job")
     iters: int = Field(default=20, ge=1)
     namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
     image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
@@ -328,12 +352,12 @@ def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
 def plan_certification(
     selector: str = "",
     group_label: str = vocab.LABEL_RACK,
-    launcher: str = "auto",
-    accelerator: str = "auto",
-    service: str = "auto",
-    os: str = "auto",
-    min_bytes: str = "auto",
-    max_bytes: str = "auto",
+    launcher: str = AUTO,
+    accelerator: str = AUTO,
+    service: str = AUTO,
+    os: str = AUTO,
+    min_bytes: str = AUTO,
+    max_bytes: str = AUTO,
     iters: int = 20,
     namespace: str = "",
     image: str = "",
@@ -396,23 +420,23 @@ def plan_certification(
     if not ready:
         raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
     chosen: Launcher
-    if options.launcher == "auto":
+    if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
         chosen = "local" if hasattr(port, "health") else "job"
     else:
         chosen = options.launcher
     if chosen == "local":
-        accelerator = "cpu" if options.accelerator == "auto" else options.accelerator
-        service = "local" if options.service == "auto" else options.service
+        accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
+        service = "local" if options.service == AUTO else options.service
         gpus = LOCAL_RANKS_PER_NODE
         default_min, default_max = "64KiB", "4MiB"
     else:
-        accelerator = _accelerator(ready) if options.accelerator == "auto" else options.accelerator
-        service = _service(ready) if options.service == "auto" else options.service
+        accelerator = _accelerator(ready) if options.accelerator == AUTO else options.accelerator
+        service = _service(ready) if options.service == AUTO else options.service
         gpus = min(n.gpu_count for n in ready)
         default_min, default_max = "1MiB", "8GiB"
-    os_name = _os(ready) if options.os == "auto" else options.os
-    smallest = parse_size(default_min if options.min_bytes == "auto" else options.min_bytes, "min-bytes")
-    largest = parse_size(default_max if options.max_bytes == "auto" else options.max_bytes, "max-bytes")
+    os_name = _os(ready) if options.os == AUTO else options.os
+    smallest = parse_size(default_min if options.min_bytes == AUTO else options.min_bytes, "min-bytes")
+    largest = parse_size(default_max if options.max_bytes == AUTO else options.max_bytes, "max-bytes")
     if smallest > largest:
         raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
     names = sorted(n.name for n in ready)
@@ -465,8 +489,8 @@ def plan_certification(
         "launcher": chosen,
         **plan.criteria,
     }
-    for key, value in values.items():
-        write_text(params / key, value)
+    for key in PLAN_OUTPUTS:
+        write_text(params / key, values[key])
     return plan
 
 

@@ -9,6 +9,7 @@ import yaml
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
+from steps.readiness.certify import PLAN_OUTPUTS
 from tests.paths import REPO
 
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
@@ -85,6 +86,8 @@ def test_certify_template_explains_itself_in_the_argo_ui() -> None:
     assert all(p["description"] for p in params.values())
     steps = {t["name"]: t for t in doc["spec"]["templates"]}
     assert steps["gate"]["script"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # The plan's outputs are the files the plan step writes (steps.readiness.certify.PLAN_OUTPUTS).
+    assert [p["name"] for p in steps["plan"]["outputs"]["parameters"]] == list(PLAN_OUTPUTS)
     assert steps["report"]["outputs"]["artifacts"] == [{"name": "report", "path": "/tmp/dsx-out"}]
 
 

@@ -86,6 +86,39 @@ def test_lint_rejects_templates_the_argo_ui_cannot_explain() -> None:
     assert "expression tag '{{=' at spec.templates[0].dag.tasks[0].arguments.parameters[0].value" in message
 
 
+def test_a_misspelt_workflow_parameter_fails_the_compile_naming_it() -> None:
+    """A typo such as ``group-lable`` fails ``dsx compile`` (exit 2), whether written by hand or asked of
+    Hera, instead of reaching Argo as a tag it cannot resolve."""
+    with pytest.raises(InputError) as by_hand:
+        compiler.compile_objects(["tests.workflows.fixtures.misnamed_templates"])
+    assert (
+        "dsx-misnamed: {{workflow.parameters.group-lable}} at spec.templates[0].dag.tasks[0].arguments"
+        ".parameters[1].value names no parameter of the workflow (group-label)"
+    ) in str(by_hand.value)
+    with pytest.raises(InputError) as by_accessor:
+        compiler.compile_objects(["tests.workflows.fixtures.misnamed_accessor_templates"])
+    assert str(by_accessor.value) == (
+        "tests.workflows.fixtures.misnamed_accessor_templates: "
+        "`group-lable` is not a valid workflow parameter"
+    )
+
+
+def test_a_parameter_whose_default_is_not_in_its_enum_is_refused() -> None:
+    manifest = {
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "dsx-x", "annotations": {"workflows.argoproj.io/description": "x"}},
+        "spec": {
+            "arguments": {
+                "parameters": [{"name": "scope", "description": "x", "value": "al", "enum": ["all", "nodes"]}]
+            },
+            "templates": [],
+        },
+    }
+    assert compiler.lint(manifest, "mod") == [
+        "mod: WorkflowTemplate dsx-x: parameter 'scope' defaults to 'al', not one of its enum (all, nodes)"
+    ]
+
+
 def test_step_modules_with_postponed_annotations_are_refused() -> None:
     namespace: dict[str, object] = {}
     exec("from __future__ import annotations\ndef f(x: int) -> int:\n    return x\n", namespace)

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from steps.runtime.criteria import ALLOWED, ANY, FIELDS
+from steps.runtime.drift import SCOPES
 from workflows import compiler
 from workflows.runner import RunOptions, run
 
@@ -106,3 +108,16 @@ def test_runtime_steps_retry_only_infrastructure_errors() -> None:
         for template in spec["templates"]:
             if "retryStrategy" in template:
                 assert template["retryStrategy"]["retryPolicy"] == "OnError", f"{name}: {template['name']}"
+
+
+def test_the_submit_form_offers_exactly_the_values_the_steps_accept() -> None:
+    """Every criterion's enum is the recipe's vocabulary (a value picked in the Argo UI never fails as
+    unknown, and a value the steps accept is never missing); the drift scopes are drift's own."""
+    for name, manifest in _compiled().items():
+        spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+        params = {p["name"]: p for p in spec["arguments"]["parameters"]}
+        for field in FIELDS:
+            assert params[field]["value"] == ANY, f"{name}: {field}"
+            assert params[field].get("enum") == ([ANY, *ALLOWED[field]] if field in ALLOWED else None)
+    drift = _compiled()["dsx-drift"]["spec"]["workflowSpec"]["arguments"]["parameters"]
+    assert next(p for p in drift if p["name"] == "scope")["enum"] == list(SCOPES)

@@ -11,11 +11,15 @@ The steps pass each other only the run's reference: the plan and outcomes live i
 
 from typing import Any
 
-from hera.workflows import DAG, Artifact, Parameter
+from hera.workflows import DAG, Artifact, Parameter, TaskResult
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import (
+    AUTO,
+    LAUNCHERS,
+    PLAN_OUTPUTS,
+    RECIPE_INTENT,
     certification_gate,
     certify_group,
     certify_node,
@@ -25,19 +29,27 @@ from steps.readiness.certify import (
     release_certification,
     store_recipe,
 )
+from steps.runtime.criteria import ALLOWED, ANY
 from steps.runtime.tasks import resolve_recipe
-from workflows.templates._base import GPU_IMAGE, OUTPUT_DIR, param, rank_env, step, workflow_template
+from workflows.templates._base import (
+    GPU_IMAGE,
+    ITEM,
+    OUTPUT_DIR,
+    WORKFLOW_NAME,
+    WORKFLOW_NAMESPACE,
+    WORKFLOW_UID,
+    param,
+    rank_env,
+    step,
+    workflow_template,
+)
 
 __all__ = ["templates"]
 
-_PLAN_OUTPUTS = ("nodes", "groups", "whole", "run", "launcher", "service", "accelerator", "os")
 _GROUP_TIMEOUT = "6h"  # the outer bound; each group test has its own from the recipe (timeoutFactor)
-_JOB_ENV = {"DSX_NAMESPACE": "{{workflow.namespace}}", **rank_env()}
-
-
-def _ended(task: str) -> str:
-    """``depends`` on ``task`` having ended, whatever its result (not when it was omitted)."""
-    return f"({task}.Succeeded || {task}.Failed || {task}.Errored || {task}.Skipped)"
+_JOB_ENV = {"DSX_NAMESPACE": WORKFLOW_NAMESPACE, **rank_env()}
+_ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored | TaskResult.skipped
+"""A stage runs once the one before has ended, whatever its result (not when it was omitted)."""
 
 
 def _verdict_output() -> list[Parameter]:
@@ -54,10 +66,45 @@ def _plan_step() -> Any:
         retries=2,
         outputs=[
             Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}"))
-            for name in _PLAN_OUTPUTS
+            for name in PLAN_OUTPUTS
         ],
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}", "DSX_GPU_IMAGE": GPU_IMAGE},
+        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE, "DSX_GPU_IMAGE": GPU_IMAGE},
     )
+
+
+def _parameters() -> list[Parameter]:
+    """The workflow's parameters: the plan's options, with the recipe criteria's values as enums."""
+    return [
+        param("nodes", "Label selector of the nodes to certify; empty: every managed node with GPUs.", ""),
+        param(
+            "group-label",
+            "Node label whose values form the multi-node groups (racks, blocks).",
+            vocab.LABEL_RACK,
+        ),
+        param(
+            "launcher",
+            "Where group tests run: job (Indexed Jobs on the nodes), local (processes in the step's "
+            "pod, for simulated fleets), auto (local on a simulated fleet, else job).",
+            AUTO,
+            enum=[AUTO, *sorted(LAUNCHERS)],
+        ),
+        param(
+            "accelerator",
+            "Recipe accelerator; auto reads nvidia.com/gpu.product from the nodes.",
+            AUTO,
+            enum=[AUTO, *ALLOWED["accelerator"]],
+        ),
+        param(
+            "service",
+            "Recipe service (where the cluster runs); auto: local for local runs, else any.",
+            AUTO,
+            enum=[AUTO, ANY, *ALLOWED["service"]],
+        ),
+        param("os", "Recipe OS; auto reads the nodes' OS image.", AUTO, enum=[AUTO, ANY, *ALLOWED["os"]]),
+        param("min-bytes", "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.", AUTO),
+        param("max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", AUTO),
+        param("iters", "Timed iterations per message size.", "20"),
+    ]
 
 
 def templates() -> list[Any]:
@@ -84,7 +131,7 @@ def templates() -> list[Any]:
         timeout="15m",
         retries=2,
         outputs=[Artifact(name="report", path=OUTPUT_DIR)],
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
+        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
     )
     gate = step(certification_gate, name="gate", timeout="1m")
     release = step(
@@ -92,9 +139,8 @@ def templates() -> list[Any]:
         name="release",
         timeout="5m",
         retries=2,
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
+        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
     )
-    run = "{{tasks.plan.outputs.parameters.run}}"
     with (
         workflow_template(
             "dsx-certify",
@@ -104,111 +150,61 @@ def templates() -> list[Any]:
             "e.g. its group failed without naming a member); the report (JSON, Markdown) is kept in the "
             "ConfigMap dsx-report-<workflow name>. The workflow fails when any node is not certified.",
             "certify",
-            [
-                param(
-                    "nodes",
-                    "Label selector of the nodes to certify; empty: every managed node with GPUs.",
-                    "",
-                ),
-                param(
-                    "group-label",
-                    "Node label whose values form the multi-node groups (racks, blocks).",
-                    vocab.LABEL_RACK,
-                ),
-                param(
-                    "launcher",
-                    "Where group tests run: job (Indexed Jobs on the nodes), local (processes in the step's "
-                    "pod, for simulated fleets), auto (local on a simulated fleet, else job).",
-                    "auto",
-                    enum=["auto", "job", "local"],
-                ),
-                param(
-                    "accelerator",
-                    "Recipe accelerator; auto reads nvidia.com/gpu.product from the nodes.",
-                    "auto",
-                    enum=["auto", "h100", "h200", "b200", "gb200", "a100", "cpu"],
-                ),
-                param(
-                    "service",
-                    "Recipe service (where the cluster runs); auto: local for local runs, else any.",
-                    "auto",
-                    enum=["auto", "any", "eks", "gke", "aks", "oke", "bare-metal", "local"],
-                ),
-                param(
-                    "os",
-                    "Recipe OS; auto reads the nodes' OS image.",
-                    "auto",
-                    enum=["auto", "any", "ubuntu", "rhel"],
-                ),
-                param(
-                    "min-bytes",
-                    "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.",
-                    "auto",
-                ),
-                param(
-                    "max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", "auto"
-                ),
-                param("iters", "Timed iterations per message size.", "20"),
-            ],
+            _parameters(),
             on_exit="exit",
         ) as wt,
         DAG(name="certify"),
     ):
-        plan(
+        planned = plan(
             name="plan",
             arguments={
-                "selector": "{{workflow.parameters.nodes}}",
-                "group_label": "{{workflow.parameters.group-label}}",
-                "launcher": "{{workflow.parameters.launcher}}",
-                "accelerator": "{{workflow.parameters.accelerator}}",
-                "service": "{{workflow.parameters.service}}",
-                "os": "{{workflow.parameters.os}}",
-                "min_bytes": "{{workflow.parameters.min-bytes}}",
-                "max_bytes": "{{workflow.parameters.max-bytes}}",
-                "iters": "{{workflow.parameters.iters}}",
-                "workflow_name": "{{workflow.name}}",
-                "workflow_uid": "{{workflow.uid}}",
+                "selector": wt.get_parameter("nodes"),
+                "group_label": wt.get_parameter("group-label"),
+                "launcher": wt.get_parameter("launcher"),
+                "accelerator": wt.get_parameter("accelerator"),
+                "service": wt.get_parameter("service"),
+                "os": wt.get_parameter("os"),
+                "min_bytes": wt.get_parameter("min-bytes"),
+                "max_bytes": wt.get_parameter("max-bytes"),
+                "iters": wt.get_parameter("iters"),
+                "workflow_name": WORKFLOW_NAME,
+                "workflow_uid": WORKFLOW_UID,
             },
         )
-        resolve(
+        run = planned.get_parameter("run")
+        resolved = resolve(
             name="resolve",
-            depends="plan",
             arguments={
-                "service": "{{tasks.plan.outputs.parameters.service}}",
-                "accelerator": "{{tasks.plan.outputs.parameters.accelerator}}",
-                "os": "{{tasks.plan.outputs.parameters.os}}",
-                "intent": "training",
+                "service": planned.get_parameter("service"),
+                "accelerator": planned.get_parameter("accelerator"),
+                "os": planned.get_parameter("os"),
+                "intent": RECIPE_INTENT,
             },
         )
-        keep(
-            name="keep-recipe",
-            depends="resolve",
-            arguments={"run": run, "recipe": "{{tasks.resolve.outputs.result}}"},
-        )
-        node(
+        kept = keep(name="keep-recipe", arguments={"run": run, "recipe": resolved.result})
+        nodes = node(
             name="node-check",
-            depends="keep-recipe",
-            with_param="{{tasks.plan.outputs.parameters.nodes}}",
-            arguments={"node": "{{item}}", "run": run},
+            with_param=planned.get_parameter("nodes"),
+            arguments={"node": ITEM, "run": run},
         )
-        group(
+        groups = group(
             name="group-check",
-            depends=_ended("node-check"),
-            with_param="{{tasks.plan.outputs.parameters.groups}}",
-            arguments={"group": "{{item}}", "run": run},
+            with_param=planned.get_parameter("groups"),
+            arguments={"group": ITEM, "run": run},
         )
-        group(
+        whole_set = planned.get_parameter("whole")
+        whole = group(
             name="whole-check",
-            depends=_ended("group-check"),
-            when="'{{tasks.plan.outputs.parameters.whole}}' != ''",
-            arguments={"group": "{{tasks.plan.outputs.parameters.whole}}", "run": run},
+            when=f"'{whole_set.value}' != ''",
+            arguments={"group": whole_set, "run": run},
         )
-        smoke(name="smoke", depends=_ended("whole-check"), arguments={"run": run})
-        finish(name="report", depends=_ended("smoke"), arguments={"run": run})
-        gate(name="gate", depends="report", arguments={"summary": "{{tasks.report.outputs.result}}"})
+        smoked = smoke(name="smoke", arguments={"run": run})
+        reported = finish(name="report", arguments={"run": run})
+        gated = gate(name="gate", arguments={"summary": reported.result})
+        planned >> resolved >> kept >> nodes
+        for before, after in ((nodes, groups), (groups, whole), (whole, smoked), (smoked, reported)):
+            before.next(after, on=_ENDED)
+        reported >> gated
     with wt, DAG(name="exit"):
-        release(
-            name="release",
-            arguments={"workflow_name": "{{workflow.name}}", "workflow_uid": "{{workflow.uid}}"},
-        )
+        release(name="release", arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
     return [wt]

@@ -14,10 +14,12 @@ when something references it), and drift ends in its labels and its gate.
 
 from typing import Any
 
-from hera.workflows import DAG, Artifact, CronWorkflow, Parameter
+from hera.workflows import DAG, Artifact, CronWorkflow, Parameter, Task, Workflow
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
+from steps.runtime.criteria import ALLOWED, ANY, FIELDS
+from steps.runtime.drift import SCOPES
 from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
 from workflows.templates._base import (
     DESCRIPTION_ANNOTATION,
@@ -34,34 +36,34 @@ __all__ = ["DRIFT_LABEL", "templates"]
 DRIFT_LABEL = vocab.LABEL_DRIFT
 """Label put on nodes that drifted from the recipe (``true``), removed when they conform again."""
 
-_CRITERIA = (
-    ("service", "Where the cluster runs.", ["any", "eks", "gke", "aks", "oke", "bare-metal", "local"]),
-    ("accelerator", "GPU of the nodes (cpu: none).", ["any", "h100", "h200", "b200", "gb200", "a100", "cpu"]),
-    ("os", "Operating system of the nodes.", ["any", "ubuntu", "rhel"]),
-    ("intent", "What the cluster is for.", ["any", "training", "inference"]),
-    ("platform", "Platform on top (kubeflow adds Kubeflow Trainer).", ["any", "kubeflow", "none"]),
-)
+_DESCRIPTIONS = {
+    "service": "Where the cluster runs.",
+    "accelerator": "GPU of the nodes (cpu: none).",
+    "os": "Operating system of the nodes.",
+    "intent": "What the cluster is for.",
+    "platform": "Platform on top (kubeflow adds Kubeflow Trainer).",
+    "nodes": "Number of nodes (selects multi-node overlays), or any.",
+}
+"""What the Argo UI says of each recipe criterion (:data:`steps.runtime.criteria.FIELDS`)."""
 
 
-def _criteria_params() -> list[Any]:
-    params = [param(name, description, "any", enum=values) for name, description, values in _CRITERIA]
-    params.append(param("nodes", "Number of nodes (selects multi-node overlays), or any.", "any"))
-    return params
+def _criteria_params() -> list[Parameter]:
+    """A parameter per recipe criterion, ``any`` by default, with its allowed values as the enum."""
+    return [
+        param(name, _DESCRIPTIONS[name], ANY, enum=[ANY, *ALLOWED[name]] if name in ALLOWED else None)
+        for name in FIELDS
+    ]
 
 
-def _criteria_arguments() -> dict[str, str]:
-    names = [name for name, _, _ in _CRITERIA] + ["nodes"]
-    return {name: f"{{{{workflow.parameters.{name}}}}}" for name in names}
+def _criteria_arguments(wt: Workflow) -> dict[str, Parameter]:
+    """The step's recipe criteria, each from the workflow parameter of the same name."""
+    return {name: wt.get_parameter(name) for name in FIELDS}
 
 
-def _result_of(task: str, name: str, description: str) -> Parameter:
+def _result_of(task: Task, name: str, description: str) -> Parameter:
     """An output parameter of the entry DAG holding ``task``'s result, so that Argo keeps the result and
     shows it on the Workflow (the only copy when there is no artifact repository)."""
-    return Parameter(
-        name=name,
-        description=description,
-        value_from=ValueFrom(parameter=f"{{{{tasks.{task}.outputs.result}}}}"),
-    )
+    return Parameter(name=name, description=description, value_from=ValueFrom(parameter=task.result))
 
 
 def _recipe_template() -> Any:
@@ -81,12 +83,10 @@ def _recipe_template() -> Any:
             "main",
             _criteria_params(),
         ) as wt,
-        DAG(
-            name="main",
-            outputs=[_result_of("resolve", "recipe", "Digest, order, tiers and pinned versions (JSON).")],
-        ),
+        DAG(name="main") as main,
     ):
-        resolve(name="resolve", arguments=_criteria_arguments())
+        resolved = resolve(name="resolve", arguments=_criteria_arguments(wt))
+        main.outputs = [_result_of(resolved, "recipe", "Digest, order, tiers and pinned versions (JSON).")]
     return wt
 
 
@@ -113,21 +113,19 @@ def _bundle_template() -> Any:
                 *_criteria_params(),
             ],
         ) as wt,
-        DAG(
-            name="main",
-            outputs=[_result_of("bundle", "bundle", "Digest, format, file count, checksums.txt's sha256.")],
-        ),
+        DAG(name="main") as main,
     ):
-        bundle(
+        bundled = bundle(
             name="bundle",
             arguments={
-                "format": "{{workflow.parameters.format}}",
-                "repo_url": "{{workflow.parameters.repo-url}}",
-                "revision": "{{workflow.parameters.revision}}",
-                "repo_path": "{{workflow.parameters.repo-path}}",
-                **_criteria_arguments(),
+                "format": wt.get_parameter("format"),
+                "repo_url": wt.get_parameter("repo-url"),
+                "revision": wt.get_parameter("revision"),
+                "repo_path": wt.get_parameter("repo-path"),
+                **_criteria_arguments(wt),
             },
         )
+        main.outputs = [_result_of(bundled, "bundle", "Digest, format, file count, checksums.txt's sha256.")]
     return wt
 
 
@@ -160,7 +158,7 @@ def _drift_cron() -> Any:
             },
             labels=dict(PART_OF),
             arguments=[
-                param("scope", "What to compare.", "all", enum=["all", "nodes", "components"]),
+                param("scope", "What to compare.", "all", enum=list(SCOPES)),
                 param("label", "Node label marking drifted nodes; empty: label nothing.", DRIFT_LABEL),
                 *_criteria_params(),
             ],
@@ -171,12 +169,12 @@ def _drift_cron() -> Any:
         checked = drift(
             name="drift",
             arguments={
-                "scope": "{{workflow.parameters.scope}}",
-                "label": "{{workflow.parameters.label}}",
-                **_criteria_arguments(),
+                "scope": cron.get_parameter("scope"),
+                "label": cron.get_parameter("label"),
+                **_criteria_arguments(cron),
             },
         )
-        checked >> gate(name="gate", arguments={"summary": "{{tasks.drift.outputs.result}}"})
+        checked >> gate(name="gate", arguments={"summary": checked.result})
     return cron
 
 

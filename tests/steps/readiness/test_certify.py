@@ -50,6 +50,7 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
         ("all", ["node-00", "node-01", "node-02", "node-03"]),
     ]
     params = tmp_path / "out" / "params"
+    assert sorted(p.name for p in params.iterdir()) == sorted(certify.PLAN_OUTPUTS)  # what the template reads
     assert json.loads((params / "nodes").read_text()) == plan.nodes
     assert json.loads((params / "groups").read_text()) == ["rack-00"]
     assert (params / "whole").read_text() == "all"
