@@ -1,7 +1,9 @@
 """The certification pipeline's steps: plan, node and group checks, smoke run, report and labels.
 
-Each function here is one step of the ``dsx-certify`` workflow, called through Hera's runner with
-pydantic inputs and outputs (this module must not use ``from __future__ import annotations``).
+The steps of the ``dsx-certify`` workflow, each named as its task is (``node_check`` runs as
+``node-check``): plan, keep_recipe, node_check, group_check (also the whole set's ``whole-check``),
+smoke_check, report, gate, and release, the exit handler. Hera's runner calls them with pydantic inputs
+and outputs (this module must not use ``from __future__ import annotations``).
 
 Stages never compete for a node's GPUs: every node's own test first (each on its own node), then the
 groups of the group label (racks: disjoint, so all at once), then the whole set, then the training smoke
@@ -70,17 +72,17 @@ __all__ = [
     "CertifyPlan",
     "CertifySummary",
     "Exclusion",
-    "certification_gate",
-    "certify_group",
-    "certify_node",
-    "certify_smoke",
-    "finish_certification",
+    "gate",
+    "group_check",
     "group_members",
+    "keep_recipe",
     "load_plan",
     "local_injections",
-    "plan_certification",
-    "release_certification",
-    "store_recipe",
+    "node_check",
+    "plan",
+    "release",
+    "report",
+    "smoke_check",
 ]
 
 Launcher = Literal["local", "job"]
@@ -349,7 +351,7 @@ def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
         port.release_lock(name, holder)
 
 
-def plan_certification(
+def plan(
     selector: str = "",
     group_label: str = vocab.LABEL_RACK,
     launcher: str = AUTO,
@@ -506,7 +508,7 @@ def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan
     return plan, recipe if isinstance(recipe, dict) else {}
 
 
-def store_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
+def keep_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
     """Keep the resolved recipe's digest and thresholds for the run's checks, smoke run and report.
 
     Raises:
@@ -578,7 +580,7 @@ def _summary_file(result: CheckResult) -> CheckResult:
     return result
 
 
-def certify_node(node: str, run: RunRef) -> CheckResult:
+def node_check(node: str, run: RunRef) -> CheckResult:
     """Single-node all-reduce sweep: the node's own GPUs (locally, two ranks standing for them).
 
     The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
@@ -611,7 +613,7 @@ def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> lis
     return [m for m in standing if m not in doubtful]
 
 
-def certify_group(group: str, run: RunRef) -> CheckResult:
+def group_check(group: str, run: RunRef) -> CheckResult:
     """Multi-node all-reduce sweep over the plan's group named ``group`` (locally, one rank per node).
 
     Only the members earlier stages left standing take part (:func:`group_members`); with fewer than two
@@ -689,7 +691,7 @@ def _standing_nodes(plan: CertifyPlan, outcomes: list[SweepOutcome]) -> list[str
     return [n for n in plan.nodes if results.get(n) == "passed"]
 
 
-def certify_smoke(run: RunRef) -> CheckResult:
+def smoke_check(run: RunRef) -> CheckResult:
     """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps.
 
     Reads the sweeps' outcomes from the run's store and stores its own there; the result is one line.
@@ -805,7 +807,7 @@ def _label_nodes(
     return done, missed
 
 
-def finish_certification(run: RunRef) -> CertifySummary:
+def report(run: RunRef) -> CertifySummary:
     """Write the report (JSON, Markdown, plots), keep it in a ConfigMap, and label every node.
 
     The outcomes come from the run's store. Every certified node gets
@@ -872,7 +874,7 @@ def finish_certification(run: RunRef) -> CertifySummary:
     return summary
 
 
-def certification_gate(summary: CertifySummary) -> str:
+def gate(summary: CertifySummary) -> str:
     """End the workflow Failed, naming each failed or uncertified node and why, when certification failed."""
     if summary.status == "passed" and not summary.failed_count and not summary.pending_count:
         return f"certification passed: {summary.passed} node(s)"
@@ -884,7 +886,7 @@ def certification_gate(summary: CertifySummary) -> str:
     raise DsxError("certification failed: " + ("; ".join(lines) or summary.summary))
 
 
-def release_certification(workflow_name: str, workflow_uid: str) -> str:
+def release(workflow_name: str, workflow_uid: str) -> str:
     """The workflow's exit handler: give up the run's hold on its nodes, however the run ended.
 
     The report step releases the Leases when it finishes; when an earlier step failed, or the workflow

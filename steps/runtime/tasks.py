@@ -24,7 +24,7 @@ __all__ = [
     "RecipeSummary",
     "bundle_recipe",
     "detect_drift",
-    "drift_gate",
+    "gate",
     "output_dir",
     "resolve_recipe",
 ]
@@ -224,7 +224,7 @@ def detect_drift(
     )
 
 
-def drift_gate(summary: DriftSummary) -> str:
+def gate(summary: DriftSummary) -> str:
     """End the workflow Failed when the cluster drifted, naming the nodes and components."""
     from steps.errors import DsxError
 

@@ -241,7 +241,6 @@ def _duration(seconds: int) -> str:
 def step(
     fn: Callable[..., Any],
     *,
-    name: str | None = None,
     timeout: str | None = None,
     pending: str | None = None,
     retries: int | None = None,
@@ -254,11 +253,13 @@ def step(
     """A script template running ``fn`` (a function in ``steps/``) through Hera's runner.
 
     In the pod this is ``python -m hera.workflows.runner -e module:function`` with the template's input
-    parameters; the function's return value, serialised as JSON, becomes ``outputs.result``.
+    parameters; the function's return value, serialised as JSON, becomes ``outputs.result``. The
+    template is named after the function in kebab case (``node_check``: ``node-check``), and so is the
+    task that calls it (Hera's default), so the Argo UI and ``argo get`` show the step's own name and
+    no name is written twice.
 
     Args:
         fn: the step function.
-        name: the template's name (default: the function's, in kebab case).
         timeout: how long the step's work may take. Compiled as ``activeDeadlineSeconds`` (the work plus
             :data:`STARTUP_ALLOWANCE`), which the kubelet counts once the pod is on a node: waiting for a
             node never fails the step.
@@ -276,7 +277,7 @@ def step(
         InputError: a step module with postponed annotations, or a duration that is not one.
     """
     _check_annotations(fn)
-    template_name = name or fn.__name__.replace("_", "-")
+    template_name = fn.__name__.replace("_", "-")
     environment = {"DSX_OUTPUT_DIR": OUTPUT_DIR}
     environment.update(env or {})
     deadline: int | None = None

@@ -1,12 +1,14 @@
 """``dsx-certify``: is this node group fit for production?
 
 plan (nodes, groups, launcher, recipe criteria; every node marked pending and held for this run) ->
-resolve the recipe -> keep its thresholds for the run -> each node's own sweep (in parallel: each on its
-own node) -> the groups of the group label (racks, disjoint: in parallel) -> the whole set -> training
-smoke run on the nodes left standing -> report, kept in a ConfigMap, and node labels -> gate (Failed,
-naming the nodes, when certification failed). Stages never compete for a node's GPUs. Each stage runs
-once the one before has ended, whatever its result, so a failed check never leaves nodes unlabelled.
-The steps pass each other only the run's reference: the plan and outcomes live in ConfigMaps of the run.
+resolve-recipe -> keep-recipe (its thresholds, for the run) -> node-check, each node's own sweep (in
+parallel: each on its own node) -> group-check, the groups of the group label (racks, disjoint: in
+parallel) -> whole-check, the whole set -> smoke-check, a training smoke run on the nodes left standing
+-> report, kept in a ConfigMap, and node labels -> gate (Failed, naming the nodes, when certification
+failed); release, the exit handler, lets go of the nodes however the run ended. Stages never compete
+for a node's GPUs. Each stage runs once the one before has ended, whatever its result, so a failed check
+never leaves nodes unlabelled. The steps pass each other only the run's reference: the plan and outcomes
+live in ConfigMaps of the run.
 """
 
 from typing import Any
@@ -15,22 +17,10 @@ from hera.workflows import DAG, Artifact, Parameter, TaskResult
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
-from steps.readiness.certify import (
-    AUTO,
-    LAUNCHERS,
-    PLAN_OUTPUTS,
-    RECIPE_INTENT,
-    certification_gate,
-    certify_group,
-    certify_node,
-    certify_smoke,
-    finish_certification,
-    plan_certification,
-    release_certification,
-    store_recipe,
-)
+from steps.readiness import certify as readiness
+from steps.readiness.certify import AUTO, LAUNCHERS, PLAN_OUTPUTS, RECIPE_INTENT
+from steps.runtime import tasks as runtime
 from steps.runtime.criteria import ALLOWED, ANY
-from steps.runtime.tasks import resolve_recipe
 from workflows.templates._base import (
     GPU_IMAGE,
     ITEM,
@@ -60,8 +50,7 @@ def _verdict_output() -> list[Parameter]:
 
 def _plan_step() -> Any:
     return step(
-        plan_certification,
-        name="plan",
+        readiness.plan,
         timeout="10m",
         retries=2,
         outputs=[
@@ -108,39 +97,32 @@ def _parameters() -> list[Parameter]:
 
 
 def templates() -> list[Any]:
-    """The certification WorkflowTemplate."""
+    """The certification WorkflowTemplate.
+
+    Each template and task is named after its step function (``readiness.node_check``: ``node-check``);
+    the one task named by hand, ``whole-check``, calls the group check a second time, on the whole set.
+    """
     plan = _plan_step()
-    resolve = step(resolve_recipe, name="resolve", timeout="5m", retries=2)
-    keep = step(store_recipe, name="keep-recipe", timeout="5m", retries=2, env=dict(_JOB_ENV))
-    node = step(
-        certify_node, name="node-check", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    resolve_recipe = step(runtime.resolve_recipe, timeout="5m", retries=2)
+    keep_recipe = step(readiness.keep_recipe, timeout="5m", retries=2, env=dict(_JOB_ENV))
+    node_check = step(
+        readiness.node_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    group = step(
-        certify_group,
-        name="group-check",
-        timeout=_GROUP_TIMEOUT,
-        env=dict(_JOB_ENV),
-        outputs=_verdict_output(),
+    group_check = step(
+        readiness.group_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    smoke = step(
-        certify_smoke, name="smoke", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    smoke_check = step(
+        readiness.smoke_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    finish = step(
-        finish_certification,
-        name="report",
+    report = step(
+        readiness.report,
         timeout="15m",
         retries=2,
         outputs=[Artifact(name="report", path=OUTPUT_DIR)],
         env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
     )
-    gate = step(certification_gate, name="gate", timeout="1m")
-    release = step(
-        release_certification,
-        name="release",
-        timeout="5m",
-        retries=2,
-        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
-    )
+    gate = step(readiness.gate, timeout="1m")
+    release = step(readiness.release, timeout="5m", retries=2, env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE})
     with (
         workflow_template(
             "dsx-certify",
@@ -151,12 +133,10 @@ def templates() -> list[Any]:
             "ConfigMap dsx-report-<workflow name>. The workflow fails when any node is not certified.",
             "certify",
             _parameters(),
-            on_exit="exit",
         ) as wt,
         DAG(name="certify"),
     ):
         planned = plan(
-            name="plan",
             arguments={
                 "selector": wt.get_parameter("nodes"),
                 "group_label": wt.get_parameter("group-label"),
@@ -172,8 +152,7 @@ def templates() -> list[Any]:
             },
         )
         run = planned.get_parameter("run")
-        resolved = resolve(
-            name="resolve",
+        resolved = resolve_recipe(
             arguments={
                 "service": planned.get_parameter("service"),
                 "accelerator": planned.get_parameter("accelerator"),
@@ -181,30 +160,25 @@ def templates() -> list[Any]:
                 "intent": RECIPE_INTENT,
             },
         )
-        kept = keep(name="keep-recipe", arguments={"run": run, "recipe": resolved.result})
-        nodes = node(
-            name="node-check",
-            with_param=planned.get_parameter("nodes"),
-            arguments={"node": ITEM, "run": run},
-        )
-        groups = group(
-            name="group-check",
-            with_param=planned.get_parameter("groups"),
-            arguments={"group": ITEM, "run": run},
+        kept = keep_recipe(arguments={"run": run, "recipe": resolved.result})
+        nodes = node_check(with_param=planned.get_parameter("nodes"), arguments={"node": ITEM, "run": run})
+        groups = group_check(
+            with_param=planned.get_parameter("groups"), arguments={"group": ITEM, "run": run}
         )
         whole_set = planned.get_parameter("whole")
-        whole = group(
+        whole = group_check(
             name="whole-check",
             when=f"'{whole_set.value}' != ''",
             arguments={"group": whole_set, "run": run},
         )
-        smoked = smoke(name="smoke", arguments={"run": run})
-        reported = finish(name="report", arguments={"run": run})
-        gated = gate(name="gate", arguments={"summary": reported.result})
+        smoked = smoke_check(arguments={"run": run})
+        reported = report(arguments={"run": run})
+        gated = gate(arguments={"summary": reported.result})
         planned >> resolved >> kept >> nodes
         for before, after in ((nodes, groups), (groups, whole), (whole, smoked), (smoked, reported)):
             before.next(after, on=_ENDED)
         reported >> gated
-    with wt, DAG(name="exit"):
-        release(name="release", arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
+    with wt, DAG(name="exit") as exit_handler:
+        release(arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
+    wt.on_exit = exit_handler
     return [wt]

@@ -7,9 +7,11 @@ keep ``snapshot.json`` and ``drift.json`` as the ``drift`` artifact, label drift
 when the cluster drifted.
 
 Artifacts are extra: a default Argo install has no artifact repository, and the chart then removes every
-output artifact. What each workflow's user needs stays in the Workflow itself: the result of ``resolve``
-and ``bundle`` is the entry template's output parameter (Argo keeps a step's ``outputs.result`` only
-when something references it), and drift ends in its labels and its gate.
+output artifact. What each workflow's user needs stays in the Workflow itself: the result of
+``resolve-recipe`` and ``bundle-recipe`` is the entry template's output parameter (Argo keeps a step's
+``outputs.result`` only when something references it), and drift ends in its labels and its gate.
+
+Every template and task is named after its step function in ``steps.runtime.tasks``.
 """
 
 from typing import Any
@@ -18,9 +20,10 @@ from hera.workflows import DAG, Artifact, CronWorkflow, Parameter, Task, Workflo
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
+from steps.runtime import tasks as runtime
+from steps.runtime.bundle import BundleFormat
 from steps.runtime.criteria import ALLOWED, ANY, FIELDS
 from steps.runtime.drift import SCOPES
-from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
 from workflows.templates._base import (
     DESCRIPTION_ANNOTATION,
     OUTPUT_DIR,
@@ -67,9 +70,8 @@ def _result_of(task: Task, name: str, description: str) -> Parameter:
 
 
 def _recipe_template() -> Any:
-    resolve = step(
-        resolve_recipe,
-        name="resolve",
+    resolve_recipe = step(
+        runtime.resolve_recipe,
         timeout="5m",
         retries=2,
         outputs=[Artifact(name="recipe", path=f"{OUTPUT_DIR}/recipe")],
@@ -85,15 +87,14 @@ def _recipe_template() -> Any:
         ) as wt,
         DAG(name="main") as main,
     ):
-        resolved = resolve(name="resolve", arguments=_criteria_arguments(wt))
+        resolved = resolve_recipe(arguments=_criteria_arguments(wt))
         main.outputs = [_result_of(resolved, "recipe", "Digest, order, tiers and pinned versions (JSON).")]
     return wt
 
 
 def _bundle_template() -> Any:
-    bundle = step(
-        bundle_recipe,
-        name="bundle",
+    bundle_recipe = step(
+        runtime.bundle_recipe,
         timeout="5m",
         retries=2,
         outputs=[Artifact(name="bundle", path=f"{OUTPUT_DIR}/bundle")],
@@ -106,7 +107,7 @@ def _bundle_template() -> Any:
             "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
             "main",
             [
-                param("format", "Bundle format.", "helm", enum=["helm", "argocd", "flux"]),
+                param("format", "Bundle format.", BundleFormat.helm, enum=[f.value for f in BundleFormat]),
                 param("repo-url", "Git repository the bundle is committed to (required for argocd).", ""),
                 param("revision", "Git revision Argo CD tracks.", "main"),
                 param("repo-path", "Folder of the bundle inside that repository.", "."),
@@ -115,8 +116,7 @@ def _bundle_template() -> Any:
         ) as wt,
         DAG(name="main") as main,
     ):
-        bundled = bundle(
-            name="bundle",
+        bundled = bundle_recipe(
             arguments={
                 "format": wt.get_parameter("format"),
                 "repo_url": wt.get_parameter("repo-url"),
@@ -130,9 +130,8 @@ def _bundle_template() -> Any:
 
 
 def _drift_cron() -> Any:
-    drift = step(
-        detect_drift,
-        name="drift",
+    detect_drift = step(
+        runtime.detect_drift,
         timeout="30m",
         retries=2,
         outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
@@ -140,7 +139,7 @@ def _drift_cron() -> Any:
         # (drift.helmNamespaces). Empty: every namespace.
         env={"DSX_HELM_NAMESPACES": ""},
     )
-    gate = step(drift_gate, name="gate", timeout="1m")
+    gate = step(runtime.gate, timeout="1m")
     with (
         CronWorkflow(
             name="dsx-drift",
@@ -166,15 +165,14 @@ def _drift_cron() -> Any:
         ) as cron,
         DAG(name="main"),
     ):
-        checked = drift(
-            name="drift",
+        checked = detect_drift(
             arguments={
                 "scope": cron.get_parameter("scope"),
                 "label": cron.get_parameter("label"),
                 **_criteria_arguments(cron),
             },
         )
-        checked >> gate(name="gate", arguments={"summary": checked.result})
+        checked >> gate(arguments={"summary": checked.result})
     return cron
 
 
