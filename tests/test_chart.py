@@ -116,7 +116,6 @@ def _fixture_objects() -> list[Any]:
     """A WorkflowTemplate whose step launches rank pods, and a dsx-drift CronWorkflow, built like dsx's."""
     launch = step(
         greet,
-        name="launch",
         timeout="1m",
         retries=2,
         env={"DSX_IMAGE": DEFAULT_IMAGE, **rank_env()},
@@ -128,11 +127,8 @@ def _fixture_objects() -> list[Any]:
         ) as wt,
         DAG(name="main"),
     ):
-        launch(
-            name="launch",
-            arguments={"nodes": "{{workflow.parameters.nodes}}", "word": "{{workflow.parameters.word}}"},
-        )
-    drift = step(greet, name="drift", env={"DSX_HELM_NAMESPACES": ""})
+        launch(arguments={"nodes": wt.get_parameter("nodes"), "word": wt.get_parameter("word")})
+    drift = step(greet, env={"DSX_HELM_NAMESPACES": ""})
     with (
         CronWorkflow(
             name="dsx-drift",
@@ -144,10 +140,7 @@ def _fixture_objects() -> list[Any]:
         ) as cron,
         DAG(name="main"),
     ):
-        drift(
-            name="drift",
-            arguments={"nodes": "{{workflow.parameters.nodes}}", "word": "{{workflow.parameters.word}}"},
-        )
+        drift(arguments={"nodes": cron.get_parameter("nodes"), "word": cron.get_parameter("word")})
     return [wt, cron]
 
 
@@ -240,7 +233,7 @@ def test_no_account_may_read_secrets_unless_a_value_asks() -> None:
         assert not [g for g in _granted(docs, account) if g[2] == "secrets"], account
     drift = _workflows(docs)["dsx-drift"]
     assert drift["spec"]["suspend"] is True  # it could read no Helm release
-    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "drift"]
+    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "detect-drift"]
     assert _env(launch)["DSX_HELM_NAMESPACES"] == ""
 
     listed = _render(CHART, "drift.helmNamespaces={nvidia-network-operator,gpu-operator}")
@@ -256,12 +249,14 @@ def test_no_account_may_read_secrets_unless_a_value_asks() -> None:
     assert not [d for d in _of(listed, "ClusterRole") if any("secrets" in r["resources"] for r in d["rules"])]
     drift = _workflows(listed)["dsx-drift"]
     assert "suspend" not in drift["spec"]
-    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "drift"]
+    (launch,) = [c for t, c in _pod_templates(drift) if t["name"] == "detect-drift"]
     assert _env(launch)["DSX_HELM_NAMESPACES"] == "gpu-operator,nvidia-network-operator"
 
     everywhere = _render(CHART, "drift.allNamespaces=true")
     assert ("*", "", "secrets", "list") in _granted(everywhere, "dsx-drift")
-    (launch,) = [c for t, c in _pod_templates(_workflows(everywhere)["dsx-drift"]) if t["name"] == "drift"]
+    (launch,) = [
+        c for t, c in _pod_templates(_workflows(everywhere)["dsx-drift"]) if t["name"] == "detect-drift"
+    ]
     assert _env(launch)["DSX_HELM_NAMESPACES"] == ""
 
 
@@ -359,8 +354,8 @@ def test_output_artifacts_are_kept_with_the_repository_named() -> None:
         for t in _spec(doc)["templates"]
         if "artifacts" in (t.get("outputs") or {})
     }
-    assert kept[("dsx-recipe", "resolve")] == ["recipe"]
-    assert kept[("dsx-drift", "drift")] == ["drift"]
+    assert kept[("dsx-recipe", "resolve-recipe")] == ["recipe"]
+    assert kept[("dsx-drift", "detect-drift")] == ["drift"]
     both = _render(CHART, "artifacts.enabled=true", "artifacts.repositoryRef.key=s3")
     assert _spec(_workflows(both)["dsx-drift"])["artifactRepositoryRef"] == {"key": "s3"}
     plain = _render(CHART, "artifacts.enabled=true")

@@ -1,7 +1,9 @@
 """The certification pipeline's steps: plan, node and group checks, smoke run, report and labels.
 
-Each function here is one step of the ``dsx-certify`` workflow, called through Hera's runner with
-pydantic inputs and outputs (this module must not use ``from __future__ import annotations``).
+The steps of the ``dsx-certify`` workflow, each named as its task is (``node_check`` runs as
+``node-check``): plan, keep_recipe, node_check, group_check (also the whole set's ``whole-check``),
+smoke_check, report, gate, and release, the exit handler. Hera's runner calls them with pydantic inputs
+and outputs (this module must not use ``from __future__ import annotations``).
 
 Stages never compete for a node's GPUs: every node's own test first (each on its own node), then the
 groups of the group label (racks: disjoint, so all at once), then the whole set, then the training smoke
@@ -29,7 +31,7 @@ Where the group tests run:
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError
 
@@ -62,24 +64,48 @@ from steps.readiness.thresholds import Thresholds, group_timeout, load_threshold
 
 __all__ = [
     "ACCELERATORS",
+    "AUTO",
+    "LAUNCHERS",
+    "PLAN_OUTPUTS",
+    "RECIPE_INTENT",
     "CertifyOptions",
     "CertifyPlan",
     "CertifySummary",
     "Exclusion",
-    "certification_gate",
-    "certify_group",
-    "certify_node",
-    "certify_smoke",
-    "finish_certification",
+    "gate",
+    "group_check",
     "group_members",
+    "keep_recipe",
     "load_plan",
     "local_injections",
-    "plan_certification",
-    "release_certification",
-    "store_recipe",
+    "node_check",
+    "plan",
+    "release",
+    "report",
+    "smoke_check",
 ]
 
 Launcher = Literal["local", "job"]
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+"""Where group tests run (the ``launcher`` option; ``auto`` picks one, see the module's notes)."""
+
+AUTO = "auto"
+"""The value of an option that the plan works out itself (launcher, recipe criteria, message sizes)."""
+
+RECIPE_INTENT = "training"
+"""The recipe intent certification judges against: its tests are collectives and a training run."""
+
+PLAN_OUTPUTS: tuple[str, ...] = (
+    "nodes",
+    "groups",
+    "whole",
+    "run",
+    "launcher",
+    "service",
+    "accelerator",
+    "os",
+)
+"""The plan's output parameters for the workflow, each a file under ``$DSX_OUTPUT_DIR/params``."""
 
 #: GPU Feature Discovery product names (``nvidia.com/gpu.product``) to the recipe's accelerator names.
 #: Longest match first: ``GB200`` must not read as ``B200``.
@@ -116,11 +142,11 @@ class CertifyOptions(Model):
     selector: str = Field(default="", description="label selector of the nodes to certify (all when empty)")
     group_label: str = Field(default=vocab.LABEL_RACK, description="node label that forms the groups")
     launcher: Literal["auto", "local", "job"] = "auto"
-    accelerator: str = Field(default="auto", description="recipe accelerator; auto: from GPU labels")
-    service: str = Field(default="auto", description="recipe service; auto: local for local runs, else any")
-    os: str = Field(default="auto", description="recipe os; auto: from the nodes' OS image")
-    min_bytes: str = Field(default="auto", description="smallest message; auto: 64KiB local, 1MiB job")
-    max_bytes: str = Field(default="auto", description="largest message; auto: 4MiB local, 8GiB job")
+    accelerator: str = Field(default=AUTO, description="recipe accelerator; auto: from GPU labels")
+    service: str = Field(default=AUTO, description="recipe service; auto: local for local runs, else any")
+    os: str = Field(default=AUTO, description="recipe os; auto: from the nodes' OS image")
+    min_bytes: str = Field(default=AUTO, description="smallest message; auto: 64KiB local, 1MiB job")
+    max_bytes: str = Field(default=AUTO, description="largest message; auto: 4MiB local, 8GiB job")
     iters: int = Field(default=20, ge=1)
     namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
     image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
@@ -325,15 +351,15 @@ def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
         port.release_lock(name, holder)
 
 
-def plan_certification(
+def plan(
     selector: str = "",
     group_label: str = vocab.LABEL_RACK,
-    launcher: str = "auto",
-    accelerator: str = "auto",
-    service: str = "auto",
-    os: str = "auto",
-    min_bytes: str = "auto",
-    max_bytes: str = "auto",
+    launcher: str = AUTO,
+    accelerator: str = AUTO,
+    service: str = AUTO,
+    os: str = AUTO,
+    min_bytes: str = AUTO,
+    max_bytes: str = AUTO,
     iters: int = 20,
     namespace: str = "",
     image: str = "",
@@ -396,23 +422,23 @@ def plan_certification(
     if not ready:
         raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
     chosen: Launcher
-    if options.launcher == "auto":
+    if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
         chosen = "local" if hasattr(port, "health") else "job"
     else:
         chosen = options.launcher
     if chosen == "local":
-        accelerator = "cpu" if options.accelerator == "auto" else options.accelerator
-        service = "local" if options.service == "auto" else options.service
+        accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
+        service = "local" if options.service == AUTO else options.service
         gpus = LOCAL_RANKS_PER_NODE
         default_min, default_max = "64KiB", "4MiB"
     else:
-        accelerator = _accelerator(ready) if options.accelerator == "auto" else options.accelerator
-        service = _service(ready) if options.service == "auto" else options.service
+        accelerator = _accelerator(ready) if options.accelerator == AUTO else options.accelerator
+        service = _service(ready) if options.service == AUTO else options.service
         gpus = min(n.gpu_count for n in ready)
         default_min, default_max = "1MiB", "8GiB"
-    os_name = _os(ready) if options.os == "auto" else options.os
-    smallest = parse_size(default_min if options.min_bytes == "auto" else options.min_bytes, "min-bytes")
-    largest = parse_size(default_max if options.max_bytes == "auto" else options.max_bytes, "max-bytes")
+    os_name = _os(ready) if options.os == AUTO else options.os
+    smallest = parse_size(default_min if options.min_bytes == AUTO else options.min_bytes, "min-bytes")
+    largest = parse_size(default_max if options.max_bytes == AUTO else options.max_bytes, "max-bytes")
     if smallest > largest:
         raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
     names = sorted(n.name for n in ready)
@@ -465,8 +491,8 @@ def plan_certification(
         "launcher": chosen,
         **plan.criteria,
     }
-    for key, value in values.items():
-        write_text(params / key, value)
+    for key in PLAN_OUTPUTS:
+        write_text(params / key, values[key])
     return plan
 
 
@@ -482,7 +508,7 @@ def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan
     return plan, recipe if isinstance(recipe, dict) else {}
 
 
-def store_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
+def keep_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
     """Keep the resolved recipe's digest and thresholds for the run's checks, smoke run and report.
 
     Raises:
@@ -554,7 +580,7 @@ def _summary_file(result: CheckResult) -> CheckResult:
     return result
 
 
-def certify_node(node: str, run: RunRef) -> CheckResult:
+def node_check(node: str, run: RunRef) -> CheckResult:
     """Single-node all-reduce sweep: the node's own GPUs (locally, two ranks standing for them).
 
     The full outcome is stored for the report (:mod:`steps.readiness.outcomes`); the result is one line.
@@ -587,7 +613,7 @@ def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> lis
     return [m for m in standing if m not in doubtful]
 
 
-def certify_group(group: str, run: RunRef) -> CheckResult:
+def group_check(group: str, run: RunRef) -> CheckResult:
     """Multi-node all-reduce sweep over the plan's group named ``group`` (locally, one rank per node).
 
     Only the members earlier stages left standing take part (:func:`group_members`); with fewer than two
@@ -665,7 +691,7 @@ def _standing_nodes(plan: CertifyPlan, outcomes: list[SweepOutcome]) -> list[str
     return [n for n in plan.nodes if results.get(n) == "passed"]
 
 
-def certify_smoke(run: RunRef) -> CheckResult:
+def smoke_check(run: RunRef) -> CheckResult:
     """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps.
 
     Reads the sweeps' outcomes from the run's store and stores its own there; the result is one line.
@@ -781,7 +807,7 @@ def _label_nodes(
     return done, missed
 
 
-def finish_certification(run: RunRef) -> CertifySummary:
+def report(run: RunRef) -> CertifySummary:
     """Write the report (JSON, Markdown, plots), keep it in a ConfigMap, and label every node.
 
     The outcomes come from the run's store. Every certified node gets
@@ -848,7 +874,7 @@ def finish_certification(run: RunRef) -> CertifySummary:
     return summary
 
 
-def certification_gate(summary: CertifySummary) -> str:
+def gate(summary: CertifySummary) -> str:
     """End the workflow Failed, naming each failed or uncertified node and why, when certification failed."""
     if summary.status == "passed" and not summary.failed_count and not summary.pending_count:
         return f"certification passed: {summary.passed} node(s)"
@@ -860,7 +886,7 @@ def certification_gate(summary: CertifySummary) -> str:
     raise DsxError("certification failed: " + ("; ".join(lines) or summary.summary))
 
 
-def release_certification(workflow_name: str, workflow_uid: str) -> str:
+def release(workflow_name: str, workflow_uid: str) -> str:
     """The workflow's exit handler: give up the run's hold on its nodes, however the run ended.
 
     The report step releases the Leases when it finishes; when an earlier step failed, or the workflow

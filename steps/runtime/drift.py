@@ -25,11 +25,28 @@ from steps.runtime.snapshot import Snapshot
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SEVERITIES", "DriftReport", "Finding", "compare", "expected_node_facts", "version_key"]
+__all__ = [
+    "PARTS",
+    "SCOPES",
+    "SEVERITIES",
+    "DriftReport",
+    "Finding",
+    "compare",
+    "expected_node_facts",
+    "version_key",
+]
 
 Severity = Literal["critical", "warning"]
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
 """Severities from the mildest to the worst."""
+
+Part = Literal["nodes", "components"]
+PARTS: tuple[Part, ...] = ("nodes", "components")
+"""What drift compares: the nodes' software, and the components the recipe deploys."""
+
+SCOPES: dict[str, tuple[Part, ...]] = {"all": PARTS, **{part: (part,) for part in PARTS}}
+"""Each drift scope (``dsx drift --scope``, the ``dsx-drift`` workflow's ``scope``) and the parts it
+compares; ``all``, the default, first."""
 
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
 
@@ -399,15 +416,13 @@ def _component_findings(snapshot: Snapshot, recipe: RecipeResult) -> list[Findin
     return findings
 
 
-def compare(
-    snapshot: Snapshot, recipe: RecipeResult, scopes: Sequence[str] = ("nodes", "components")
-) -> DriftReport:
+def compare(snapshot: Snapshot, recipe: RecipeResult, scopes: Sequence[str] = PARTS) -> DriftReport:
     """Compare a snapshot with a recipe.
 
     Args:
         snapshot: what the cluster runs.
         recipe: what it should run.
-        scopes: ``nodes``, ``components`` or both.
+        scopes: the parts to compare (:data:`PARTS`: ``nodes``, ``components`` or both).
     """
     findings: list[Finding] = []
     gpu_nodes = 0

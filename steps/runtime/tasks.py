@@ -24,7 +24,7 @@ __all__ = [
     "RecipeSummary",
     "bundle_recipe",
     "detect_drift",
-    "drift_gate",
+    "gate",
     "output_dir",
     "resolve_recipe",
 ]
@@ -186,26 +186,25 @@ def detect_drift(
 
     Args:
         cluster: cluster spec (empty: ``DSX_CLUSTER`` or the in-cluster account).
-        scope: ``all``, ``nodes`` or ``components``.
+        scope: ``all``, ``nodes`` or ``components`` (:data:`steps.runtime.drift.SCOPES`).
         label: node label key marking drifted nodes (empty: label nothing).
     """
     from steps.cluster import connect
     from steps.errors import InputError
-    from steps.runtime.drift import compare
+    from steps.runtime.drift import SCOPES, compare
     from steps.runtime.snapshot import take_snapshot
 
-    scopes = {"all": ("nodes", "components"), "nodes": ("nodes",), "components": ("components",)}
-    if scope not in scopes:
-        raise InputError(f"scope: unknown value {scope!r}; allowed: all, nodes, components")
+    if scope not in SCOPES:
+        raise InputError(f"scope: unknown value {scope!r}; allowed: {', '.join(SCOPES)}")
     result = _resolve(service, accelerator, os, intent, platform, nodes, recipes)
     port = connect(cluster or None)
     snapshot = take_snapshot(port, cluster=cluster)
-    report = compare(snapshot, result, scopes[scope])
+    report = compare(snapshot, result, SCOPES[scope])
     folder = output_dir("drift")
     _write(folder / "snapshot.json", snapshot.model_dump_json(indent=2) + "\n")
     _write(folder / "drift.json", report.model_dump_json(indent=2) + "\n")
     labelled: list[str] = []
-    if label and "nodes" in scopes[scope]:
+    if label and "nodes" in SCOPES[scope]:
         drifted = set(report.driftedNodes)
         for node in port.list_nodes(None):
             if node.name in drifted and node.labels.get(label) != "true":
@@ -225,7 +224,7 @@ def detect_drift(
     )
 
 
-def drift_gate(summary: DriftSummary) -> str:
+def gate(summary: DriftSummary) -> str:
     """End the workflow Failed when the cluster drifted, naming the nodes and components."""
     from steps.errors import DsxError
 

@@ -9,6 +9,7 @@ import yaml
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
+from steps.readiness.certify import PLAN_OUTPUTS
 from tests.paths import REPO
 
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
@@ -58,9 +59,7 @@ def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(t
     doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (template,) = [t for t in doc["spec"]["templates"] if t["name"] == "node-check"]
     args = template["script"]["args"]
-    args[args.index("steps.readiness.certify:certify_node")] = (
-        "tests.workflows.certify_faults:crash_on_node_01"
-    )
+    args[args.index("steps.readiness.certify:node_check")] = "tests.workflows.certify_faults:crash_on_node_01"
     broken = tmp_path / "certify.yaml"
     broken.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"
@@ -86,6 +85,8 @@ def test_certify_template_explains_itself_in_the_argo_ui() -> None:
     assert all(p["description"] for p in params.values())
     steps = {t["name"]: t for t in doc["spec"]["templates"]}
     assert steps["gate"]["script"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # The plan's outputs are the files the plan step writes (steps.readiness.certify.PLAN_OUTPUTS).
+    assert [p["name"] for p in steps["plan"]["outputs"]["parameters"]] == list(PLAN_OUTPUTS)
     assert steps["report"]["outputs"]["artifacts"] == [{"name": "report", "path": "/tmp/dsx-out"}]
 
 
@@ -98,14 +99,14 @@ def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_g
     for stage, before in (
         ("group-check", "node-check"),
         ("whole-check", "group-check"),
-        ("smoke", "whole-check"),
-        ("report", "smoke"),
+        ("smoke-check", "whole-check"),
+        ("report", "smoke-check"),
     ):
         assert depends[stage] == (
             f"({before}.Succeeded || {before}.Failed || {before}.Errored || {before}.Skipped)"
         ), stage
     assert doc["spec"]["onExit"] == "exit"  # the run's hold on its nodes is released however it ends
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
-    for check in ("node-check", "group-check", "smoke"):  # the UI shows each check's one-line verdict
+    for check in ("node-check", "group-check", "smoke-check"):  # the UI shows each check's one-line verdict
         (verdict,) = templates[check]["outputs"]["parameters"]
         assert verdict["name"] == "verdict" and verdict["valueFrom"]["default"] == ""

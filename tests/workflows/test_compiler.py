@@ -86,6 +86,39 @@ def test_lint_rejects_templates_the_argo_ui_cannot_explain() -> None:
     assert "expression tag '{{=' at spec.templates[0].dag.tasks[0].arguments.parameters[0].value" in message
 
 
+def test_a_misspelt_workflow_parameter_fails_the_compile_naming_it() -> None:
+    """A typo such as ``group-lable`` fails ``dsx compile`` (exit 2), whether written by hand or asked of
+    Hera, instead of reaching Argo as a tag it cannot resolve."""
+    with pytest.raises(InputError) as by_hand:
+        compiler.compile_objects(["tests.workflows.fixtures.misnamed_templates"])
+    assert (
+        "dsx-misnamed: {{workflow.parameters.group-lable}} at spec.templates[0].dag.tasks[0].arguments"
+        ".parameters[1].value names no parameter of the workflow (group-label)"
+    ) in str(by_hand.value)
+    with pytest.raises(InputError) as by_accessor:
+        compiler.compile_objects(["tests.workflows.fixtures.misnamed_accessor_templates"])
+    assert str(by_accessor.value) == (
+        "tests.workflows.fixtures.misnamed_accessor_templates: "
+        "`group-lable` is not a valid workflow parameter"
+    )
+
+
+def test_a_parameter_whose_default_is_not_in_its_enum_is_refused() -> None:
+    manifest = {
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": "dsx-x", "annotations": {"workflows.argoproj.io/description": "x"}},
+        "spec": {
+            "arguments": {
+                "parameters": [{"name": "scope", "description": "x", "value": "al", "enum": ["all", "nodes"]}]
+            },
+            "templates": [],
+        },
+    }
+    assert compiler.lint(manifest, "mod") == [
+        "mod: WorkflowTemplate dsx-x: parameter 'scope' defaults to 'al', not one of its enum (all, nodes)"
+    ]
+
+
 def test_step_modules_with_postponed_annotations_are_refused() -> None:
     namespace: dict[str, object] = {}
     exec("from __future__ import annotations\ndef f(x: int) -> int:\n    return x\n", namespace)
@@ -109,6 +142,22 @@ def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None
     stale = subprocess.run([*cli, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
     assert stale.returncode == 1
     assert expected in stale.stderr
+
+
+def test_every_step_template_and_task_is_named_after_its_step_function() -> None:
+    """What the Argo UI and ``argo get`` show is the step function's own name; a template called twice in
+    one DAG (the group check, on the whole set) names its second task for what it checks."""
+    for compiled in compiler.compile_objects():
+        spec = compiled.manifest["spec"].get("workflowSpec", compiled.manifest["spec"])
+        for template in spec["templates"]:
+            if "script" in template:
+                function = template["script"]["args"][-1].split(":")[1]
+                assert template["name"] == function.replace("_", "-"), compiled.filename
+            called: set[str] = set()
+            for task in template.get("dag", {}).get("tasks", []):
+                if task["template"] not in called:
+                    assert task["name"] == task["template"], f"{compiled.filename}: {task['name']}"
+                called.add(task["template"])
 
 
 def test_lint_rejects_two_templates_with_one_name() -> None:
@@ -135,31 +184,31 @@ def _wrapped(script: Any) -> Any:
 
 
 def test_a_steps_timeout_bounds_its_work_not_its_wait_for_a_node() -> None:
-    template = _template_of(_wrapped(step(greet, name="gate", timeout="1m")), "gate")
+    template = _template_of(_wrapped(step(greet, timeout="1m")), "greet")
     # The kubelet counts activeDeadlineSeconds once the pod is on a node; Argo's `timeout` would also
     # count the wait for a node and (set together) replace the pod's own deadline.
     assert "timeout" not in template
     assert template["activeDeadlineSeconds"] == 60 + parse_duration(STARTUP_ALLOWANCE)
 
-    bounded = _template_of(_wrapped(step(greet, name="gate", timeout="1m", pending="30m")), "gate")
+    bounded = _template_of(_wrapped(step(greet, timeout="1m", pending="30m")), "greet")
     assert bounded["timeout"] == f"{31 + int(parse_duration(STARTUP_ALLOWANCE)) // 60}m"
     assert "activeDeadlineSeconds" not in bounded
-    with pytest.raises(InputError, match="step gate: 'pending'"):
-        step(greet, name="gate", pending="30m")
-    with pytest.raises(InputError, match="step gate: timeout: invalid duration"):
-        step(greet, name="gate", timeout="soon")
+    with pytest.raises(InputError, match="step greet: 'pending'"):
+        step(greet, pending="30m")
+    with pytest.raises(InputError, match="step greet: timeout: invalid duration"):
+        step(greet, timeout="soon")
 
 
 def test_steps_retry_infrastructure_errors_with_a_backoff_and_never_a_failure() -> None:
-    template = _template_of(_wrapped(step(greet, name="s", retries=3)), "s")
+    template = _template_of(_wrapped(step(greet, retries=3)), "greet")
     strategy = template["retryStrategy"]
     assert strategy["limit"] == 3 and strategy["retryPolicy"] == "OnError"
     assert parse_duration(strategy["backoff"]["duration"]) > 0 and int(strategy["backoff"]["factor"]) > 1
-    assert "retryStrategy" not in _template_of(_wrapped(step(greet, name="s")), "s")
+    assert "retryStrategy" not in _template_of(_wrapped(step(greet)), "greet")
 
 
 def test_workflows_run_as_their_own_account_with_restricted_pods_and_collected() -> None:
-    spec = compiler.render(_wrapped(step(greet, name="s")), "tests").manifest["spec"]
+    spec = compiler.render(_wrapped(step(greet)), "tests").manifest["spec"]
     assert spec["serviceAccountName"] == "dsx-demo"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

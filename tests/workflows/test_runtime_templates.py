@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from steps.runtime.criteria import ALLOWED, ANY, FIELDS
+from steps.runtime.drift import SCOPES
 from workflows import compiler
 from workflows.runner import RunOptions, run
 
@@ -40,14 +42,14 @@ def test_recipe_and_bundle_workflows_leave_their_artifacts(tmp_path: Path) -> No
     manifests = _compiled()
     recipe = run(manifests["dsx-recipe"], (), CRITERIA, RunOptions(out_dir=tmp_path / "recipe"))
     assert recipe.phase == "Succeeded", recipe.message
-    folder = _artifacts(tmp_path / "recipe", "resolve", "recipe")
+    folder = _artifacts(tmp_path / "recipe", "resolve-recipe", "recipe")
     assert sorted(p.name for p in folder.iterdir()) == ["graph.dot", "graph.json", "graph.mmd", "recipe.yaml"]
     assert yaml.safe_load((folder / "recipe.yaml").read_text())["kind"] == "RecipeResult"
 
     parameters = {**CRITERIA, "format": "argocd", "repo-url": "https://git.example.org/gitops.git"}
     bundle = run(manifests["dsx-bundle"], (), parameters, RunOptions(out_dir=tmp_path / "bundle"))
     assert bundle.phase == "Succeeded", bundle.message
-    folder = _artifacts(tmp_path / "bundle", "bundle", "bundle")
+    folder = _artifacts(tmp_path / "bundle", "bundle-recipe", "bundle")
     check = subprocess.run(["sha256sum", "-c", "checksums.txt"], cwd=folder, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
     assert (folder / "app-of-apps.yaml").is_file()
@@ -65,11 +67,11 @@ def test_drift_workflow_labels_drifted_nodes_and_fails(tmp_path: Path) -> None:
     options = RunOptions(out_dir=tmp_path / "drift", cluster=fleet)
     result = run(workflow, (), {**CRITERIA, "scope": "nodes"}, options)
     assert result.phase == "Failed"  # two nodes run an older driver than the recipe pins
-    folder = _artifacts(tmp_path / "drift", "drift", "drift")
+    folder = _artifacts(tmp_path / "drift", "detect-drift", "drift")
     report = json.loads((folder / "drift.json").read_text())
     assert report["driftedNodes"] == ["node-00", "node-02"]
     assert {f["field"] for f in report["findings"]} == {"driverVersion"}
-    (stdout,) = (tmp_path / "drift" / "nodes").glob("drift*/stdout.log")
+    (stdout,) = (tmp_path / "drift" / "nodes").glob("detect-drift*/stdout.log")
     assert json.loads(stdout.read_text().strip().splitlines()[-1])["labelled"] == report["driftedNodes"]
     (gate,) = (tmp_path / "drift" / "nodes").glob("gate*/stderr.log")
     assert "nodes node-00, node-02" in gate.read_text()
@@ -106,3 +108,16 @@ def test_runtime_steps_retry_only_infrastructure_errors() -> None:
         for template in spec["templates"]:
             if "retryStrategy" in template:
                 assert template["retryStrategy"]["retryPolicy"] == "OnError", f"{name}: {template['name']}"
+
+
+def test_the_submit_form_offers_exactly_the_values_the_steps_accept() -> None:
+    """Every criterion's enum is the recipe's vocabulary (a value picked in the Argo UI never fails as
+    unknown, and a value the steps accept is never missing); the drift scopes are drift's own."""
+    for name, manifest in _compiled().items():
+        spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+        params = {p["name"]: p for p in spec["arguments"]["parameters"]}
+        for field in FIELDS:
+            assert params[field]["value"] == ANY, f"{name}: {field}"
+            assert params[field].get("enum") == ([ANY, *ALLOWED[field]] if field in ALLOWED else None)
+    drift = _compiled()["dsx-drift"]["spec"]["workflowSpec"]["arguments"]["parameters"]
+    assert next(p for p in drift if p["name"] == "scope")["enum"] == list(SCOPES)

@@ -75,6 +75,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DESCRIPTION_ANNOTATION",
     "GPU_IMAGE",
+    "ITEM",
     "OUTPUT_DIR",
     "PART_OF",
     "POD_GC",
@@ -84,6 +85,9 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     "STARTUP_ALLOWANCE",
     "TTL_STRATEGY",
+    "WORKFLOW_NAME",
+    "WORKFLOW_NAMESPACE",
+    "WORKFLOW_UID",
     "container_security_context",
     "param",
     "pod_security_context",
@@ -142,6 +146,16 @@ without an artifact repository Argo archives no logs, and a failed step's log is
 
 TTL_STRATEGY = TTLStrategy(seconds_after_success=3 * 86400, seconds_after_failure=7 * 86400)
 """Finished Workflows (with the pods they still own) are deleted 3 days after success, 7 after failure."""
+
+WORKFLOW_NAME = "{{workflow.name}}"
+WORKFLOW_UID = "{{workflow.uid}}"
+WORKFLOW_NAMESPACE = "{{workflow.namespace}}"
+ITEM = "{{item}}"
+"""Argo variables Hera 7 has no accessor for, written once. Everything else a template refers to goes
+through Hera, which raises at compile time when the name is not declared: a workflow parameter as
+``wt.get_parameter(name)``, a task's output parameter as ``task.get_parameter(name)``, its result as
+``task.result``. (Hera fills ``{{item}}`` in by itself only for a step whose one parameter without a
+default comes from the loop, so a step with two, like a check given the item and the run, names it.)"""
 
 _RETRY_BACKOFF = Backoff(duration="15s", factor=2, cap="2m")
 
@@ -227,7 +241,6 @@ def _duration(seconds: int) -> str:
 def step(
     fn: Callable[..., Any],
     *,
-    name: str | None = None,
     timeout: str | None = None,
     pending: str | None = None,
     retries: int | None = None,
@@ -240,11 +253,13 @@ def step(
     """A script template running ``fn`` (a function in ``steps/``) through Hera's runner.
 
     In the pod this is ``python -m hera.workflows.runner -e module:function`` with the template's input
-    parameters; the function's return value, serialised as JSON, becomes ``outputs.result``.
+    parameters; the function's return value, serialised as JSON, becomes ``outputs.result``. The
+    template is named after the function in kebab case (``node_check``: ``node-check``), and so is the
+    task that calls it (Hera's default), so the Argo UI and ``argo get`` show the step's own name and
+    no name is written twice.
 
     Args:
         fn: the step function.
-        name: the template's name (default: the function's, in kebab case).
         timeout: how long the step's work may take. Compiled as ``activeDeadlineSeconds`` (the work plus
             :data:`STARTUP_ALLOWANCE`), which the kubelet counts once the pod is on a node: waiting for a
             node never fails the step.
@@ -262,7 +277,7 @@ def step(
         InputError: a step module with postponed annotations, or a duration that is not one.
     """
     _check_annotations(fn)
-    template_name = name or fn.__name__.replace("_", "-")
+    template_name = fn.__name__.replace("_", "-")
     environment = {"DSX_OUTPUT_DIR": OUTPUT_DIR}
     environment.update(env or {})
     deadline: int | None = None

@@ -1,43 +1,45 @@
 """``dsx-certify``: is this node group fit for production?
 
 plan (nodes, groups, launcher, recipe criteria; every node marked pending and held for this run) ->
-resolve the recipe -> keep its thresholds for the run -> each node's own sweep (in parallel: each on its
-own node) -> the groups of the group label (racks, disjoint: in parallel) -> the whole set -> training
-smoke run on the nodes left standing -> report, kept in a ConfigMap, and node labels -> gate (Failed,
-naming the nodes, when certification failed). Stages never compete for a node's GPUs. Each stage runs
-once the one before has ended, whatever its result, so a failed check never leaves nodes unlabelled.
-The steps pass each other only the run's reference: the plan and outcomes live in ConfigMaps of the run.
+resolve-recipe -> keep-recipe (its thresholds, for the run) -> node-check, each node's own sweep (in
+parallel: each on its own node) -> group-check, the groups of the group label (racks, disjoint: in
+parallel) -> whole-check, the whole set -> smoke-check, a training smoke run on the nodes left standing
+-> report, kept in a ConfigMap, and node labels -> gate (Failed, naming the nodes, when certification
+failed); release, the exit handler, lets go of the nodes however the run ended. Stages never compete
+for a node's GPUs. Each stage runs once the one before has ended, whatever its result, so a failed check
+never leaves nodes unlabelled. The steps pass each other only the run's reference: the plan and outcomes
+live in ConfigMaps of the run.
 """
 
 from typing import Any
 
-from hera.workflows import DAG, Artifact, Parameter
+from hera.workflows import DAG, Artifact, Parameter, TaskResult
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
-from steps.readiness.certify import (
-    certification_gate,
-    certify_group,
-    certify_node,
-    certify_smoke,
-    finish_certification,
-    plan_certification,
-    release_certification,
-    store_recipe,
+from steps.readiness import certify as readiness
+from steps.readiness.certify import AUTO, LAUNCHERS, PLAN_OUTPUTS, RECIPE_INTENT
+from steps.runtime import tasks as runtime
+from steps.runtime.criteria import ALLOWED, ANY
+from workflows.templates._base import (
+    GPU_IMAGE,
+    ITEM,
+    OUTPUT_DIR,
+    WORKFLOW_NAME,
+    WORKFLOW_NAMESPACE,
+    WORKFLOW_UID,
+    param,
+    rank_env,
+    step,
+    workflow_template,
 )
-from steps.runtime.tasks import resolve_recipe
-from workflows.templates._base import GPU_IMAGE, OUTPUT_DIR, param, rank_env, step, workflow_template
 
 __all__ = ["templates"]
 
-_PLAN_OUTPUTS = ("nodes", "groups", "whole", "run", "launcher", "service", "accelerator", "os")
 _GROUP_TIMEOUT = "6h"  # the outer bound; each group test has its own from the recipe (timeoutFactor)
-_JOB_ENV = {"DSX_NAMESPACE": "{{workflow.namespace}}", **rank_env()}
-
-
-def _ended(task: str) -> str:
-    """``depends`` on ``task`` having ended, whatever its result (not when it was omitted)."""
-    return f"({task}.Succeeded || {task}.Failed || {task}.Errored || {task}.Skipped)"
+_JOB_ENV = {"DSX_NAMESPACE": WORKFLOW_NAMESPACE, **rank_env()}
+_ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored | TaskResult.skipped
+"""A stage runs once the one before has ended, whatever its result (not when it was omitted)."""
 
 
 def _verdict_output() -> list[Parameter]:
@@ -48,53 +50,79 @@ def _verdict_output() -> list[Parameter]:
 
 def _plan_step() -> Any:
     return step(
-        plan_certification,
-        name="plan",
+        readiness.plan,
         timeout="10m",
         retries=2,
         outputs=[
             Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}"))
-            for name in _PLAN_OUTPUTS
+            for name in PLAN_OUTPUTS
         ],
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}", "DSX_GPU_IMAGE": GPU_IMAGE},
+        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE, "DSX_GPU_IMAGE": GPU_IMAGE},
     )
+
+
+def _parameters() -> list[Parameter]:
+    """The workflow's parameters: the plan's options, with the recipe criteria's values as enums."""
+    return [
+        param("nodes", "Label selector of the nodes to certify; empty: every managed node with GPUs.", ""),
+        param(
+            "group-label",
+            "Node label whose values form the multi-node groups (racks, blocks).",
+            vocab.LABEL_RACK,
+        ),
+        param(
+            "launcher",
+            "Where group tests run: job (Indexed Jobs on the nodes), local (processes in the step's "
+            "pod, for simulated fleets), auto (local on a simulated fleet, else job).",
+            AUTO,
+            enum=[AUTO, *sorted(LAUNCHERS)],
+        ),
+        param(
+            "accelerator",
+            "Recipe accelerator; auto reads nvidia.com/gpu.product from the nodes.",
+            AUTO,
+            enum=[AUTO, *ALLOWED["accelerator"]],
+        ),
+        param(
+            "service",
+            "Recipe service (where the cluster runs); auto: local for local runs, else any.",
+            AUTO,
+            enum=[AUTO, ANY, *ALLOWED["service"]],
+        ),
+        param("os", "Recipe OS; auto reads the nodes' OS image.", AUTO, enum=[AUTO, ANY, *ALLOWED["os"]]),
+        param("min-bytes", "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.", AUTO),
+        param("max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", AUTO),
+        param("iters", "Timed iterations per message size.", "20"),
+    ]
 
 
 def templates() -> list[Any]:
-    """The certification WorkflowTemplate."""
+    """The certification WorkflowTemplate.
+
+    Each template and task is named after its step function (``readiness.node_check``: ``node-check``);
+    the one task named by hand, ``whole-check``, calls the group check a second time, on the whole set.
+    """
     plan = _plan_step()
-    resolve = step(resolve_recipe, name="resolve", timeout="5m", retries=2)
-    keep = step(store_recipe, name="keep-recipe", timeout="5m", retries=2, env=dict(_JOB_ENV))
-    node = step(
-        certify_node, name="node-check", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    resolve_recipe = step(runtime.resolve_recipe, timeout="5m", retries=2)
+    keep_recipe = step(readiness.keep_recipe, timeout="5m", retries=2, env=dict(_JOB_ENV))
+    node_check = step(
+        readiness.node_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    group = step(
-        certify_group,
-        name="group-check",
-        timeout=_GROUP_TIMEOUT,
-        env=dict(_JOB_ENV),
-        outputs=_verdict_output(),
+    group_check = step(
+        readiness.group_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    smoke = step(
-        certify_smoke, name="smoke", timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    smoke_check = step(
+        readiness.smoke_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
     )
-    finish = step(
-        finish_certification,
-        name="report",
+    report = step(
+        readiness.report,
         timeout="15m",
         retries=2,
         outputs=[Artifact(name="report", path=OUTPUT_DIR)],
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
+        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
     )
-    gate = step(certification_gate, name="gate", timeout="1m")
-    release = step(
-        release_certification,
-        name="release",
-        timeout="5m",
-        retries=2,
-        env={"DSX_NAMESPACE": "{{workflow.namespace}}"},
-    )
-    run = "{{tasks.plan.outputs.parameters.run}}"
+    gate = step(readiness.gate, timeout="1m")
+    release = step(readiness.release, timeout="5m", retries=2, env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE})
     with (
         workflow_template(
             "dsx-certify",
@@ -104,111 +132,53 @@ def templates() -> list[Any]:
             "e.g. its group failed without naming a member); the report (JSON, Markdown) is kept in the "
             "ConfigMap dsx-report-<workflow name>. The workflow fails when any node is not certified.",
             "certify",
-            [
-                param(
-                    "nodes",
-                    "Label selector of the nodes to certify; empty: every managed node with GPUs.",
-                    "",
-                ),
-                param(
-                    "group-label",
-                    "Node label whose values form the multi-node groups (racks, blocks).",
-                    vocab.LABEL_RACK,
-                ),
-                param(
-                    "launcher",
-                    "Where group tests run: job (Indexed Jobs on the nodes), local (processes in the step's "
-                    "pod, for simulated fleets), auto (local on a simulated fleet, else job).",
-                    "auto",
-                    enum=["auto", "job", "local"],
-                ),
-                param(
-                    "accelerator",
-                    "Recipe accelerator; auto reads nvidia.com/gpu.product from the nodes.",
-                    "auto",
-                    enum=["auto", "h100", "h200", "b200", "gb200", "a100", "cpu"],
-                ),
-                param(
-                    "service",
-                    "Recipe service (where the cluster runs); auto: local for local runs, else any.",
-                    "auto",
-                    enum=["auto", "any", "eks", "gke", "aks", "oke", "bare-metal", "local"],
-                ),
-                param(
-                    "os",
-                    "Recipe OS; auto reads the nodes' OS image.",
-                    "auto",
-                    enum=["auto", "any", "ubuntu", "rhel"],
-                ),
-                param(
-                    "min-bytes",
-                    "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.",
-                    "auto",
-                ),
-                param(
-                    "max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", "auto"
-                ),
-                param("iters", "Timed iterations per message size.", "20"),
-            ],
-            on_exit="exit",
+            _parameters(),
         ) as wt,
         DAG(name="certify"),
     ):
-        plan(
-            name="plan",
+        planned = plan(
             arguments={
-                "selector": "{{workflow.parameters.nodes}}",
-                "group_label": "{{workflow.parameters.group-label}}",
-                "launcher": "{{workflow.parameters.launcher}}",
-                "accelerator": "{{workflow.parameters.accelerator}}",
-                "service": "{{workflow.parameters.service}}",
-                "os": "{{workflow.parameters.os}}",
-                "min_bytes": "{{workflow.parameters.min-bytes}}",
-                "max_bytes": "{{workflow.parameters.max-bytes}}",
-                "iters": "{{workflow.parameters.iters}}",
-                "workflow_name": "{{workflow.name}}",
-                "workflow_uid": "{{workflow.uid}}",
+                "selector": wt.get_parameter("nodes"),
+                "group_label": wt.get_parameter("group-label"),
+                "launcher": wt.get_parameter("launcher"),
+                "accelerator": wt.get_parameter("accelerator"),
+                "service": wt.get_parameter("service"),
+                "os": wt.get_parameter("os"),
+                "min_bytes": wt.get_parameter("min-bytes"),
+                "max_bytes": wt.get_parameter("max-bytes"),
+                "iters": wt.get_parameter("iters"),
+                "workflow_name": WORKFLOW_NAME,
+                "workflow_uid": WORKFLOW_UID,
             },
         )
-        resolve(
-            name="resolve",
-            depends="plan",
+        run = planned.get_parameter("run")
+        resolved = resolve_recipe(
             arguments={
-                "service": "{{tasks.plan.outputs.parameters.service}}",
-                "accelerator": "{{tasks.plan.outputs.parameters.accelerator}}",
-                "os": "{{tasks.plan.outputs.parameters.os}}",
-                "intent": "training",
+                "service": planned.get_parameter("service"),
+                "accelerator": planned.get_parameter("accelerator"),
+                "os": planned.get_parameter("os"),
+                "intent": RECIPE_INTENT,
             },
         )
-        keep(
-            name="keep-recipe",
-            depends="resolve",
-            arguments={"run": run, "recipe": "{{tasks.resolve.outputs.result}}"},
+        kept = keep_recipe(arguments={"run": run, "recipe": resolved.result})
+        nodes = node_check(with_param=planned.get_parameter("nodes"), arguments={"node": ITEM, "run": run})
+        groups = group_check(
+            with_param=planned.get_parameter("groups"), arguments={"group": ITEM, "run": run}
         )
-        node(
-            name="node-check",
-            depends="keep-recipe",
-            with_param="{{tasks.plan.outputs.parameters.nodes}}",
-            arguments={"node": "{{item}}", "run": run},
-        )
-        group(
-            name="group-check",
-            depends=_ended("node-check"),
-            with_param="{{tasks.plan.outputs.parameters.groups}}",
-            arguments={"group": "{{item}}", "run": run},
-        )
-        group(
+        whole_set = planned.get_parameter("whole")
+        whole = group_check(
             name="whole-check",
-            depends=_ended("group-check"),
-            when="'{{tasks.plan.outputs.parameters.whole}}' != ''",
-            arguments={"group": "{{tasks.plan.outputs.parameters.whole}}", "run": run},
+            when=f"'{whole_set.value}' != ''",
+            arguments={"group": whole_set, "run": run},
         )
-        smoke(name="smoke", depends=_ended("whole-check"), arguments={"run": run})
-        finish(name="report", depends=_ended("smoke"), arguments={"run": run})
-        gate(name="gate", depends="report", arguments={"summary": "{{tasks.report.outputs.result}}"})
-    with wt, DAG(name="exit"):
-        release(
-            name="release",
-            arguments={"workflow_name": "{{workflow.name}}", "workflow_uid": "{{workflow.uid}}"},
-        )
+        smoked = smoke_check(arguments={"run": run})
+        reported = report(arguments={"run": run})
+        gated = gate(arguments={"summary": reported.result})
+        planned >> resolved >> kept >> nodes
+        for before, after in ((nodes, groups), (groups, whole), (whole, smoked), (smoked, reported)):
+            before.next(after, on=_ENDED)
+        reported >> gated
+    with wt, DAG(name="exit") as exit_handler:
+        release(arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
+    wt.on_exit = exit_handler
     return [wt]

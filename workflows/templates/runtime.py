@@ -7,18 +7,23 @@ keep ``snapshot.json`` and ``drift.json`` as the ``drift`` artifact, label drift
 when the cluster drifted.
 
 Artifacts are extra: a default Argo install has no artifact repository, and the chart then removes every
-output artifact. What each workflow's user needs stays in the Workflow itself: the result of ``resolve``
-and ``bundle`` is the entry template's output parameter (Argo keeps a step's ``outputs.result`` only
-when something references it), and drift ends in its labels and its gate.
+output artifact. What each workflow's user needs stays in the Workflow itself: the result of
+``resolve-recipe`` and ``bundle-recipe`` is the entry template's output parameter (Argo keeps a step's
+``outputs.result`` only when something references it), and drift ends in its labels and its gate.
+
+Every template and task is named after its step function in ``steps.runtime.tasks``.
 """
 
 from typing import Any
 
-from hera.workflows import DAG, Artifact, CronWorkflow, Parameter
+from hera.workflows import DAG, Artifact, CronWorkflow, Parameter, Task, Workflow
 from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
-from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
+from steps.runtime import tasks as runtime
+from steps.runtime.bundle import BundleFormat
+from steps.runtime.criteria import ALLOWED, ANY, FIELDS
+from steps.runtime.drift import SCOPES
 from workflows.templates._base import (
     DESCRIPTION_ANNOTATION,
     OUTPUT_DIR,
@@ -34,40 +39,39 @@ __all__ = ["DRIFT_LABEL", "templates"]
 DRIFT_LABEL = vocab.LABEL_DRIFT
 """Label put on nodes that drifted from the recipe (``true``), removed when they conform again."""
 
-_CRITERIA = (
-    ("service", "Where the cluster runs.", ["any", "eks", "gke", "aks", "oke", "bare-metal", "local"]),
-    ("accelerator", "GPU of the nodes (cpu: none).", ["any", "h100", "h200", "b200", "gb200", "a100", "cpu"]),
-    ("os", "Operating system of the nodes.", ["any", "ubuntu", "rhel"]),
-    ("intent", "What the cluster is for.", ["any", "training", "inference"]),
-    ("platform", "Platform on top (kubeflow adds Kubeflow Trainer).", ["any", "kubeflow", "none"]),
-)
+_DESCRIPTIONS = {
+    "service": "Where the cluster runs.",
+    "accelerator": "GPU of the nodes (cpu: none).",
+    "os": "Operating system of the nodes.",
+    "intent": "What the cluster is for.",
+    "platform": "Platform on top (kubeflow adds Kubeflow Trainer).",
+    "nodes": "Number of nodes (selects multi-node overlays), or any.",
+}
+"""What the Argo UI says of each recipe criterion (:data:`steps.runtime.criteria.FIELDS`)."""
 
 
-def _criteria_params() -> list[Any]:
-    params = [param(name, description, "any", enum=values) for name, description, values in _CRITERIA]
-    params.append(param("nodes", "Number of nodes (selects multi-node overlays), or any.", "any"))
-    return params
+def _criteria_params() -> list[Parameter]:
+    """A parameter per recipe criterion, ``any`` by default, with its allowed values as the enum."""
+    return [
+        param(name, _DESCRIPTIONS[name], ANY, enum=[ANY, *ALLOWED[name]] if name in ALLOWED else None)
+        for name in FIELDS
+    ]
 
 
-def _criteria_arguments() -> dict[str, str]:
-    names = [name for name, _, _ in _CRITERIA] + ["nodes"]
-    return {name: f"{{{{workflow.parameters.{name}}}}}" for name in names}
+def _criteria_arguments(wt: Workflow) -> dict[str, Parameter]:
+    """The step's recipe criteria, each from the workflow parameter of the same name."""
+    return {name: wt.get_parameter(name) for name in FIELDS}
 
 
-def _result_of(task: str, name: str, description: str) -> Parameter:
+def _result_of(task: Task, name: str, description: str) -> Parameter:
     """An output parameter of the entry DAG holding ``task``'s result, so that Argo keeps the result and
     shows it on the Workflow (the only copy when there is no artifact repository)."""
-    return Parameter(
-        name=name,
-        description=description,
-        value_from=ValueFrom(parameter=f"{{{{tasks.{task}.outputs.result}}}}"),
-    )
+    return Parameter(name=name, description=description, value_from=ValueFrom(parameter=task.result))
 
 
 def _recipe_template() -> Any:
-    resolve = step(
-        resolve_recipe,
-        name="resolve",
+    resolve_recipe = step(
+        runtime.resolve_recipe,
         timeout="5m",
         retries=2,
         outputs=[Artifact(name="recipe", path=f"{OUTPUT_DIR}/recipe")],
@@ -81,19 +85,16 @@ def _recipe_template() -> Any:
             "main",
             _criteria_params(),
         ) as wt,
-        DAG(
-            name="main",
-            outputs=[_result_of("resolve", "recipe", "Digest, order, tiers and pinned versions (JSON).")],
-        ),
+        DAG(name="main") as main,
     ):
-        resolve(name="resolve", arguments=_criteria_arguments())
+        resolved = resolve_recipe(arguments=_criteria_arguments(wt))
+        main.outputs = [_result_of(resolved, "recipe", "Digest, order, tiers and pinned versions (JSON).")]
     return wt
 
 
 def _bundle_template() -> Any:
-    bundle = step(
-        bundle_recipe,
-        name="bundle",
+    bundle_recipe = step(
+        runtime.bundle_recipe,
         timeout="5m",
         retries=2,
         outputs=[Artifact(name="bundle", path=f"{OUTPUT_DIR}/bundle")],
@@ -106,35 +107,31 @@ def _bundle_template() -> Any:
             "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
             "main",
             [
-                param("format", "Bundle format.", "helm", enum=["helm", "argocd", "flux"]),
+                param("format", "Bundle format.", BundleFormat.helm, enum=[f.value for f in BundleFormat]),
                 param("repo-url", "Git repository the bundle is committed to (required for argocd).", ""),
                 param("revision", "Git revision Argo CD tracks.", "main"),
                 param("repo-path", "Folder of the bundle inside that repository.", "."),
                 *_criteria_params(),
             ],
         ) as wt,
-        DAG(
-            name="main",
-            outputs=[_result_of("bundle", "bundle", "Digest, format, file count, checksums.txt's sha256.")],
-        ),
+        DAG(name="main") as main,
     ):
-        bundle(
-            name="bundle",
+        bundled = bundle_recipe(
             arguments={
-                "format": "{{workflow.parameters.format}}",
-                "repo_url": "{{workflow.parameters.repo-url}}",
-                "revision": "{{workflow.parameters.revision}}",
-                "repo_path": "{{workflow.parameters.repo-path}}",
-                **_criteria_arguments(),
+                "format": wt.get_parameter("format"),
+                "repo_url": wt.get_parameter("repo-url"),
+                "revision": wt.get_parameter("revision"),
+                "repo_path": wt.get_parameter("repo-path"),
+                **_criteria_arguments(wt),
             },
         )
+        main.outputs = [_result_of(bundled, "bundle", "Digest, format, file count, checksums.txt's sha256.")]
     return wt
 
 
 def _drift_cron() -> Any:
-    drift = step(
-        detect_drift,
-        name="drift",
+    detect_drift = step(
+        runtime.detect_drift,
         timeout="30m",
         retries=2,
         outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
@@ -142,7 +139,7 @@ def _drift_cron() -> Any:
         # (drift.helmNamespaces). Empty: every namespace.
         env={"DSX_HELM_NAMESPACES": ""},
     )
-    gate = step(drift_gate, name="gate", timeout="1m")
+    gate = step(runtime.gate, timeout="1m")
     with (
         CronWorkflow(
             name="dsx-drift",
@@ -160,7 +157,7 @@ def _drift_cron() -> Any:
             },
             labels=dict(PART_OF),
             arguments=[
-                param("scope", "What to compare.", "all", enum=["all", "nodes", "components"]),
+                param("scope", "What to compare.", "all", enum=list(SCOPES)),
                 param("label", "Node label marking drifted nodes; empty: label nothing.", DRIFT_LABEL),
                 *_criteria_params(),
             ],
@@ -168,15 +165,14 @@ def _drift_cron() -> Any:
         ) as cron,
         DAG(name="main"),
     ):
-        checked = drift(
-            name="drift",
+        checked = detect_drift(
             arguments={
-                "scope": "{{workflow.parameters.scope}}",
-                "label": "{{workflow.parameters.label}}",
-                **_criteria_arguments(),
+                "scope": cron.get_parameter("scope"),
+                "label": cron.get_parameter("label"),
+                **_criteria_arguments(cron),
             },
         )
-        checked >> gate(name="gate", arguments={"summary": "{{tasks.drift.outputs.result}}"})
+        checked >> gate(arguments={"summary": checked.result})
     return cron
 
 

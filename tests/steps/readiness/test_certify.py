@@ -39,7 +39,7 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
     port = connect()
     port.set_labels("node-04", {vocab.LABEL_MANAGED: "false", vocab.LABEL_CERTIFICATION: "passed"})
     port.set_labels("node-02", {vocab.LABEL_CERTIFICATION: "passed"})  # from an earlier run
-    plan = certify.plan_certification()
+    plan = certify.plan()
     assert plan.launcher == "local"  # a simulated fleet cannot run pods
     assert plan.criteria == {"service": "local", "accelerator": "cpu", "os": "ubuntu"}
     assert plan.nodes == ["node-00", "node-01", "node-02", "node-03"]
@@ -50,6 +50,7 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
         ("all", ["node-00", "node-01", "node-02", "node-03"]),
     ]
     params = tmp_path / "out" / "params"
+    assert sorted(p.name for p in params.iterdir()) == sorted(certify.PLAN_OUTPUTS)  # what the template reads
     assert json.loads((params / "nodes").read_text()) == plan.nodes
     assert json.loads((params / "groups").read_text()) == ["rack-00"]
     assert (params / "whole").read_text() == "all"
@@ -81,14 +82,14 @@ def test_the_default_selection_leaves_nodes_without_gpus_alone(
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.setenv("DSX_NAMESPACE", "gpu-ops")
     monkeypatch.setenv("DSX_OUTPUT_DIR", str(kubeconfig.parent / "out"))
-    plan = certify.plan_certification(launcher="job")
+    plan = certify.plan(launcher="job")
     assert plan.nodes == ["node-00", "node-01"] and plan.ignored == ["system-00"]
     assert plan.gpus_per_node == 8 and plan.criteria["accelerator"] == "h100"
     assert plan.criteria["service"] == "any"  # no managed service's labels on these nodes
     system = connect().get_node("system-00")
     assert vocab.LABEL_CERTIFICATION not in system.labels
     with pytest.raises(InputError, match="matches no managed node with GPUs"):
-        certify.plan_certification(selector="kubernetes.io/hostname=system-00", launcher="job")
+        certify.plan(selector="kubernetes.io/hostname=system-00", launcher="job")
 
 
 def test_the_service_is_read_from_the_labels_eks_puts_on_its_nodes(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -96,20 +97,20 @@ def test_the_service_is_read_from_the_labels_eks_puts_on_its_nodes(fleet) -> Non
     fleet("sim:nodes=2,gpu=h100")
     for name in ("node-00", "node-01"):
         connect().set_labels(name, {"eks.amazonaws.com/nodegroup": "p5-train"})
-    assert certify.plan_certification(launcher="job", image="r/dsx-gpu:1").criteria["service"] == "eks"
+    assert certify.plan(launcher="job", image="r/dsx-gpu:1").criteria["service"] == "eks"
 
 
 def test_two_certifications_of_one_node_exclude_each_other(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h100")
-    first = certify.plan_certification()
+    first = certify.plan()
     with pytest.raises(InputError, match=r"node node-00 is held by dsx-certify/.*measure each other"):
-        certify.plan_certification()
+        certify.plan()
     port = connect()
     assert all(n.labels.get(vocab.LABEL_CERTIFICATION) == "pending" for n in port.list_nodes())
     # The refused run took nothing: once the first run lets go, another may start.
-    released = certify.release_certification(first.run.name, first.run.uid)
+    released = certify.release(first.run.name, first.run.uid)
     assert released.startswith("released 2 node(s)")
-    second = certify.plan_certification()
+    second = certify.plan()
     assert second.run.uid != first.run.uid
 
 
@@ -123,17 +124,17 @@ def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None: 
             "metadata": {"name": "dsx-certify-old", "namespace": port.namespace},
         }
     )
-    certify.plan_certification(workflow_name="dsx-certify-old", workflow_uid=workflow["metadata"]["uid"])
+    certify.plan(workflow_name="dsx-certify-old", workflow_uid=workflow["metadata"]["uid"])
     with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-certify-old/"):
-        certify.plan_certification()  # the old run's Workflow still exists: it may be running
+        certify.plan()  # the old run's Workflow still exists: it may be running
     port.delete_object("argoproj.io/v1alpha1", "Workflow", "dsx-certify-old", port.namespace)
-    plan = certify.plan_certification()  # it was deleted: its Leases are stale, taken over
+    plan = certify.plan()  # it was deleted: its Leases are stale, taken over
     assert plan.nodes == ["node-00", "node-01"]
 
 
 def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h200")
-    plan = certify.plan_certification(launcher="job", image="registry.example/dsx:1")
+    plan = certify.plan(launcher="job", image="registry.example/dsx:1")
     assert plan.criteria["accelerator"] == "h200"
     assert plan.gpus_per_node == 8
     assert (plan.min_bytes, plan.max_bytes) == (1 << 20, 8 << 30)
@@ -142,11 +143,11 @@ def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -
 def test_plan_refuses_what_it_cannot_certify(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h100")
     with pytest.raises(InputError, match="selector 'pool=none' matches no managed node"):
-        certify.plan_certification(selector="pool=none")
+        certify.plan(selector="pool=none")
     with pytest.raises(InputError, match="certify option launcher"):
-        certify.plan_certification(launcher="ssh")
+        certify.plan(launcher="ssh")
     with pytest.raises(InputError, match="min-bytes 8388608 is larger than max-bytes 1024"):
-        certify.plan_certification(min_bytes="8MiB", max_bytes="1KiB")
+        certify.plan(min_bytes="8MiB", max_bytes="1KiB")
 
 
 def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -160,12 +161,12 @@ def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fl
 
 def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
-    plan = certify.plan_certification(max_bytes="256KiB", iters=8)
+    plan = certify.plan(max_bytes="256KiB", iters=8)
     assert plan.injected == {"node-01": ["delay=30ms"]}
-    certify.store_recipe(plan.run, LOCAL_RECIPE)
-    nodes = [certify.certify_node(n, plan.run) for n in plan.nodes]
+    certify.keep_recipe(plan.run, LOCAL_RECIPE)
+    nodes = [certify.node_check(n, plan.run) for n in plan.nodes]
     assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # its NVLink is fine
-    (whole,) = [certify.certify_group(g.name, plan.run) for g in plan.groups]
+    (whole,) = [certify.group_check(g.name, plan.run) for g in plan.groups]
     assert (whole.kind, whole.subject, whole.status) == ("group", "all", "fail")
     assert "node-01" in whole.message and "straggler" in whole.message
     store = OutcomeStore(connect(), plan.run)
@@ -173,11 +174,11 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     (straggler,) = [v for v in stored.verdicts if v.status == "fail"]
     assert straggler.node == "node-01" and stored.run is not None
     assert stored.run.results.size == [65536, 262144]
-    smoke = certify.certify_smoke(plan.run)
+    smoke = certify.smoke_check(plan.run)
     assert smoke.subject == "smoke"
     smoked = store.smoke()
     assert smoked is not None and smoked.subject.members == ["node-00", "node-02"]
-    summary = certify.finish_certification(plan.run)
+    summary = certify.report(plan.run)
     assert summary.status == "failed"
     assert summary.passed == 2 and summary.pending == {}
     assert list(summary.failed) == ["node-01"]
@@ -192,24 +193,24 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     assert "straggler" in failed.annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
     assert vocab.ANNOTATION_CERTIFIED_AT in port.get_node("node-00").annotations
     with pytest.raises(DsxError, match=r"certification failed: node-01: .*straggler"):
-        certify.certification_gate(summary)
+        certify.gate(summary)
     assert store.sweeps("node") == [] and store.smoke() is None  # the report holds them now
-    assert certify.plan_certification().nodes == plan.nodes  # the run let go of its nodes
+    assert certify.plan().nodes == plan.nodes  # the run let go of its nodes
 
 
 def test_a_check_that_stored_no_outcome_leaves_its_node_pending(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h100")
-    plan = certify.plan_certification(max_bytes="64KiB", iters=2)
-    certify.store_recipe(plan.run, LOCAL_RECIPE)
-    certify.certify_node("node-00", plan.run)  # node-01's check never finished
-    skipped = certify.certify_group("all", plan.run)
+    plan = certify.plan(max_bytes="64KiB", iters=2)
+    certify.keep_recipe(plan.run, LOCAL_RECIPE)
+    certify.node_check("node-00", plan.run)  # node-01's check never finished
+    skipped = certify.group_check("all", plan.run)
     assert skipped.message == "group all: not tested: fewer than two members passed earlier stages (node-00)"
-    summary = certify.finish_certification(plan.run)
+    summary = certify.report(plan.run)
     assert summary.passed == 1 and summary.failed == {}
     assert "node-check stored no outcome" in summary.pending["node-01"]  # nothing measured: not failed
     assert connect().get_node("node-01").labels[vocab.LABEL_CERTIFICATION] == "pending"
     with pytest.raises(DsxError, match=r"certification failed: node-01 \(pending\): check-incomplete"):
-        certify.certification_gate(summary)
+        certify.gate(summary)
 
 
 def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -223,16 +224,14 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
         }
     )
     uid = workflow["metadata"]["uid"]
-    plan = certify.plan_certification(
-        max_bytes="64KiB", iters=2, workflow_name="dsx-certify-x7k2p", workflow_uid=uid
-    )
-    certify.store_recipe(plan.run, LOCAL_RECIPE)
-    first = certify.certify_node("node-00", plan.run)
-    again = certify.certify_node("node-00", plan.run)  # a retried step
-    certify.release_certification(plan.run.name, plan.run.uid)
-    other = certify.plan_certification(max_bytes="64KiB", iters=2)  # another run, not under Argo
-    certify.store_recipe(other.run, LOCAL_RECIPE)
-    certify.certify_node("node-00", other.run)
+    plan = certify.plan(max_bytes="64KiB", iters=2, workflow_name="dsx-certify-x7k2p", workflow_uid=uid)
+    certify.keep_recipe(plan.run, LOCAL_RECIPE)
+    first = certify.node_check("node-00", plan.run)
+    again = certify.node_check("node-00", plan.run)  # a retried step
+    certify.release(plan.run.name, plan.run.uid)
+    other = certify.plan(max_bytes="64KiB", iters=2)  # another run, not under Argo
+    certify.keep_recipe(other.run, LOCAL_RECIPE)
+    certify.node_check("node-00", other.run)
     assert first.status == again.status == "pass" and len(first.model_dump_json()) < 600
     mine = port.list_objects("v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={uid}")
     (stored,) = [m for m in mine if m["metadata"]["labels"][vocab.LABEL_OUTCOME_KIND] == "node"]
@@ -252,7 +251,7 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
     assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 3
     assert theirs.delete() == 3 and theirs.sweeps("node") == []
     with pytest.raises(InputError, match="certify workflow uid"):
-        certify.plan_certification(workflow_name="w", workflow_uid="not a uid!")
+        certify.plan(workflow_name="w", workflow_uid="not a uid!")
 
 
 def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -296,7 +295,7 @@ def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path:
     """Argo keeps a Workflow in one etcd object (1 MiB): no step input may grow with the fleet."""
     monkeypatch.setenv("DSX_CLUSTER", "sim:nodes=3000,gpu=h100,racks=200")
     monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path))
-    plan = certify.plan_certification(launcher="job", image="registry.example/dsx-gpu:1")
+    plan = certify.plan(launcher="job", image="registry.example/dsx-gpu:1")
     params = {p.name: p.read_text() for p in (tmp_path / "params").iterdir()}
     assert len(params["run"]) < 200  # what every check, the smoke run and the report receive
     assert len(json.loads(params["nodes"])) == 3000 and len(params["nodes"]) < 64 * 1024
@@ -312,7 +311,7 @@ def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path:
         assert task["name"] == "plan" or all(
             v in ("{{item}}", "{{tasks.plan.outputs.parameters.run}}")
             or v.startswith("{{tasks.plan.outputs.parameters.")
-            or v in ("{{tasks.resolve.outputs.result}}", "{{tasks.report.outputs.result}}")
+            or v in ("{{tasks.resolve-recipe.outputs.result}}", "{{tasks.report.outputs.result}}")
             or v == "training"
             for v in values
         ), task["name"]

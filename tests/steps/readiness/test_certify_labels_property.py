@@ -68,26 +68,26 @@ def _certifier(seed: int, runs: int, log: list[tuple[str, Any]], lock: threading
         }
         uid = port.create_object(manifest)["metadata"]["uid"]
         try:
-            plan = certify.plan_certification(workflow_name=name, workflow_uid=uid)
+            plan = certify.plan(workflow_name=name, workflow_uid=uid)
         except InputError:
             continue  # the other certifier holds the nodes: refused, nothing written
         except DsxError:
             # The plan step failed on the API: nodes it marked are pending, the others keep their label.
             with lock:
                 log.append(("plan-broken", {n: {PENDING} for n in NODES}))
-            certify.release_certification(name, uid)
+            certify.release(name, uid)
             continue
         with lock:
             log.append(("planned", {n: {PENDING} for n in plan.nodes}))
         try:
-            certify.store_recipe(plan.run, RECIPE)
+            certify.keep_recipe(plan.run, RECIPE)
             store = OutcomeStore(connect(), plan.run)
             for node in plan.nodes:
                 if rng.random() < 0.9:  # now and then a check dies without storing its outcome
                     store.put("node", _outcome(node, rng))
             if rng.random() < 0.7:  # the API fails a few requests about one node while the report runs
                 port.inject(rng.choice(NODES), f"api-errors={rng.randint(1, 4)}")
-            certify.finish_certification(plan.run)
+            certify.report(plan.run)
             with lock:  # before the exit handler lets the next run take the nodes
                 log.append(("finished", {n: {s} for n, s in _reported(name).items()}))
         except DsxError:
@@ -96,7 +96,7 @@ def _certifier(seed: int, runs: int, log: list[tuple[str, Any]], lock: threading
                 log.append(("broken", {n: {s, PENDING} for n, s in _reported(name).items()}))
         finally:
             with contextlib.suppress(DsxError):  # Argo retries an exit handler; a later run would wait
-                certify.release_certification(name, uid)
+                certify.release(name, uid)
 
 
 def _cordoner(seed: int, ops: int) -> None:

@@ -108,18 +108,18 @@ def cluster(k8s_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # ty
 def _certify(port: Any, name: str) -> certify.CertifySummary:
     """One whole run, in the DAG's order; the exit handler last, as Argo runs it."""
     uid = _workflow(port, name)
-    plan = certify.plan_certification(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
+    plan = certify.plan(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
     try:
-        certify.store_recipe(plan.run, RECIPE)
-        nodes = _fan_out(certify.certify_node, plan.nodes, plan.run)
+        certify.keep_recipe(plan.run, RECIPE)
+        nodes = _fan_out(certify.node_check, plan.nodes, plan.run)
         assert [r.status for r in nodes] == ["pass"] * len(plan.nodes), [r.message for r in nodes]
         racks = [g.name for g in plan.groups if g.name != certify.WHOLE]
-        assert [r.status for r in _fan_out(certify.certify_group, racks, plan.run)] == ["pass"] * 4
-        assert certify.certify_group(certify.WHOLE, plan.run).status == "pass"
-        assert certify.certify_smoke(plan.run).status == "pass"
-        return certify.finish_certification(plan.run)
+        assert [r.status for r in _fan_out(certify.group_check, racks, plan.run)] == ["pass"] * 4
+        assert certify.group_check(certify.WHOLE, plan.run).status == "pass"
+        assert certify.smoke_check(plan.run).status == "pass"
+        return certify.report(plan.run)
     finally:
-        certify.release_certification(name, uid)
+        certify.release(name, uid)
 
 
 def test_sixteen_nodes_in_four_racks_are_certified_through_jobs_and_nothing_is_left(cluster) -> None:  # type: ignore[no-untyped-def]
@@ -142,13 +142,13 @@ def test_a_run_stopped_halfway_then_started_again_ends_certified_and_leaves_noth
     port = cluster.port(NS)
     name = "dsx-certify-stopped"
     uid = _workflow(port, name)
-    plan = certify.plan_certification(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
-    certify.store_recipe(plan.run, RECIPE)
-    _fan_out(certify.certify_node, plan.nodes, plan.run)
+    plan = certify.plan(launcher="job", workflow_name=name, workflow_uid=uid, **SIZES)  # type: ignore[arg-type]
+    certify.keep_recipe(plan.run, RECIPE)
+    _fan_out(certify.node_check, plan.nodes, plan.run)
     # The rack check of rack-00 in its own process, as in its pod; stopped once its Job's pods run.
     script = (
         "import sys; from steps.readiness import certify; from steps.readiness.outcomes import RunRef; "
-        "certify.certify_group('rack-00', RunRef.model_validate_json(sys.argv[1]))"
+        "certify.group_check('rack-00', RunRef.model_validate_json(sys.argv[1]))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     step = subprocess.Popen(
@@ -167,7 +167,7 @@ def test_a_run_stopped_halfway_then_started_again_ends_certified_and_leaves_noth
     _, stderr = step.communicate(timeout=120)
     assert step.returncode == 143, stderr.decode()[-2000:]
     _wait_until(lambda: not port.list_objects("v1", "Pod", NS, vocab.LABEL_GROUP_TEST), "the rank pods to go")
-    certify.release_certification(name, uid)  # the stopped workflow's exit handler
+    certify.release(name, uid)  # the stopped workflow's exit handler
     # Never certified: the stopped run's nodes stay pending, not passed.
     assert {n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()} == {"pending"}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.runtime.tasks import bundle_recipe, detect_drift, drift_gate, resolve_recipe
+from steps.runtime.tasks import bundle_recipe, detect_drift, gate, resolve_recipe
 from tests.paths import REPO
 
 CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
@@ -59,4 +59,4 @@ def test_drift_step_on_a_conforming_fleet_reports_nothing_and_labels_no_node(
     fleet = f"sim:{REPO / 'recipes' / 'fleets' / 'eks-h100-training.yaml'}"
     summary = detect_drift(fleet, scope="all", label="dsx.dev/drift", **CRITERIA)
     assert not summary.drifted and summary.labelled == [] and summary.driftedComponents == []
-    assert drift_gate(summary) == f"no drift from recipe {summary.digest}"
+    assert gate(summary) == f"no drift from recipe {summary.digest}"
