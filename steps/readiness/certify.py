@@ -29,6 +29,7 @@ Where the group tests run:
 """
 
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -37,6 +38,7 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import ClusterPort, Node, connect
 from steps.cluster import vocabulary as vocab
+from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
 from steps.readiness.checks import (
     GroupRun,
@@ -72,6 +74,7 @@ __all__ = [
     "CertifyPlan",
     "CertifySummary",
     "Exclusion",
+    "check_options",
     "gate",
     "group_check",
     "group_members",
@@ -351,6 +354,34 @@ def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
         port.release_lock(name, holder)
 
 
+def check_options(**values: Any) -> CertifyOptions:
+    """The operator's options, checked before anything runs: types, the selector's syntax, the message
+    sizes and their order. The plan step calls it first; ``dsx run`` calls it before a local run starts,
+    so a typo is refused up front (exit 2) rather than failing the run's first step.
+
+    Raises:
+        InputError: an option is malformed, naming it.
+    """
+    try:
+        options = CertifyOptions(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"certify option {first['loc'][0]}: {first['msg']}") from None
+    parse_selector(options.selector or None)
+    if not re.fullmatch(
+        r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
+    ):
+        raise InputError(f"certify option group_label: {options.group_label!r} is not a node label key")
+    sizes = [
+        parse_size(v, name)
+        for v, name in ((options.min_bytes, "min-bytes"), (options.max_bytes, "max-bytes"))
+        if v != AUTO
+    ]
+    if len(sizes) == 2 and sizes[0] > sizes[1]:
+        raise InputError(f"min-bytes {sizes[0]} is larger than max-bytes {sizes[1]}")
+    return options
+
+
 def plan(
     selector: str = "",
     group_label: str = vocab.LABEL_RACK,
@@ -381,23 +412,19 @@ def plan(
         InputError: an option is malformed, no node matches, a node is being certified by another run,
             or the accelerator cannot be told from the nodes' labels.
     """
-    try:
-        options = CertifyOptions(
-            selector=selector,
-            group_label=group_label,
-            launcher=launcher,
-            accelerator=accelerator,
-            service=service,
-            os=os,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            iters=iters,
-            namespace=namespace,
-            image=image,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify option {first['loc'][0]}: {first['msg']}") from None
+    options = check_options(
+        selector=selector,
+        group_label=group_label,
+        launcher=launcher,
+        accelerator=accelerator,
+        service=service,
+        os=os,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        iters=iters,
+        namespace=namespace,
+        image=image,
+    )
     port = connect()
     try:
         given = workflow_name or workflow_uid

@@ -110,3 +110,18 @@ def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_g
     for check in ("node-check", "group-check", "smoke-check"):  # the UI shows each check's one-line verdict
         (verdict,) = templates[check]["outputs"]["parameters"]
         assert verdict["name"] == "verdict" and verdict["valueFrom"]["default"] == ""
+
+
+def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The plan step would refuse them; dsx run refuses them first, exit 2, and starts nothing."""
+    for bad, message in (
+        (["-p", "nodes=a b ==c"], "label selector 'a b ==c'"),
+        (["-p", "min-bytes=8MiB", "-p", "max-bytes=1KiB"], "min-bytes 8388608 is larger than max-bytes 1024"),
+        (["-p", "iters=0"], "certify option iters"),
+        (["-p", "group-label=not a label"], "is not a node label key"),
+    ):
+        out = tmp_path / "never"
+        cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", *bad, "--out", str(out)]
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and not out.exists()

@@ -333,6 +333,49 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
 
+#: dsx workflows whose parameters their first step would refuse: checked before anything runs, so a
+#: typo exits 2 at once instead of failing the workflow's first step (exit 1, "did not succeed").
+_PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "dsx-certify": (
+        "steps.readiness.certify",
+        "check_options",
+        {
+            "nodes": "selector",
+            "group-label": "group_label",
+            "launcher": "launcher",
+            "accelerator": "accelerator",
+            "service": "service",
+            "os": "os",
+            "min-bytes": "min_bytes",
+            "max-bytes": "max_bytes",
+            "iters": "iters",
+        },
+    ),
+}
+
+
+def _check_parameters(chosen: dict[str, Any], params: dict[str, str]) -> None:
+    """Check a dsx workflow's parameters with the function its first step checks them with.
+
+    Raises:
+        InputError: a parameter is malformed (named by the step's option name).
+    """
+    name = str((chosen.get("metadata") or {}).get("name", ""))
+    if name not in _PARAMETER_CHECKS:
+        return
+    import importlib
+
+    module, function, names = _PARAMETER_CHECKS[name]
+    declared = {
+        str(p["name"]): str(p.get("value", ""))
+        for p in ((chosen.get("spec") or {}).get("arguments") or {}).get("parameters") or []
+    }
+    values = {**declared, **params}
+    getattr(importlib.import_module(module), function)(
+        **{names[k]: v for k, v in values.items() if k in names}
+    )
+
+
 def _run(
     name: str,
     local: bool,
@@ -377,6 +420,8 @@ def _run(
                 if d.get("kind") == "WorkflowTemplate" and not _names(d) & present
             ]
     _check_approvals(chosen, library, params, entry, approve)
+    if file is None:
+        _check_parameters(chosen, params)
     if not local and not dry_run:
         typer.echo(
             "dsx run submits nothing by itself: on a cluster, Argo runs the workflow. Submit it with the "

@@ -173,17 +173,19 @@ def test_groups_that_compete_for_the_same_gpus_fail_at_their_deadline(k8s_cluste
     """Issue 9's third point on the emulator: node checks, rack groups and the whole set started at once
     each ask for every GPU of their nodes; the deadline counts from the start, so the groups that wait
     for GPUs fail."""
+    # A node's test takes 3 s of its 5 s deadline (room for a loaded machine); a rack's, started once
+    # the node tests free the GPUs, cannot end before 6 s.
     cluster = k8s_cluster(nodes=8, racks=2)
     port = cluster.port()
     nodes = [f"node-{i:02d}" for i in range(8)]
     names = [f"node-{n}" for n in nodes] + ["rack-0", "rack-1", "all"]
     for node in nodes:
-        port.create_object(group_job(f"node-{node}", [node], command=("sleep", "2"), deadline=3))
+        port.create_object(group_job(f"node-{node}", [node], command=("sleep", "3"), deadline=5))
     for rack in range(2):
         port.create_object(
-            group_job(f"rack-{rack}", nodes[rack * 4 : rack * 4 + 4], command=("sleep", "2"), deadline=3)
+            group_job(f"rack-{rack}", nodes[rack * 4 : rack * 4 + 4], command=("sleep", "3"), deadline=5)
         )
-    port.create_object(group_job("all", nodes, command=("sleep", "2"), deadline=3))
+    port.create_object(group_job("all", nodes, command=("sleep", "3"), deadline=5))
 
     def endings() -> dict[str, str] | None:
         found = {}
