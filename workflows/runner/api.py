@@ -310,7 +310,7 @@ def run(
                     pass
             except KeyboardInterrupt:  # SIGINT where the handler could not be installed
                 received.append(int(signal.SIGINT))
-                engine.stop.set()
+                engine.state.stop.set()
                 while not finished.wait(0.2):
                     pass
         finally:
@@ -325,16 +325,16 @@ def run(
             message = root.message if phase is not Phase.Succeeded else ""
             if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
                 phase, message = exit_node.phase, exit_node.message
-            if engine.stop.is_set():
+            if engine.state.stop.is_set():
                 phase, message = Phase.Failed, STOPPED_MESSAGE
         result = RunResult(
             phase=phase,
             message=message,
             workflow_name=workflow_name,
             run_dir=run_dir,
-            nodes=dict(engine.nodes),
+            nodes=dict(engine.state.nodes),
             parameters=values,
-            started_at=engine.created,
+            started_at=engine.state.created,
             finished_at=time.time(),
             root_id=root.id if root is not None else workflow_name,
             warnings=cautions,
@@ -363,7 +363,7 @@ def _stop_on_signals(engine: Engine, received: list[int]) -> Iterator[None]:
 
     def stop(signum: int, _frame: Any) -> None:
         received.append(signum)
-        engine.stop.set()
+        engine.state.stop.set()
         engine.kill_all()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -423,9 +423,9 @@ def _workflow_document(
         "kind": "Workflow",
         "metadata": {
             "name": result.workflow_name,
-            "namespace": engine.globals["workflow.namespace"],
-            "uid": engine.uid,
-            "creationTimestamp": timestamp(engine.created),
+            "namespace": engine.state.globals["workflow.namespace"],
+            "uid": engine.state.uid,
+            "creationTimestamp": timestamp(engine.state.created),
         },
         "spec": spec,
         "status": {

@@ -8,7 +8,6 @@ rejected with the construct and where it is: document, template name and field p
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,15 +15,14 @@ from typing import Any
 
 from workflows.runner.conditions import ConditionError, parse_condition
 from workflows.runner.depends import DependsError, depends_logic, task_names
+from workflows.runner.depends import ancestors as depends_ancestors
 from workflows.runner.durations import parse_duration
 from workflows.runner.errors import UnsupportedConstruct
 from workflows.runner.library import Library, TemplateScope, spec_of
+from workflows.runner.paths import local_path, outside_message
 from workflows.runner.templating import expression_tags, tags, walk_strings
 
-__all__ = ["LOCAL_PREFIXES", "check", "local_path", "outside_message", "validate"]
-
-LOCAL_PREFIXES = ("/tmp/dsx-out", "/tmp/hera-outputs")
-"""Pod paths that map to a step's artifact folder on this machine."""
+__all__ = ["check", "validate"]
 
 _SPEC_SUPPORTED = {"entrypoint", "arguments", "templates", "onExit", "parallelism", "artifactRepositoryRef"}
 _SPEC_IGNORED = {
@@ -135,34 +133,6 @@ _NODE_VARS = re.compile(
     r"(tasks|steps)\.(?P<name>[-\w]+)\.(outputs\.result|outputs\.parameters|outputs\.parameters\.(?P<param>[-\w]+)"
     r"|status|id|startedAt|finishedAt|exitCode)"
 )
-
-
-def local_path(path: str) -> str | None:
-    """The part of a pod path below ``/tmp/dsx-out`` (or Hera's outputs folder); None elsewhere.
-
-    The path is normalised first, as the pod's filesystem reads it: ``/tmp/dsx-out/a/../b`` is ``b``,
-    and ``/tmp/dsx-out/../../etc/passwd`` (``/etc/passwd``) is None. On this machine the step's folder
-    stands for ``/tmp/dsx-out``, so a path that leaves it would read the host's files.
-    """
-    normal = posixpath.normpath(path) if path else path
-    if normal.startswith("//"):  # POSIX keeps a leading '//'; the pod's kernel reads it as '/'
-        normal = "/" + normal.lstrip("/")
-    for prefix in LOCAL_PREFIXES:
-        if normal == prefix:
-            return ""
-        if normal.startswith(prefix + "/"):
-            return normal[len(prefix) + 1 :]
-    return None
-
-
-def outside_message(path: str, what: str = "files") -> str:
-    """Why an output path is refused: it is not in the step's folder, or it leads out of it."""
-    if ".." in path.split("/") and any(path.startswith(prefix + "/") for prefix in LOCAL_PREFIXES):
-        return f"output path {path!r} leads out of the step's folder (/tmp/dsx-out) through '..'"
-    return (
-        f"output path {path!r} is outside the step's folder: output {what} must be under /tmp/dsx-out/ "
-        "($DSX_OUTPUT_DIR)"
-    )
 
 
 class _Checker:
@@ -588,7 +558,7 @@ class _Checker:
                 except DependsError:
                     direct[task_name] = []
             for task_name in tasks:
-                ancestors[task_name] = _closure(task_name, direct)
+                ancestors[task_name] = depends_ancestors(task_name, direct)
         elif kind == "steps":
             for group_index, group in enumerate(tmpl.get("steps") or []):
                 for index, step in enumerate(group or []):
@@ -686,17 +656,6 @@ def _owner(path: str, owners: Mapping[str, str]) -> str | None:
         if path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "["):
             return name
     return None
-
-
-def _closure(name: str, direct: Mapping[str, list[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(direct.get(name, []))
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.add(current)
-            stack.extend(direct.get(current, []))
-    return seen
 
 
 def _find_cycle(graph: Mapping[str, list[str]]) -> list[str]:
