@@ -22,7 +22,7 @@ from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
-from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
+from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.validate import validate
 
 __all__ = [
@@ -255,32 +255,8 @@ def run(
     and the result names the signal (:attr:`RunResult.signal`).
     """
     options = options or RunOptions()
-    validate(entry, library, options.entrypoint)
-    lib = Library(entry, library)
-    values = resolve_parameters(entry, parameters or {})
-    spec = spec_of(entry)
-    entrypoint = str(options.entrypoint or spec.get("entrypoint"))
-    known = suspend_names(lib, entrypoint)
-    for name in options.approve:
-        if name not in known:
-            raise InputError(
-                f"--approve {name}: the workflow has no suspend step or template of that name "
-                f"(suspend steps: {', '.join(known) or 'none'})"
-            )
-    hosts = host_templates(lib, entrypoint)
-    if hosts and not options.allow_host_commands:
-        raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
-    cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster
-    metadata = entry.get("metadata") or {}
-    base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
-    suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
-    workflow_name = options.workflow_name or f"{base}-{suffix}"
-    run_dir = options.out_dir or Path("dsx-runs") / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise InputError(f"--out {run_dir}: the folder exists and is not empty")
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = run_dir.resolve()
+    lib, values, entrypoint, cautions = _checked(entry, library, parameters or {}, options)
+    workflow_name, run_dir, created = _run_folder(entry, options)
     try:
         cluster = _shareable(options.cluster, run_dir)
         engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
@@ -289,44 +265,14 @@ def run(
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     # From here on the folder holds evidence: whatever happens, it is never deleted.
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
     refused = engine.artifact_repository_error()
     received: list[int] = []
-
-    def work() -> None:
-        try:
-            outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
-        except BaseException as exc:  # surfaced in the calling thread
-            outcome["error"] = exc
-        finally:
-            finished.set()
-
     with _stop_on_signals(engine, received):
-        threading.Thread(target=work, name="dsx-run", daemon=True).start()
-        try:
-            try:
-                while not finished.wait(0.2):
-                    pass
-            except KeyboardInterrupt:  # SIGINT where the handler could not be installed
-                received.append(int(signal.SIGINT))
-                engine.state.stop.set()
-                while not finished.wait(0.2):
-                    pass
-        finally:
-            engine.kill_all()
-        if "error" in outcome:
-            raise outcome["error"]
-        root, exit_node = outcome["nodes"]
+        root, exit_node = _carry_out(engine, entrypoint, refused is not None, received)
         if root is None:
             phase, message = Phase.Error, str(refused)
         else:
-            phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
-            message = root.message if phase is not Phase.Succeeded else ""
-            if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
-                phase, message = exit_node.phase, exit_node.message
-            if engine.state.stop.is_set():
-                phase, message = Phase.Failed, STOPPED_MESSAGE
+            phase, message = _final_phase(root, exit_node, engine.state.stop.is_set())
         result = RunResult(
             phase=phase,
             message=message,
@@ -341,11 +287,108 @@ def run(
             signal=received[0] if received else None,
         )
         document = _workflow_document(entry, result, engine, entrypoint)
-        too_large = workflow_size_warning(document, spec)
+        too_large = workflow_size_warning(document, spec_of(entry))
         if too_large is not None:
             result.warnings.append(too_large)
         _write_json(run_dir / "workflow.json", document)
         return result
+
+
+def _checked(
+    entry: Mapping[str, Any],
+    library: Sequence[Mapping[str, Any]],
+    parameters: Mapping[str, str],
+    options: RunOptions,
+) -> tuple[Library, dict[str, str], str, list[str]]:
+    """Everything :func:`run` checks before anything runs: the library, parameter values, entrypoint
+    and the warnings about what would fail on a cluster.
+
+    Raises:
+        InputError: as :func:`run` says.
+    """
+    validate(entry, library, options.entrypoint)
+    lib = Library(entry, library)
+    values = resolve_parameters(entry, parameters)
+    entrypoint = str(options.entrypoint or spec_of(entry).get("entrypoint"))
+    known = suspend_names(lib, entrypoint)
+    for name in options.approve:
+        if name not in known:
+            raise InputError(
+                f"--approve {name}: the workflow has no suspend step or template of that name "
+                f"(suspend steps: {', '.join(known) or 'none'})"
+            )
+    hosts = host_templates(lib, entrypoint)
+    if hosts and not options.allow_host_commands:
+        raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
+    cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster
+    return lib, values, entrypoint, cautions
+
+
+def _run_folder(entry: Mapping[str, Any], options: RunOptions) -> tuple[str, Path, bool]:
+    """The workflow's name (Argo's ``generateName`` plus five letters), its run folder (made here,
+    absolute) and whether this call made it.
+
+    Raises:
+        InputError: ``--out`` names a folder that exists and is not empty.
+    """
+    metadata = entry.get("metadata") or {}
+    base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
+    suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+    workflow_name = options.workflow_name or f"{base}-{suffix}"
+    run_dir = options.out_dir or Path("dsx-runs") / f"{base}-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise InputError(f"--out {run_dir}: the folder exists and is not empty")
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return workflow_name, run_dir.resolve(), created
+
+
+def _carry_out(
+    engine: Engine, entrypoint: str, refused: bool, received: list[int]
+) -> tuple[NodeStatus | None, NodeStatus | None]:
+    """Run the workflow in its own thread (no nodes when ``refused``); the root and exit nodes.
+
+    The calling thread only waits, so a signal handler or a KeyboardInterrupt can stop the run; every
+    step process still running is killed before this returns. An exception in the run is raised here.
+    """
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
+        except BaseException as exc:  # surfaced in the calling thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=work, name="dsx-run", daemon=True).start()
+    try:
+        try:
+            while not finished.wait(0.2):
+                pass
+        except KeyboardInterrupt:  # SIGINT where the handler could not be installed
+            received.append(int(signal.SIGINT))
+            engine.state.stop.set()
+            while not finished.wait(0.2):
+                pass
+    finally:
+        engine.kill_all()
+    if "error" in outcome:
+        raise outcome["error"]
+    nodes: tuple[NodeStatus | None, NodeStatus | None] = outcome["nodes"]
+    return nodes
+
+
+def _final_phase(root: NodeStatus, exit_node: NodeStatus | None, stopped: bool) -> tuple[Phase, str]:
+    """The workflow's phase and message: the root's, then a failed exit handler's; a stop ends it Failed."""
+    phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
+    message = root.message if phase is not Phase.Succeeded else ""
+    if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
+        phase, message = exit_node.phase, exit_node.message
+    if stopped:
+        phase, message = Phase.Failed, STOPPED_MESSAGE
+    return phase, message
 
 
 @contextlib.contextmanager
