@@ -90,7 +90,6 @@ class RunState:
         workflow_slots: ``spec.parallelism``, counted over pods.
         boundary_slots: a dag or steps node's ``parallelism``, by node ID.
         boundary_templates: a dag or steps node's prefix and template as JSON (Argo's includeScriptOutput).
-        approve: the suspend names ``--approve`` resumes.
         folders: node folder names taken so far.
         processes: step processes running now, killed when the run stops.
         sys_path: where steps import from.
@@ -111,10 +110,9 @@ class RunState:
     nodes: dict[str, NodeStatus] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
     globals: dict[str, str] = field(default_factory=dict)
-    workflow_slots: threading.BoundedSemaphore | None = None
+    workflow_slots: threading.BoundedSemaphore | None = field(init=False, default=None)
     boundary_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
     boundary_templates: dict[str, tuple[str, str]] = field(default_factory=dict)
-    approve: set[str] = field(default_factory=set)
     folders: set[str] = field(default_factory=set)
     processes: set[Any] = field(default_factory=set)
     sys_path: list[str] = field(default_factory=_sys_path)
@@ -123,7 +121,5 @@ class RunState:
 
     def __post_init__(self) -> None:
         parallelism = self.spec.get("parallelism")
-        if parallelism and self.workflow_slots is None:
+        if parallelism:
             self.workflow_slots = threading.BoundedSemaphore(int(parallelism))
-        if not self.approve:
-            self.approve = set(self.options.approve)

@@ -328,7 +328,7 @@ def run_suspend(state: RunState, node: NodeStatus, body: Mapping[str, Any], ctx:
         Stopped: the run stopped during the suspend's duration.
     """
     names = [n for n in (ctx.step_name, body.get("name")) if n]
-    approved = next((n for n in names if n in state.approve), None)
+    approved = next((n for n in names if n in state.options.approve), None)
     params = []
     for param in (body.get("outputs") or {}).get("parameters") or []:
         value_from = param.get("valueFrom") or {}
