@@ -22,7 +22,7 @@ from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
-from workflows.runner.model import Phase, Plan, RunOptions, RunResult, timestamp
+from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.validate import validate
 
 __all__ = [
@@ -255,11 +255,61 @@ def run(
     and the result names the signal (:attr:`RunResult.signal`).
     """
     options = options or RunOptions()
+    lib, values, entrypoint, cautions = _checked(entry, library, parameters or {}, options)
+    workflow_name, run_dir, created = _run_folder(entry, options)
+    try:
+        cluster = _shareable(options.cluster, run_dir)
+        engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
+    except BaseException:
+        if created:  # nothing ran: leave no empty folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    # From here on the folder holds evidence: whatever happens, it is never deleted.
+    refused = engine.artifact_repository_error()
+    received: list[int] = []
+    with _stop_on_signals(engine, received):
+        root, exit_node = _carry_out(engine, entrypoint, refused is not None, received)
+        if root is None:
+            phase, message = Phase.Error, str(refused)
+        else:
+            phase, message = _final_phase(root, exit_node, engine.state.stop.is_set())
+        result = RunResult(
+            phase=phase,
+            message=message,
+            workflow_name=workflow_name,
+            run_dir=run_dir,
+            nodes=dict(engine.state.nodes),
+            parameters=values,
+            started_at=engine.state.created,
+            finished_at=time.time(),
+            root_id=root.id if root is not None else workflow_name,
+            warnings=cautions,
+            signal=received[0] if received else None,
+        )
+        document = _workflow_document(entry, result, engine, entrypoint)
+        too_large = workflow_size_warning(document, spec_of(entry))
+        if too_large is not None:
+            result.warnings.append(too_large)
+        _write_json(run_dir / "workflow.json", document)
+        return result
+
+
+def _checked(
+    entry: Mapping[str, Any],
+    library: Sequence[Mapping[str, Any]],
+    parameters: Mapping[str, str],
+    options: RunOptions,
+) -> tuple[Library, dict[str, str], str, list[str]]:
+    """Everything :func:`run` checks before anything runs: the library, parameter values, entrypoint
+    and the warnings about what would fail on a cluster.
+
+    Raises:
+        InputError: as :func:`run` says.
+    """
     validate(entry, library, options.entrypoint)
     lib = Library(entry, library)
-    values = resolve_parameters(entry, parameters or {})
-    spec = spec_of(entry)
-    entrypoint = str(options.entrypoint or spec.get("entrypoint"))
+    values = resolve_parameters(entry, parameters)
+    entrypoint = str(options.entrypoint or spec_of(entry).get("entrypoint"))
     known = suspend_names(lib, entrypoint)
     for name in options.approve:
         if name not in known:
@@ -271,6 +321,16 @@ def run(
     if hosts and not options.allow_host_commands:
         raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
     cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster
+    return lib, values, entrypoint, cautions
+
+
+def _run_folder(entry: Mapping[str, Any], options: RunOptions) -> tuple[str, Path, bool]:
+    """The workflow's name (Argo's ``generateName`` plus five letters), its run folder (made here,
+    absolute) and whether this call made it.
+
+    Raises:
+        InputError: ``--out`` names a folder that exists and is not empty.
+    """
     metadata = entry.get("metadata") or {}
     base = str(metadata.get("name") or str(metadata.get("generateName") or "workflow").rstrip("-"))
     suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
@@ -280,19 +340,19 @@ def run(
         raise InputError(f"--out {run_dir}: the folder exists and is not empty")
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = run_dir.resolve()
-    try:
-        cluster = _shareable(options.cluster, run_dir)
-        engine = Engine(lib, options, run_dir, workflow_name, values, cluster)
-    except BaseException:
-        if created:  # nothing ran: leave no empty folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    # From here on the folder holds evidence: whatever happens, it is never deleted.
+    return workflow_name, run_dir.resolve(), created
+
+
+def _carry_out(
+    engine: Engine, entrypoint: str, refused: bool, received: list[int]
+) -> tuple[NodeStatus | None, NodeStatus | None]:
+    """Run the workflow in its own thread (no nodes when ``refused``); the root and exit nodes.
+
+    The calling thread only waits, so a signal handler or a KeyboardInterrupt can stop the run; every
+    step process still running is killed before this returns. An exception in the run is raised here.
+    """
     outcome: dict[str, Any] = {}
     finished = threading.Event()
-    refused = engine.artifact_repository_error()
-    received: list[int] = []
 
     def work() -> None:
         try:
@@ -302,50 +362,33 @@ def run(
         finally:
             finished.set()
 
-    with _stop_on_signals(engine, received):
-        threading.Thread(target=work, name="dsx-run", daemon=True).start()
+    threading.Thread(target=work, name="dsx-run", daemon=True).start()
+    try:
         try:
-            try:
-                while not finished.wait(0.2):
-                    pass
-            except KeyboardInterrupt:  # SIGINT where the handler could not be installed
-                received.append(int(signal.SIGINT))
-                engine.stop.set()
-                while not finished.wait(0.2):
-                    pass
-        finally:
-            engine.kill_all()
-        if "error" in outcome:
-            raise outcome["error"]
-        root, exit_node = outcome["nodes"]
-        if root is None:
-            phase, message = Phase.Error, str(refused)
-        else:
-            phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
-            message = root.message if phase is not Phase.Succeeded else ""
-            if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
-                phase, message = exit_node.phase, exit_node.message
-            if engine.stop.is_set():
-                phase, message = Phase.Failed, STOPPED_MESSAGE
-        result = RunResult(
-            phase=phase,
-            message=message,
-            workflow_name=workflow_name,
-            run_dir=run_dir,
-            nodes=dict(engine.nodes),
-            parameters=values,
-            started_at=engine.created,
-            finished_at=time.time(),
-            root_id=root.id if root is not None else workflow_name,
-            warnings=cautions,
-            signal=received[0] if received else None,
-        )
-        document = _workflow_document(entry, result, engine, entrypoint)
-        too_large = workflow_size_warning(document, spec)
-        if too_large is not None:
-            result.warnings.append(too_large)
-        _write_json(run_dir / "workflow.json", document)
-        return result
+            while not finished.wait(0.2):
+                pass
+        except KeyboardInterrupt:  # SIGINT where the handler could not be installed
+            received.append(int(signal.SIGINT))
+            engine.state.stop.set()
+            while not finished.wait(0.2):
+                pass
+    finally:
+        engine.kill_all()
+    if "error" in outcome:
+        raise outcome["error"]
+    nodes: tuple[NodeStatus | None, NodeStatus | None] = outcome["nodes"]
+    return nodes
+
+
+def _final_phase(root: NodeStatus, exit_node: NodeStatus | None, stopped: bool) -> tuple[Phase, str]:
+    """The workflow's phase and message: the root's, then a failed exit handler's; a stop ends it Failed."""
+    phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
+    message = root.message if phase is not Phase.Succeeded else ""
+    if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
+        phase, message = exit_node.phase, exit_node.message
+    if stopped:
+        phase, message = Phase.Failed, STOPPED_MESSAGE
+    return phase, message
 
 
 @contextlib.contextmanager
@@ -363,7 +406,7 @@ def _stop_on_signals(engine: Engine, received: list[int]) -> Iterator[None]:
 
     def stop(signum: int, _frame: Any) -> None:
         received.append(signum)
-        engine.stop.set()
+        engine.state.stop.set()
         engine.kill_all()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -423,9 +466,9 @@ def _workflow_document(
         "kind": "Workflow",
         "metadata": {
             "name": result.workflow_name,
-            "namespace": engine.globals["workflow.namespace"],
-            "uid": engine.uid,
-            "creationTimestamp": timestamp(engine.created),
+            "namespace": engine.state.globals["workflow.namespace"],
+            "uid": engine.state.uid,
+            "creationTimestamp": timestamp(engine.state.created),
         },
         "spec": spec,
         "status": {

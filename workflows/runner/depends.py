@@ -8,11 +8,19 @@ A plain task name ``A`` means ``(A.Succeeded || A.Skipped || A.Daemoned)`` (plus
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RESULTS", "DependsError", "TaskResults", "depends_logic", "evaluate_depends", "task_names"]
+__all__ = [
+    "RESULTS",
+    "DependsError",
+    "TaskResults",
+    "ancestors",
+    "depends_logic",
+    "evaluate_depends",
+    "task_names",
+]
 
 RESULTS = ("Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned", "AnySucceeded", "AllFailed")
 
@@ -93,6 +101,18 @@ def task_names(logic: str) -> list[str]:
         if name not in names:
             names.append(name)
     return names
+
+
+def ancestors(name: str, deps: Mapping[str, Iterable[str]]) -> set[str]:
+    """Every task ``name`` depends on, directly or through others: what its expressions may read."""
+    seen: set[str] = set()
+    stack = list(deps.get(name, []))
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(deps.get(current, []))
+    return seen
 
 
 def evaluate_depends(logic: str, results: Mapping[str, TaskResults]) -> bool:

@@ -8,7 +8,6 @@ rejected with the construct and where it is: document, template name and field p
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,12 +18,11 @@ from workflows.runner.depends import DependsError, depends_logic, task_names
 from workflows.runner.durations import parse_duration
 from workflows.runner.errors import UnsupportedConstruct
 from workflows.runner.library import Library, TemplateScope, spec_of
-from workflows.runner.templating import expression_tags, tags, walk_strings
+from workflows.runner.paths import local_path, outside_message
+from workflows.runner.templating import expression_tags, walk_strings
+from workflows.runner.variables import expression_problem, variable_problems
 
-__all__ = ["LOCAL_PREFIXES", "check", "local_path", "outside_message", "validate"]
-
-LOCAL_PREFIXES = ("/tmp/dsx-out", "/tmp/hera-outputs")
-"""Pod paths that map to a step's artifact folder on this machine."""
+__all__ = ["check", "validate"]
 
 _SPEC_SUPPORTED = {"entrypoint", "arguments", "templates", "onExit", "parallelism", "artifactRepositoryRef"}
 _SPEC_IGNORED = {
@@ -127,43 +125,6 @@ _HINTS = {
     "valueFrom": "pass the value as a parameter",
 }
 
-_WORKFLOW_VARS = re.compile(
-    r"workflow\.(name|namespace|uid|serviceAccountName|mainEntrypoint|status|failures|duration"
-    r"|creationTimestamp(\.[A-Za-z]+)?|parameters|parameters\.[-\w.]+|labels\.[-\w./]+|annotations\.[-\w./]+)"
-)
-_NODE_VARS = re.compile(
-    r"(tasks|steps)\.(?P<name>[-\w]+)\.(outputs\.result|outputs\.parameters|outputs\.parameters\.(?P<param>[-\w]+)"
-    r"|status|id|startedAt|finishedAt|exitCode)"
-)
-
-
-def local_path(path: str) -> str | None:
-    """The part of a pod path below ``/tmp/dsx-out`` (or Hera's outputs folder); None elsewhere.
-
-    The path is normalised first, as the pod's filesystem reads it: ``/tmp/dsx-out/a/../b`` is ``b``,
-    and ``/tmp/dsx-out/../../etc/passwd`` (``/etc/passwd``) is None. On this machine the step's folder
-    stands for ``/tmp/dsx-out``, so a path that leaves it would read the host's files.
-    """
-    normal = posixpath.normpath(path) if path else path
-    if normal.startswith("//"):  # POSIX keeps a leading '//'; the pod's kernel reads it as '/'
-        normal = "/" + normal.lstrip("/")
-    for prefix in LOCAL_PREFIXES:
-        if normal == prefix:
-            return ""
-        if normal.startswith(prefix + "/"):
-            return normal[len(prefix) + 1 :]
-    return None
-
-
-def outside_message(path: str, what: str = "files") -> str:
-    """Why an output path is refused: it is not in the step's folder, or it leads out of it."""
-    if ".." in path.split("/") and any(path.startswith(prefix + "/") for prefix in LOCAL_PREFIXES):
-        return f"output path {path!r} leads out of the step's folder (/tmp/dsx-out) through '..'"
-    return (
-        f"output path {path!r} is outside the step's folder: output {what} must be under /tmp/dsx-out/ "
-        "($DSX_OUTPUT_DIR)"
-    )
-
 
 class _Checker:
     def __init__(self, library: Library) -> None:
@@ -242,13 +203,7 @@ class _Checker:
                 self.expression(scope, None, path, expr)
 
     def expression(self, scope: TemplateScope, template: str | None, path: str, expr: str) -> None:
-        self.add(
-            scope,
-            template,
-            path,
-            f"unsupported construct '{{{{{expr[:40]}}}}}'",
-            "expression tags {{=...}} are forbidden in dsx templates: use plain {{...}} variables and 'when'",
-        )
+        self.add(scope, template, path, *expression_problem(expr))
 
     def positive_int(self, value: Any, scope: TemplateScope, template: str | None, path: str) -> None:
         if value is None:
@@ -560,104 +515,12 @@ class _Checker:
                     self.add(scope, name, path, f"step name {step.get('name')!r} is not unique")
                 seen.add(str(step.get("name")))
 
-    # -- variables ---------------------------------------------------------------------------------
-
     def variables(
         self, scope: TemplateScope, name: str, base: str, tmpl: Mapping[str, Any], kind: str
     ) -> None:
-        inputs = {
-            str(p.get("name"))
-            for p in (tmpl.get("inputs") or {}).get("parameters") or []
-            if isinstance(p, dict)
-        }
-        tasks: dict[str, dict[str, Any]] = {}
-        ancestors: dict[str, set[str]] = {}
-        step_group: dict[str, int] = {}
-        owners: dict[str, str] = {}
-        if kind == "dag":
-            task_list = [t for t in tmpl["dag"].get("tasks") or [] if isinstance(t, dict)]
-            tasks = {str(t.get("name")): t for t in task_list}
-            owners = {f"{base}.dag.tasks[{i}]": str(t.get("name")) for i, t in enumerate(task_list)}
-            continue_on = {n: t.get("continueOn") or {} for n, t in tasks.items()}
-            direct: dict[str, list[str]] = {}
-            for task_name, task in tasks.items():
-                try:
-                    direct[task_name] = [
-                        d for d in task_names(depends_logic(task, continue_on)) if d in tasks
-                    ]
-                except DependsError:
-                    direct[task_name] = []
-            for task_name in tasks:
-                ancestors[task_name] = _closure(task_name, direct)
-        elif kind == "steps":
-            for group_index, group in enumerate(tmpl.get("steps") or []):
-                for index, step in enumerate(group or []):
-                    if isinstance(step, dict):
-                        tasks[str(step.get("name"))] = step
-                        step_group[str(step.get("name"))] = group_index
-                        owners[f"{base}.steps[{group_index}][{index}]"] = str(step.get("name"))
-        for path, text in walk_strings({k: v for k, v in tmpl.items() if k != "name"}, base):
-            for expr in expression_tags(text):
-                self.expression(scope, name, path, expr)
-            for tag in tags(text):
-                if tag == "workflow.failures" and (scope, name) in self.main:
-                    self.add(
-                        scope,
-                        name,
-                        path,
-                        f"variable {{{{{tag}}}}} is set only for the workflow's exit handler (spec.onExit)",
-                        "Argo refuses the workflow: failed to resolve {{workflow.failures}}",
-                    )
-                    continue
-                why = self.variable(tag, _owner(path, owners), kind, inputs, tasks, ancestors, step_group)
-                if why:
-                    self.add(scope, name, path, f"variable {{{{{tag}}}}} {why}")
-
-    def variable(
-        self,
-        tag: str,
-        owner: str | None,
-        kind: str,
-        inputs: set[str],
-        tasks: Mapping[str, Mapping[str, Any]],
-        ancestors: Mapping[str, set[str]],
-        step_group: Mapping[str, int],
-    ) -> str:
-        if tag == "inputs.parameters":
-            return ""
-        if tag.startswith("inputs.parameters."):
-            return (
-                ""
-                if tag[len("inputs.parameters.") :] in inputs
-                else "is not a declared input of this template"
-            )
-        if tag.startswith("inputs.artifacts"):
-            return "is not supported (input artifacts are not supported locally)"
-        if tag in ("pod.name", "retries", "node.name", "tasks.name", "steps.name"):
-            return ""
-        if _WORKFLOW_VARS.fullmatch(tag):
-            if (
-                tag.startswith("workflow.parameters.")
-                and tag[len("workflow.parameters.") :] not in self.workflow_params
-            ):
-                return "names no parameter of the workflow"
-            return ""
-        if tag == "item" or tag.startswith("item."):
-            if owner is None or not ({"withItems", "withParam"} & set(tasks.get(owner, {}))):
-                return "is only defined in a task or step with withItems or withParam"
-            return ""
-        match = _NODE_VARS.fullmatch(tag)
-        if match is None:
-            return "is not a variable the local runner knows"
-        prefix, target = match.group(1), match.group("name")
-        if (prefix == "tasks") != (kind == "dag") or target not in tasks:
-            return f"names no {'task' if prefix == 'tasks' else 'step'} of this template"
-        if owner is not None:
-            if kind == "dag" and target not in ancestors.get(owner, set()):
-                return f"names task '{target}', which task '{owner}' does not depend on"
-            if kind == "steps" and step_group.get(target, 0) >= step_group.get(owner, 0):
-                return f"names step '{target}', which does not run before step '{owner}'"
-        return ""
+        before_exit = (scope, name) in self.main
+        for path, what, hint in variable_problems(tmpl, base, kind, self.workflow_params, before_exit):
+            self.add(scope, name, path, what, hint)
 
     def run(self, entrypoint: str | None) -> None:
         spec = spec_of(self.library.entry)
@@ -678,25 +541,6 @@ class _Checker:
                 if (target_scope, name) not in checked and not target_scope.is_entry:
                     self.template(target_scope, name)
                     checked.add((target_scope, name))
-
-
-def _owner(path: str, owners: Mapping[str, str]) -> str | None:
-    """Which task or step a field path lies in (None for fields outside tasks and steps)."""
-    for prefix, name in owners.items():
-        if path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "["):
-            return name
-    return None
-
-
-def _closure(name: str, direct: Mapping[str, list[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(direct.get(name, []))
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.add(current)
-            stack.extend(direct.get(current, []))
-    return seen
 
 
 def _find_cycle(graph: Mapping[str, list[str]]) -> list[str]:

@@ -1,0 +1,125 @@
+"""The run state: what every part of the engine reads, in one object per run.
+
+Argo's controller keeps one ``wfOperationCtx`` per workflow operation (``workflow/controller/operator.go``):
+the workflow, its spec, its node status, its global scope, its parallelism counters. ``RunState`` is that
+context for a local run, shared by the engine's modules (scope, nodes, templates, pods, resources, dag,
+steps), each a set of functions over it. Its fields are public on purpose: the modules agree on this one
+object, and none reaches into another's private attributes. Mutable fields that several threads touch
+(``nodes``, ``folders``, ``processes``, a node's phase) change only under ``lock``.
+
+Also here: where a template invocation sits (:class:`Ctx`), a task or step while its template runs
+(:class:`Member`), and the stop that every waiting part watches (:class:`Stopped`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workflows.runner.executor import Launcher
+from workflows.runner.library import Library
+from workflows.runner.model import NodeStatus, RunOptions
+
+__all__ = ["STOPPED_MESSAGE", "Ctx", "Member", "RunState", "Stopped"]
+
+STOPPED_MESSAGE = "Stopped with strategy 'Terminate'"
+"""Argo's message for a node (and a workflow) ended by ``argo terminate`` (the run's stop)."""
+
+
+class Stopped(Exception):
+    """The run is being stopped: whatever waits gives up, and its node ends Failed with STOPPED_MESSAGE."""
+
+
+@dataclass
+class Ctx:
+    """Where a template invocation sits: its boundary, parent, depth and how it is shown."""
+
+    boundary_id: str | None
+    parent_id: str | None
+    depth: int
+    display: str
+    sort_key: tuple[Any, ...] = ()
+    step_name: str | None = None
+    local: dict[str, str] = field(default_factory=dict)
+    deadline: float | None = None
+
+
+@dataclass
+class Member:
+    """A task of a DAG or a step of a steps template, while its template runs."""
+
+    name: str
+    holder: dict[str, Any]
+    order: int
+    node: NodeStatus | None = None
+    items: list[NodeStatus] | None = None
+    started: bool = False
+    done: bool = False
+
+
+def _sys_path() -> list[str]:
+    """Where steps import from: the working folder, then this checkout (so ``steps`` resolves)."""
+    roots = [os.getcwd(), str(Path(__file__).resolve().parents[2])]
+    return list(dict.fromkeys(roots))
+
+
+@dataclass(eq=False)
+class RunState:
+    """One run: the workflow, its options and run folder, the node tree, the clock, the lock, the stop.
+
+    Attributes:
+        library: the workflow and the templates it may reference.
+        options: how the run was asked for (``dsx run``'s flags).
+        run_dir: the run folder; every node's files live below it.
+        workflow: the workflow's name (``workflow.name``), the root node's name.
+        parameters: the workflow's parameter values.
+        cluster_spec: the cluster steps talk to (``DSX_CLUSTER``), None for the default.
+        launcher: starts step processes (forked from a preloaded server where it can).
+        spec: the workflow's spec.
+        created: when the run started (``workflow.creationTimestamp``), seconds since the epoch.
+        uid: the workflow's uid.
+        lock: guards the node tree and every set below.
+        nodes: every node so far, by ID.
+        stop: set when the run is stopped (SIGINT, SIGTERM): nothing new starts, waits end.
+        globals: the global scope (``workflow.*``).
+        workflow_slots: ``spec.parallelism``, counted over pods.
+        boundary_slots: a dag or steps node's ``parallelism``, by node ID.
+        boundary_templates: a dag or steps node's prefix and template as JSON (Argo's includeScriptOutput).
+        folders: node folder names taken so far.
+        processes: step processes running now, killed when the run stops.
+        sys_path: where steps import from.
+        port: the cluster adapter, connected on first use (under ``port_lock``).
+    """
+
+    library: Library
+    options: RunOptions
+    run_dir: Path
+    workflow: str
+    parameters: dict[str, str]
+    cluster_spec: str | None
+    launcher: Launcher
+    spec: dict[str, Any]
+    created: float = field(default_factory=time.time)
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    nodes: dict[str, NodeStatus] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    globals: dict[str, str] = field(default_factory=dict)
+    workflow_slots: threading.BoundedSemaphore | None = field(init=False, default=None)
+    boundary_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
+    boundary_templates: dict[str, tuple[str, str]] = field(default_factory=dict)
+    folders: set[str] = field(default_factory=set)
+    processes: set[Any] = field(default_factory=set)
+    sys_path: list[str] = field(default_factory=_sys_path)
+    port: Any = None
+    port_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        parallelism = self.spec.get("parallelism")
+        if parallelism:
+            self.workflow_slots = threading.BoundedSemaphore(int(parallelism))
