@@ -187,7 +187,7 @@ def test_the_argo_submit_command_names_the_namespace_and_quotes_every_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DSX_NAMESPACE", "ops")
-    hostile = "pool=a b; touch /tmp/x"
+    hostile = "pool in (a,b),!dsx.dev/managed"  # a valid selector the shell would mangle unquoted
     code, out, _ = _invoke("run", "certify", "-p", f"nodes={hostile}", "-p", "iters=5")
     assert code == 2
     assert shlex.split(out.strip()) == [
