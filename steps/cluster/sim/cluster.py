@@ -22,7 +22,7 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
-from steps.cluster.health import GpuReport, NodeReport
+from steps.cluster.health import NodeReport
 from steps.cluster.patches import merge_patch, strategic_merge_patch
 from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
 from steps.cluster.resources import Resource
@@ -177,7 +177,7 @@ class SimCluster(PortBase):
             node=node,
             link_gbps=health.link_gbps,
             nominal_link_gbps=health.nominal_link_gbps,
-            gpus=tuple(GpuReport.model_validate(gpu.model_dump()) for gpu in health.gpus),
+            gpus=tuple(health.gpus),
         )
 
     def calls(self) -> list[CallRecord]:
