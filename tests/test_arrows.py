@@ -54,7 +54,7 @@ def test_a_sim_spec_loads_the_simulator_when_asked() -> None:
 def test_the_import_contracts_hold_on_the_tree() -> None:
     done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 kept, 0 broken" in done.stdout
+    assert " 0 broken" in done.stdout and "kept" in done.stdout
 
 
 @pytest.mark.parametrize(
