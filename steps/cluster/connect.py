@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.cluster.errors import ClusterConfigError
 from steps.cluster.port import ClusterPort
 from steps.cluster.retry import RetryPolicy
-from steps.cluster.sim.model import Fleet
+
+if TYPE_CHECKING:  # the simulator is imported only when a sim: or state: spec asks for it
+    from steps.cluster.sim.model import Fleet
 
 __all__ = ["connect", "load_fleet", "shareable"]
 
@@ -113,8 +116,6 @@ def shareable(spec: str | None, folder: Path) -> str:
         ClusterConfigError: a ``state:`` spec without a path, or naming a folder or a missing file.
         InputError: a malformed simulated-fleet spec or file.
     """
-    from steps.cluster.sim.store import write_fleet
-
     chosen = _resolve(spec)
     if chosen.startswith("state:"):
         from steps.cluster.sim import FileStore
@@ -123,6 +124,8 @@ def shareable(spec: str | None, folder: Path) -> str:
         return chosen
     if chosen == _KUBE:
         return chosen
+    from steps.cluster.sim.store import write_fleet
+
     path = (folder / "fleet.json").resolve()
     write_fleet(load_fleet(chosen), path)
     return f"state:{path}"

@@ -38,6 +38,7 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import ClusterPort, Node, connect
 from steps.cluster import vocabulary as vocab
+from steps.cluster.health import health_source
 from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
 from steps.readiness.checks import (
@@ -280,10 +281,10 @@ def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["no
     A group test feels the node's scale-out links (``slow-nic``); a single-node test feels its NVLink
     (``slow-nvlink``) and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
     """
-    health_of = getattr(port, "health", None)
-    if health_of is None:
+    source = health_source(port)
+    if source is None:
         return []
-    health = health_of(node)
+    health = source.node_report(node)
     specs: list[str] = []
     if scope == "group":
         if health.link_gbps < health.nominal_link_gbps:
@@ -450,7 +451,7 @@ def plan(
         raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
     chosen: Launcher
     if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
-        chosen = "local" if hasattr(port, "health") else "job"
+        chosen = "local" if health_source(port) is not None else "job"
     else:
         chosen = options.launcher
     if chosen == "local":

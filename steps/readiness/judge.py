@@ -22,16 +22,6 @@ __all__ = ["MAD_FLOOR", "judge_collective", "judge_launch", "judge_relative"]
 MAD_FLOOR = 0.02
 
 
-def _rank_host(run: CollectiveRun, rank: int) -> str | None:
-    for info in run.ranks:
-        if info.rank == rank:
-            return info.host
-    for stats in run.rank_stats:
-        if stats.rank == rank:
-            return stats.host
-    return None
-
-
 def _wrong(run: CollectiveRun) -> int:
     """Wrong elements over every row of the run."""
     table = run.results

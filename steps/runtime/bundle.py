@@ -54,10 +54,6 @@ def _yaml_file(data: Any, digest: str) -> str:
     return _HEADER.format(digest=digest) + dump_yaml(data)
 
 
-def _yaml_stream(documents: list[Any], digest: str) -> str:
-    return _HEADER.format(digest=digest) + "---\n".join(dump_yaml(doc) for doc in documents)
-
-
 def _recipe_file(result: RecipeResult) -> str:
     return dump_yaml(result.model_dump(mode="json"))
 

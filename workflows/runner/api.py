@@ -223,10 +223,8 @@ def plan(
 def _shareable(spec: str | None, run_dir: Path) -> str | None:
     if spec is None:
         return None
-    try:
-        from steps.cluster import shareable
-    except ImportError:
-        return spec
+    from steps.cluster import shareable
+
     return shareable(spec, run_dir)
 
 

@@ -43,14 +43,12 @@ def cluster_port(state: RunState) -> Any:
     """The run's cluster adapter, connected on first use (``--cluster``, else the kubeconfig's).
 
     Raises:
-        NodeError: the adapter is not installed, or it could not connect (naming ``--cluster``).
+        NodeError: it could not connect (naming ``--cluster``).
     """
     with state.port_lock:
         if state.port is None:
-            try:
-                from steps.cluster import connect
-            except ImportError as exc:
-                raise NodeError(f"needs a cluster: the cluster adapter is not available ({exc})") from exc
+            from steps.cluster import connect
+
             spec = state.cluster_spec
             kube = spec in (None, "", "kube")
             try:

@@ -9,7 +9,7 @@ from steps.cluster.sim.cluster import SimCluster
 from steps.cluster.sim.faults import FAULT_KINDS, VERSION_FAULTS, apply_fault
 from steps.cluster.sim.gpus import GPU_MODELS, GpuModel, gpu_model
 from steps.cluster.sim.helm import Release
-from steps.cluster.sim.model import ApiFaults, CallRecord, Fleet, GpuHealth, NodeHealth, Pdb
+from steps.cluster.sim.model import ApiFaults, CallRecord, Fleet, NodeHealth, Pdb
 from steps.cluster.sim.spec import FleetSpec, build_fleet, load_spec_file, parse_short_spec
 from steps.cluster.sim.store import FileStore, FleetStore, MemoryStore, write_fleet
 
@@ -23,7 +23,6 @@ __all__ = [
     "Fleet",
     "FleetSpec",
     "FleetStore",
-    "GpuHealth",
     "GpuModel",
     "MemoryStore",
     "NodeHealth",

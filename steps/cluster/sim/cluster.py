@@ -22,6 +22,7 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
+from steps.cluster.health import NodeReport
 from steps.cluster.patches import merge_patch, strategic_merge_patch
 from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
 from steps.cluster.resources import Resource
@@ -164,6 +165,20 @@ class SimCluster(PortBase):
                     "health", f"node/{node}", f'not found (404): nodes "{node}" not found', 404
                 )
             return fleet.health[node].model_copy(deep=True)
+
+    def node_report(self, node: str) -> NodeReport:
+        """What the node's GPUs and NICs would report: the simulated fleet as a health source.
+
+        Raises:
+            NotFoundError: no such node in the fleet.
+        """
+        health = self.health(node)
+        return NodeReport(
+            node=node,
+            link_gbps=health.link_gbps,
+            nominal_link_gbps=health.nominal_link_gbps,
+            gpus=tuple(health.gpus),
+        )
 
     def calls(self) -> list[CallRecord]:
         """Every port call made on this fleet so far, oldest first (from all processes sharing it)."""

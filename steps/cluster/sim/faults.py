@@ -66,6 +66,11 @@ def _gpu(health: NodeHealth, index: int, node: str, fault: str) -> int:
     return index
 
 
+def _update_gpu(health: NodeHealth, index: int, **changes: object) -> None:
+    """Replace GPU ``index``'s report by one with ``changes`` (reports are frozen)."""
+    health.gpus[index] = health.gpus[index].model_copy(update=changes)
+
+
 def _set_version(fleet: Fleet, state: Node, kind: str, value: str, fault: str) -> None:
     """Apply a :data:`VERSION_FAULTS` fault: the node reports ``value``."""
     if not value:
@@ -116,15 +121,18 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
         targets = [_gpu(health, gpu, node, fault)] if gpu is not None else range(len(health.gpus))
         for index in targets:
             nominal = health.gpus[index].nvlink_gbps
-            health.gpus[index].nvlink_gbps = float(value) if value else nominal / 4
+            _update_gpu(health, index, nvlink_gbps=float(value) if value else nominal / 4)
     elif kind == "xid":
-        health.gpus[_gpu(health, gpu or 0, node, fault)].xids.append(int(float(str(value))))
+        index = _gpu(health, gpu or 0, node, fault)
+        _update_gpu(health, index, xids=(*health.gpus[index].xids, int(float(str(value)))))
     elif kind == "ecc":
-        health.gpus[_gpu(health, gpu or 0, node, fault)].ecc_uncorrectable += int(float(str(value)))
+        index = _gpu(health, gpu or 0, node, fault)
+        errors = health.gpus[index].ecc_uncorrectable + int(float(str(value)))
+        _update_gpu(health, index, ecc_uncorrectable=errors)
     elif kind == "failing-gpu":
         index = _gpu(health, int(float(value)) if value else (gpu or 0), node, fault)
         if health.gpus[index].healthy:
-            health.gpus[index].healthy = False
+            _update_gpu(health, index, healthy=False)
             offered = int(state.allocatable.get(GPU_RESOURCE, "0"))
             state.allocatable[GPU_RESOURCE] = str(max(0, offered - 1))
     elif kind == "not-ready":

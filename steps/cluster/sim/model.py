@@ -1,8 +1,9 @@
 """State of a simulated fleet: nodes, their health, pods, budgets, other objects, API faults, the call log.
 
-The health model is what the readiness and sentinel parts read to decide what a measurement on a
-simulated node shows: the bandwidth of its links, each GPU's XIDs, ECC errors and health, and free
-``readings`` for any further figure a later part needs to model.
+The health model is the physical truth the faults leave on a node: the bandwidth of its links, what each
+GPU reports (:class:`steps.cluster.health.GpuReport`: XIDs, ECC errors, health, NVLink), and free
+``readings`` for any further figure a later part needs to model. Other parts read it through the health
+seam (:meth:`SimCluster.node_report <steps.cluster.sim.SimCluster.node_report>`), never from here.
 """
 
 from __future__ import annotations
@@ -13,26 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steps.cluster.health import GpuReport
 from steps.cluster.port import Node, Pod
 
-__all__ = ["ApiFaults", "CallRecord", "Fleet", "GpuHealth", "NodeHealth", "Pdb", "object_key", "owner_key"]
+__all__ = ["ApiFaults", "CallRecord", "Fleet", "NodeHealth", "Pdb", "object_key", "owner_key"]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class GpuHealth(_Model):
-    """What NVML would report for one GPU."""
-
-    index: int
-    uuid: str
-    healthy: bool = True
-    xids: list[int] = Field(default_factory=list)
-    ecc_uncorrectable: int = 0
-    temperature_c: float = 42.0
-    nvlink_gbps: float = 0.0
-    nominal_nvlink_gbps: float = 0.0
 
 
 class NodeHealth(_Model):
@@ -42,7 +31,7 @@ class NodeHealth(_Model):
         ready: whether the kubelet is up (``False`` also turns the node's Ready condition False).
         link_gbps: bandwidth of the node's scale-out links, all NICs together, in Gbit/s.
         nominal_link_gbps: what the links should give.
-        gpus: one entry per GPU.
+        gpus: what each GPU reports, by index (the health seam's model: faults replace an entry).
         faults: the faults injected so far, as written (``slow-nic``, ``xid=79@3``...).
         readings: further named figures (``reading:NAME=VALUE`` faults set them).
     """
@@ -50,7 +39,7 @@ class NodeHealth(_Model):
     ready: bool = True
     link_gbps: float
     nominal_link_gbps: float
-    gpus: list[GpuHealth] = Field(default_factory=list)
+    gpus: list[GpuReport] = Field(default_factory=list)
     faults: list[str] = Field(default_factory=list)
     readings: dict[str, float] = Field(default_factory=dict)
 

@@ -40,11 +40,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.health import GpuReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
 from steps.cluster.sim.faults import apply_fault
 from steps.cluster.sim.gpus import GPU_MODELS, cuda_for_driver, gpu_model
 from steps.cluster.sim.helm import Release, install_releases
-from steps.cluster.sim.model import Fleet, GpuHealth, NodeHealth, Pdb, owner_key
+from steps.cluster.sim.model import Fleet, NodeHealth, Pdb, owner_key
 from steps.errors import InputError
 from steps.yamlio import LineDict, load_yaml, plain
 
@@ -311,7 +312,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
             link_gbps=model.link_gbps,
             nominal_link_gbps=model.link_gbps,
             gpus=[
-                GpuHealth(
+                GpuReport(
                     index=g,
                     uuid=_gpu_uuid(name, g),
                     nvlink_gbps=model.nvlink_gbps,

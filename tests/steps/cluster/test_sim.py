@@ -78,7 +78,7 @@ def test_faults_change_the_health_the_other_parts_read() -> None:
     assert port.health("node-01").link_gbps == 800.0  # a quarter of 3200
     assert port.health("node-05").link_gbps == 100.0
     gpus = port.health("node-02").gpus
-    assert (gpus[3].xids, gpus[0].xids) == ([79], [48])
+    assert (gpus[3].xids, gpus[0].xids) == ((79,), (48,))
     assert port.health("node-02").faults == ["xid=79@3", "xid=48"]
     assert not port.health("node-03").gpus[5].healthy
     assert port.get_node("node-03").gpu_count == 7  # the device plugin stops offering it
@@ -87,7 +87,7 @@ def test_faults_change_the_health_the_other_parts_read() -> None:
     assert port.health("node-07").gpus[2].nvlink_gbps == 50.0
     assert port.health("node-07").gpus[1].ecc_uncorrectable == 4
     port.inject("node-00", "xid=94@1")
-    assert port.health("node-00").gpus[1].xids == [94]
+    assert port.health("node-00").gpus[1].xids == (94,)
 
 
 def test_node_scoped_api_errors_hit_only_that_node() -> None:

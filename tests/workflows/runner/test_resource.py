@@ -7,11 +7,6 @@ import pytest
 from tests.workflows.runner.conftest import RunFixture, printed
 from workflows.runner import Phase
 
-try:
-    from steps.cluster import connect  # noqa: F401
-except ImportError:  # pragma: no cover - until the cluster port lands
-    pytest.skip("steps.cluster.connect (the cluster port) is not available", allow_module_level=True)
-
 
 def test_resource_templates_create_wait_patch_read_and_delete(run_fixture: RunFixture) -> None:
     from steps.cluster import connect

@@ -13,13 +13,6 @@ from tests.paths import REPO
 from tests.workflows.runner.conftest import FIXTURES
 from workflows.cli.main import app
 
-try:
-    from steps.cluster import connect  # noqa: F401
-
-    HAS_CLUSTER = True
-except ImportError:  # pragma: no cover - until the cluster port lands
-    HAS_CLUSTER = False
-
 CASES = [
     ("bisect.yaml", "dsx-fixture-bisect", [], "Succeeded"),
     ("retry.yaml", "dsx-fixture-retry", ["-p", "state={tmp}/state"], "Succeeded"),
@@ -39,15 +32,7 @@ CASES = [
     ("steps.yaml", "dsx-fixture-steps", ["--entry", "failing"], "Failed"),
     ("recursion.yaml", "dsx-fixture-recursion", [], "Error"),
     ("local-commands.yaml", "dsx-fixture-local", [], "Succeeded"),
-    pytest.param(
-        "resource.yaml",
-        "dsx-fixture-resource",
-        ["--cluster", "sim:"],
-        "Succeeded",
-        marks=pytest.mark.skipif(
-            not HAS_CLUSTER, reason="steps.cluster.connect (the cluster port) is not available"
-        ),
-    ),
+    ("resource.yaml", "dsx-fixture-resource", ["--cluster", "sim:"], "Succeeded"),
 ]
 
 
