@@ -40,6 +40,7 @@ from steps.cluster import ClusterPort, Node, connect
 from steps.cluster import vocabulary as vocab
 from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
+from steps.files import write_text
 from steps.readiness.checks import (
     GroupRun,
     RelativeRequest,
@@ -51,7 +52,7 @@ from steps.readiness.checks import (
     run_allreduce_sweep,
     run_training_smoke,
 )
-from steps.readiness.evidence import output_dir, write_text
+from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
 from steps.readiness.report import (

@@ -20,7 +20,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from steps.errors import InputError
-from steps.readiness.evidence import output_dir, write_text
+from steps.files import write_text
+from steps.readiness.evidence import output_dir
 from steps.readiness.inject import parse_injections
 from steps.readiness.judge import judge_collective, judge_launch, judge_relative
 from steps.readiness.launch import LaunchResult, launch_local

@@ -21,8 +21,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from steps.errors import InputError
+from steps.files import write_text
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
-from steps.readiness.evidence import output_dir, write_text
+from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import load_thresholds

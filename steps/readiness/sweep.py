@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError
-from steps.readiness.evidence import write_text
+from steps.files import write_text
 from steps.readiness.inject import InjectedFailure, Injection, parse_injections
 from steps.readiness.models import (
     CollectiveRun,
