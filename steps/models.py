@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from steps.errors import InputError
-from steps.yamlio import line_of, load_yaml
 
 __all__ = ["Camel", "Frozen", "Strict", "input_error", "location", "read_model", "validate"]
 
@@ -61,6 +60,8 @@ def input_error(
         what: what the data should have been (``"ClusterSnapshot"``), for ``not a ClusterSnapshot``.
         prefix: where ``data`` sits in a larger document (its location's first parts).
     """
+    from steps.yamlio import line_of  # here: the cluster port uses these bases and needs no YAML parser
+
     first = exc.errors()[0]
     loc = (*prefix, *first["loc"])
     line = line_of(data, loc) if data is not None else None
@@ -94,5 +95,7 @@ def read_model(path: Path, model: type[M], label: str | None = None, *, what: st
     Raises:
         InputError: the file cannot be read, is not YAML, or does not fit the model.
     """
+    from steps.yamlio import load_yaml
+
     name = label or str(path)
     return validate(model, load_yaml(Path(path), name), name, what=what)

@@ -41,6 +41,7 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
 from steps.files import write_text
+from steps.models import input_error
 from steps.readiness.checks import (
     GroupRun,
     RelativeRequest,
@@ -366,8 +367,7 @@ def check_options(**values: Any) -> CertifyOptions:
     try:
         options = CertifyOptions(**values)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify option {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify option") from None
     parse_selector(options.selector or None)
     if not re.fullmatch(
         r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
@@ -435,8 +435,7 @@ def plan(
             else RunRef.local(port.namespace)
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify workflow") from None
     selected = port.list_nodes(options.selector or None)
     managed = [n for n in selected if n.managed]
     with_gpus = [n for n in managed if n.gpu_count > 0]
@@ -925,8 +924,7 @@ def release(workflow_name: str, workflow_uid: str) -> str:
     try:
         run = RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify workflow") from None
     holder = _holder(run)
     leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, "dsx.dev/node")
     released = []

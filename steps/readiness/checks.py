@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 
 from steps.errors import InputError
 from steps.files import write_text
+from steps.models import input_error
 from steps.readiness.evidence import output_dir
 from steps.readiness.inject import parse_injections
 from steps.readiness.judge import judge_collective, judge_launch, judge_relative
@@ -191,7 +192,7 @@ def sweep_config(request: SweepRequest) -> SweepConfig:
             timeout_s=request.timeout_s,
         )
     except ValidationError as exc:
-        raise InputError(f"sweep: {exc.errors()[0]['msg']}") from None
+        raise input_error(exc, "sweep") from None
 
 
 def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
@@ -216,8 +217,7 @@ def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
             timeout_s=request.timeout_s,
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"smoke run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise input_error(exc, "smoke run") from None
     if config.d_model % config.heads:
         raise InputError(f"smoke run: d_model {config.d_model} is not a multiple of heads {config.heads}")
     return config

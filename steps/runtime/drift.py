@@ -17,8 +17,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from steps.models import Strict
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
 from steps.runtime.snapshot import Snapshot
 
@@ -51,11 +52,7 @@ compares; ``all``, the default, first."""
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Finding(_Model):
+class Finding(Strict):
     """One difference between the recipe and the cluster."""
 
     scope: Literal["cluster", "node", "component"]
@@ -67,7 +64,7 @@ class Finding(_Model):
     message: str
 
 
-class DriftReport(_Model):
+class DriftReport(Strict):
     """The result of ``dsx drift`` (kind DriftReport)."""
 
     apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"

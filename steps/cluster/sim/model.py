@@ -11,15 +11,12 @@ import math
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from steps.cluster.port import Node, Pod
+from steps.models import Strict as _Model
 
 __all__ = ["ApiFaults", "CallRecord", "Fleet", "GpuHealth", "NodeHealth", "Pdb", "object_key", "owner_key"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class GpuHealth(_Model):
