@@ -372,7 +372,7 @@ def check_options(**values: Any) -> CertifyOptions:
     if not re.fullmatch(
         r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
     ):
-        raise InputError(f"certify option group_label: {options.group_label!r} is not a node label key")
+        raise InputError(f"certify option: group_label: {options.group_label!r} is not a node label key")
     sizes = [
         parse_size(v, name)
         for v, name in ((options.min_bytes, "min-bytes"), (options.max_bytes, "max-bytes"))
@@ -926,10 +926,10 @@ def release(workflow_name: str, workflow_uid: str) -> str:
     except ValidationError as exc:
         raise input_error(exc, "certify workflow") from None
     holder = _holder(run)
-    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, "dsx.dev/node")
+    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, vocab.LABEL_LOCKED_NODE)
     released = []
     for lease in leases:
-        node = ((lease.get("metadata") or {}).get("labels") or {}).get("dsx.dev/node", "")
+        node = ((lease.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_LOCKED_NODE, "")
         if (
             node
             and (lease.get("spec") or {}).get("holderIdentity") == holder

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 
 __all__ = ["OUTPUT_ENV", "output_dir"]
 
 #: The environment variable that names the folder for a step's evidence (set by the workflow).
-OUTPUT_ENV = "DSX_OUTPUT_DIR"
+OUTPUT_ENV = vocab.ENV_OUTPUT_DIR
 
 
 def output_dir(default: str | Path | None) -> Path:

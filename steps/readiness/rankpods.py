@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from steps.models import Camel
 
@@ -45,7 +46,7 @@ __all__ = [
     "recipe_profile",
 ]
 
-ENV_VAR = "DSX_RANK_POD"
+ENV_VAR = vocab.ENV_RANK_POD
 """The environment variable holding the operator's profile as JSON (the chart value ``rankPods``)."""
 RANKS_CONTAINER = "ranks"
 """The container of a group Job's pod that runs torchrun."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 from steps.models import validate
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
@@ -56,7 +57,7 @@ class NodeResult(Model):
 class CertificationReport(Model):
     """Everything a certification run found, with its evidence."""
 
-    api_version: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    api_version: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["CertificationReport"] = "CertificationReport"
     status: Literal["passed", "failed"]
     summary: str

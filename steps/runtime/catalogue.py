@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from steps.models import Frozen, validate
 from steps.runtime.criteria import Criteria, parse_criteria
@@ -36,7 +37,7 @@ __all__ = [
     "load_catalogue",
 ]
 
-API_VERSION = "dsx.dev/v1alpha1"
+API_VERSION = vocab.API_VERSION
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
@@ -124,7 +125,7 @@ class _RegistrySpec(Frozen):
 
 
 class _Registry(Frozen):
-    apiVersion: Literal["dsx.dev/v1alpha1"]
+    apiVersion: vocab.ApiVersion
     kind: Literal["ComponentRegistry"]
     metadata: _Metadata
     spec: _RegistrySpec
@@ -169,7 +170,7 @@ class _RecipeSpec(Frozen):
 
 
 class _Recipe(Frozen):
-    apiVersion: Literal["dsx.dev/v1alpha1"]
+    apiVersion: vocab.ApiVersion
     kind: Literal["Recipe"]
     metadata: _Metadata
     spec: _RecipeSpec

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
 from steps.models import Strict
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
 from steps.runtime.snapshot import Snapshot
@@ -67,7 +68,7 @@ class Finding(Strict):
 class DriftReport(Strict):
     """The result of ``dsx drift`` (kind DriftReport)."""
 
-    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    apiVersion: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["DriftReport"] = "DriftReport"
     cluster: str
     recipeDigest: str

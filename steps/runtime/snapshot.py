@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ForbiddenError
 from steps.errors import InputError
 from steps.models import Strict, validate
@@ -60,7 +61,7 @@ GFD_LABELS = {
 }
 """GPU Feature Discovery labels read (newer ``*-version.full`` labels first, then the split ones)."""
 
-HELM_NAMESPACES_ENV = "DSX_HELM_NAMESPACES"
+HELM_NAMESPACES_ENV = vocab.ENV_HELM_NAMESPACES
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 _WORKLOAD_KINDS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"))
@@ -106,7 +107,7 @@ class WorkloadImage(Strict):
 class Snapshot(Strict):
     """A cluster snapshot (kind ClusterSnapshot): nodes, Helm releases, workload images."""
 
-    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    apiVersion: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["ClusterSnapshot"] = "ClusterSnapshot"
     cluster: str = ""
     nodes: list[NodeSnapshot] = Field(default_factory=list)

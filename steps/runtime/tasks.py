@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 from steps.runtime import graph
 from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
@@ -60,7 +61,7 @@ class BundleSummary(BaseModel):
 
 def output_dir(*parts: str) -> Path:
     """``$DSX_OUTPUT_DIR`` (default ``dsx-out``) joined with ``parts``, created."""
-    folder = Path(environ.get("DSX_OUTPUT_DIR", "dsx-out")).joinpath(*parts)
+    folder = Path(environ.get(vocab.ENV_OUTPUT_DIR, "dsx-out")).joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

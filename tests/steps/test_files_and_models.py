@@ -59,3 +59,10 @@ def test_unknown_fields_are_refused_and_frozen_models_do_not_change(tmp_path: Pa
     with pytest.raises(ValueError, match="frozen"):
         fixed.name = "b"
     assert _Node(gpu_count=1) == _Node.model_validate({"gpuCount": 1})
+
+
+def test_the_cli_reads_the_debug_variable_the_vocabulary_names() -> None:
+    from steps.cluster import vocabulary as vocab
+    from workflows.cli import main
+
+    assert main._DEBUG_ENV == vocab.ENV_DEBUG

@@ -137,7 +137,7 @@ def _drift_cron() -> Any:
         outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
         # Namespaces whose Helm release Secrets the snapshot reads; the chart sets them
         # (drift.helmNamespaces). Empty: every namespace.
-        env={"DSX_HELM_NAMESPACES": ""},
+        env={vocab.ENV_HELM_NAMESPACES: ""},
     )
     gate = step(runtime.gate, timeout="1m")
     with (

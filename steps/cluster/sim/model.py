@@ -11,12 +11,15 @@ import math
 import uuid
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from steps.cluster.port import Node, Pod
-from steps.models import Strict as _Model
 
 __all__ = ["ApiFaults", "CallRecord", "Fleet", "GpuHealth", "NodeHealth", "Pdb", "object_key", "owner_key"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
 class GpuHealth(_Model):
