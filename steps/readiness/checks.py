@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -143,21 +143,46 @@ def _rank_files(launch: LaunchResult) -> list[str]:
     return [path for rank in launch.ranks for path in (rank.stdout, rank.stderr)]
 
 
+_Outcome = TypeVar("_Outcome", SweepOutcome, SmokeOutcome)
+
+
+def judged(
+    kind: type[_Outcome],
+    subject: Subject,
+    verdicts: list[Verdict],
+    evidence: list[str],
+    out_dir: str,
+    elapsed_s: float,
+    **result: Any,
+) -> _Outcome:
+    """A check's outcome, its status the worst of its verdicts; ``result`` is the run or result read."""
+    return kind(
+        subject=subject,
+        status=worst([v.status for v in verdicts]),
+        verdicts=verdicts,
+        evidence=evidence,
+        out_dir=out_dir,
+        elapsed_s=elapsed_s,
+        **result,
+    )
+
+
 def _launch_and_read(
     test: str,
     module: str,
     args: list[str],
-    subject: Subject,
-    ranks: int,
-    timeout_s: float,
-    rank_hosts: list[str] | None,
+    request: SweepRequest | SmokeRequest,
     folder: Path,
     result_file: Path,
     model: type[Model],
 ) -> tuple[Any, list[Verdict], list[str], float]:
-    """Run ``module`` as ``ranks`` local ranks; rank 0's result read as ``model`` (or None), the verdicts
-    on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed time."""
-    launch = launch_local(module, args, ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=rank_hosts)
+    """Run ``module`` as the request's local ranks; rank 0's result read as ``model`` (or None), the
+    verdicts on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed
+    time."""
+    subject, timeout_s = request.subject, request.timeout_s
+    launch = launch_local(
+        module, args, request.ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=request.rank_hosts
+    )
     evidence = _rank_files(launch)
     verdicts = judge_launch(launch, subject, test, timeout_s)
     result = _read_json(result_file, model) if launch.ok else None
@@ -242,29 +267,12 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
         stale.unlink(missing_ok=True)
     args = [*sweep_args(config), "--out", str(run_file), "--table", str(table_file)]
     run, verdicts, evidence, elapsed = _launch_and_read(
-        "allreduce-sweep",
-        "steps.readiness.sweep",
-        args,
-        request.subject,
-        request.ranks,
-        request.timeout_s,
-        request.rank_hosts,
-        folder,
-        run_file,
-        CollectiveRun,
+        "allreduce-sweep", "steps.readiness.sweep", args, request, folder, run_file, CollectiveRun
     )
     if run is not None:
         evidence = [str(run_file), str(table_file), *evidence]
         verdicts += judge_collective(run, request.subject, thresholds, request.scope, [str(table_file)])
-    outcome = SweepOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        run=run,
-        verdicts=verdicts,
-        evidence=evidence,
-        out_dir=str(folder),
-        elapsed_s=elapsed,
-    )
+    outcome = judged(SweepOutcome, request.subject, verdicts, evidence, str(folder), elapsed, run=run)
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
 
@@ -419,30 +427,13 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
     result_file.unlink(missing_ok=True)
     args = [*smoke_args(config), "--out", str(result_file)]
     result, verdicts, evidence, elapsed = _launch_and_read(
-        "training-smoke",
-        "steps.readiness.smoke",
-        args,
-        request.subject,
-        request.ranks,
-        request.timeout_s,
-        request.rank_hosts,
-        folder,
-        result_file,
-        SmokeResult,
+        "training-smoke", "steps.readiness.smoke", args, request, folder, result_file, SmokeResult
     )
     if result is not None:
         evidence = [str(result_file), *evidence]
         verdicts += judge_smoke(
             result, request.subject, thresholds, request.min_loss_drop, [str(result_file)]
         )
-    outcome = SmokeOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        result=result,
-        verdicts=verdicts,
-        evidence=evidence,
-        out_dir=str(folder),
-        elapsed_s=elapsed,
-    )
+    outcome = judged(SmokeOutcome, request.subject, verdicts, evidence, str(folder), elapsed, result=result)
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
