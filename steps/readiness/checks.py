@@ -24,7 +24,7 @@ from steps.files import write_text
 from steps.models import input_error
 from steps.readiness.evidence import output_dir
 from steps.readiness.inject import parse_injections
-from steps.readiness.judge import judge_collective, judge_launch, judge_relative
+from steps.readiness.judge import judge_collective, judge_launch, judge_relative, straggler_verdicts
 from steps.readiness.launch import LaunchResult, launch_local
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json, worst
 from steps.readiness.sizes import parse_size
@@ -351,44 +351,21 @@ def judge_smoke(
             )
         )
     limit = thresholds.training.straggler_skew
-    slow = [r for r in result.ranks if r.skew > limit]
     median_own = statistics.median(r.median_own_s for r in result.ranks)
-    for rank in sorted(slow, key=lambda r: (-r.skew, r.rank)):
-        label = f" ({rank.injected})" if rank.injected else ""
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-straggler",
-                status="fail",
-                measured=rank.skew,
-                threshold=limit,
-                unit="skew",
-                evidence=evidence,
-                message=(
-                    f"rank {rank.rank} on node {rank.host} is a straggler{label}: "
-                    f"{rank.median_own_s * 1000:.1f} ms "
-                    f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
-                    f"skew {rank.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
-                ),
-                rank=rank.rank,
-                node=rank.host,
-                injected=rank.injected is not None,
-            )
+    by_rank = {r.rank: r for r in result.ranks}
+
+    def slow(rank: Any) -> str:
+        record = by_rank[rank.rank]
+        return (
+            f"{record.median_own_s * 1000:.1f} ms "
+            f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
+            f"skew {record.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
         )
-    if not slow:
-        top = max(result.ranks, key=lambda r: (r.skew, -r.rank))
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-straggler",
-                status="pass",
-                measured=top.skew,
-                threshold=limit,
-                unit="skew",
-                evidence=evidence,
-                message=f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})",
-            )
-        )
+
+    def fine(top: Any) -> str:
+        return f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})"
+
+    verdicts += straggler_verdicts(subject, "smoke-straggler", result.ranks, limit, evidence, slow, fine)
     training = thresholds.training
     if result.mfu is not None and training.min_mfu is not None:
         ok = result.mfu >= training.min_mfu
