@@ -1,4 +1,5 @@
-"""The shared helpers every part writes files and validates input with."""
+"""The shared helpers every part writes files and validates input with, and the names the CLI spells
+again (it must start without loading steps.cluster) kept equal to the vocabulary's."""
 
 from __future__ import annotations
 
@@ -66,3 +67,10 @@ def test_the_cli_reads_the_debug_variable_the_vocabulary_names() -> None:
     from workflows.cli import main
 
     assert main._DEBUG_ENV == vocab.ENV_DEBUG
+
+
+def test_the_cli_default_taint_is_the_vocabulary_taint() -> None:
+    from steps.cluster import vocabulary as vocab
+    from workflows.cli import cluster
+
+    assert f"{vocab.TAINT_UNHEALTHY}:{vocab.TAINT_UNHEALTHY_EFFECT}" == cluster.DEFAULT_TAINT
