@@ -33,6 +33,18 @@ def _rank_host(run: CollectiveRun, rank: int) -> str | None:
     return None
 
 
+def _wrong(run: CollectiveRun) -> int:
+    """Wrong elements over every row of the run."""
+    table = run.results
+    return sum(table.wrong(index) for index in range(len(table)))
+
+
+def _measured_sizes(run: CollectiveRun) -> set[int]:
+    """The sizes at which the run has a bus bandwidth figure."""
+    table = run.results
+    return {size for index, size in enumerate(table.size) if table.busbw(index) is not None}
+
+
 class _Skewed(Protocol):
     """A rank's record with a skew: a sweep's :class:`RankStats` or a smoke run's rank."""
 
@@ -96,18 +108,6 @@ def straggler_verdicts(
             )
         )
     return verdicts
-
-
-def _wrong(run: CollectiveRun) -> int:
-    """Wrong elements over every row of the run."""
-    table = run.results
-    return sum(table.wrong(index) for index in range(len(table)))
-
-
-def _measured_sizes(run: CollectiveRun) -> set[int]:
-    """The sizes at which the run has a bus bandwidth figure."""
-    table = run.results
-    return {size for index, size in enumerate(table.size) if table.busbw(index) is not None}
 
 
 def judge_collective(
