@@ -19,6 +19,7 @@ can still be reported as ``file:line`` (:func:`line_of`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "LineList",
     "line_of",
     "load_yaml",
+    "parse_json",
     "parse_yaml",
     "plain",
     "read_text",
@@ -195,6 +197,30 @@ def parse_yaml(text: str, name: str, *, documents: bool = False) -> Any:
         raise InputError(f"{name}: not valid YAML: nested too deeply") from None
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp with month 13
         raise InputError(f"{name}: not valid YAML: a value cannot be read: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, name: str) -> Any:
+    """Parse strict JSON text; errors name the line, as :func:`parse_yaml`'s do.
+
+    JSON is YAML, and :func:`parse_yaml` reads it with lines for later schema errors; this is for files
+    that must be JSON to the letter (``NaN`` and ``Infinity`` are not numbers in JSON) or are too large
+    to read as YAML quickly.
+
+    Raises:
+        InputError: not valid JSON, a constant JSON does not allow, or nested too deeply.
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # NaN, Infinity
+        raise InputError(f"{name}: not strict JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{name}: not valid JSON: nested too deeply") from None
 
 
 def load_yaml(path: Path, label: str | None = None, *, documents: bool = False, what: str = "") -> Any:

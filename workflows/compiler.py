@@ -8,10 +8,8 @@ writes one file per object, ``<kind>-<name>.yaml`` in kebab case, byte-identical
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 import yaml
 
 from steps.errors import InputError
+from steps.files import write_text
 
 __all__ = [
     "CompiledFile",
@@ -175,11 +174,7 @@ def write(files: list[CompiledFile], out: Path) -> list[Path]:
         target = out / compiled.filename
         if target.is_file() and target.read_bytes() == compiled.text.encode("utf-8"):
             continue
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{compiled.filename}.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(compiled.text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        write_text(target, compiled.text)
         written.append(target)
     for stale in sorted(out.glob("*.yaml")):
         if stale.name not in wanted:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from steps.cluster import vocabulary as vocab
+from steps.models import Strict
 
 __all__ = [
     "GPU_RESOURCE",
@@ -50,11 +51,7 @@ without ``eventTime`` only in namespace ``default`` (or none) and answers 422 el
 ``legacyValidateEvent`` in pkg/apis/core/validation/events.go)."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Taint(_Model):
+class Taint(Strict):
     """A node taint."""
 
     key: str
@@ -72,7 +69,7 @@ class Taint(_Model):
         return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
 
 
-class Condition(_Model):
+class Condition(Strict):
     """A node condition. For dsx's own conditions ``status="True"`` means the problem is present."""
 
     type: str
@@ -117,7 +114,7 @@ _NODE_INFO_KEYS = (
 )
 
 
-class NodeInfo(_Model):
+class NodeInfo(Strict):
     """Versions the kubelet reports in ``status.nodeInfo``."""
 
     os_image: str = ""
@@ -136,7 +133,7 @@ class NodeInfo(_Model):
         return {key: getattr(self, field) for field, key in _NODE_INFO_KEYS if getattr(self, field)}
 
 
-class Cordon(_Model):
+class Cordon(Strict):
     """Whose cordon a node carries, as dsx reads it from the node (see :attr:`Node.cordon`).
 
     Attributes:
@@ -176,7 +173,7 @@ class Cordon(_Model):
         return made
 
 
-class Node(_Model):
+class Node(Strict):
     """A node as dsx sees it.
 
     ``unschedulable_managers`` are the field managers the API server names as owners of
@@ -317,7 +314,7 @@ def _unschedulable_managers(entries: Any) -> list[str]:
     return sorted(found)
 
 
-class CordonResult(_Model):
+class CordonResult(Strict):
     """What a cordon or an uncordon did, and whose cordon the node carried before it.
 
     Attributes:
@@ -335,7 +332,7 @@ class CordonResult(_Model):
     summary: str = ""
 
 
-class Pod(_Model):
+class Pod(Strict):
     """A pod as dsx sees it: where it runs and what owns it.
 
     ``uid`` tells this pod from a later one of the same name (a StatefulSet's, or one created again):
@@ -422,7 +419,7 @@ def pod_ref(pod: PodRef) -> tuple[str, str]:
     return namespace or "default", name
 
 
-class EvictionResult(_Model):
+class EvictionResult(Strict):
     """What became of an eviction: ``evicted``, ``blocked`` (a PodDisruptionBudget, HTTP 429) or ``gone``."""
 
     pod: str

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 
 __all__ = ["MAX_ATTEMPTS", "RetryPolicy", "TransientError"]
@@ -88,8 +89,8 @@ class RetryPolicy:
                 (``nan`` would make every wait ``nan`` and ``time.sleep`` fail mid-call; ``inf``
                 would wait forever).
         """
-        attempts_text = os.environ.get("DSX_RETRY_ATTEMPTS", "").strip()
-        base_text = os.environ.get("DSX_RETRY_BASE_DELAY", "").strip()
+        attempts_text = os.environ.get(vocab.ENV_RETRY_ATTEMPTS, "").strip()
+        base_text = os.environ.get(vocab.ENV_RETRY_BASE_DELAY, "").strip()
         attempts, base = cls.attempts, cls.base_delay
         if attempts_text:
             try:

@@ -31,6 +31,14 @@ Topology labels set by the simulated fleet (and expected on real nodes where the
 ``topology.dsx.dev/rack`` and ``topology.dsx.dev/block`` (a block is a group of racks under one
 spine switch).
 
+Outside the node: ``dsx.dev/v1alpha1`` is the ``apiVersion`` of dsx's own documents (recipes, resolved
+recipes, snapshots, drift and certification reports), and a rendered bundle carries its recipe's digest in
+``dsx.dev/recipe-digest``.
+
+Environment variables: every ``DSX_*`` variable that the chart, the templates or the local runner set and
+the steps read is named here (``ENV_*``), so the side that sets one and the side that reads it cannot
+drift apart.
+
 Node conditions are named after the problem the check looks for, and ``status=True`` means the problem
 is present, as with node-problem-detector (``DsxGpuXid``, ``DsxGpuFailed``, ``DsxNicDegraded``...).
 """
@@ -38,7 +46,7 @@ is present, as with node-problem-detector (``DsxGpuXid``, ``DsxGpuFailed``, ``Ds
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "ANNOTATION_CERTIFICATION_REASON",
@@ -49,15 +57,36 @@ __all__ = [
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
     "ANNOTATION_MEMBERS",
+    "ANNOTATION_RECIPE_DIGEST",
     "ANNOTATION_REPORT_CONTENTS",
     "ANNOTATION_SUBJECT",
     "ANNOTATION_WORKFLOW",
     "ANNOTATION_WORKFLOW_UID",
+    "API_VERSION",
     "CONDITION_GPU_FAILED",
     "CONDITION_GPU_XID",
     "CONDITION_NIC_DEGRADED",
     "CONDITION_NOT_CERTIFIED",
     "CORDON_ANNOTATIONS",
+    "ENV_CLUSTER",
+    "ENV_DEBUG",
+    "ENV_FAIL_FILE",
+    "ENV_GPU_IMAGE",
+    "ENV_HELM_NAMESPACES",
+    "ENV_JOB_POLL_S",
+    "ENV_KUBE_CONTEXT",
+    "ENV_NAMESPACE",
+    "ENV_NODE_NAME",
+    "ENV_OUTPUT_DIR",
+    "ENV_PHASE_FILE",
+    "ENV_RANK_POD",
+    "ENV_RANK_SERVICE_ACCOUNT",
+    "ENV_REPORTS_KEPT",
+    "ENV_RETRY_ATTEMPTS",
+    "ENV_RETRY_BASE_DELAY",
+    "ENV_SCHEDULE_BUDGET_S",
+    "ENV_SHM_SIZE",
+    "ENV_STALE_WAIT_S",
     "FIELD_MANAGER",
     "LABEL_BLOCK",
     "LABEL_CERTIFICATION",
@@ -74,12 +103,19 @@ __all__ = [
     "PREFIX",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
+    "ApiVersion",
     "Certification",
     "NodeState",
     "is_managed",
 ]
 
 PREFIX: Final = "dsx.dev/"
+
+ApiVersion = Literal["dsx.dev/v1alpha1"]
+"""The type of the ``apiVersion`` field of dsx's own documents (a pydantic field refuses any other)."""
+API_VERSION: Final[ApiVersion] = "dsx.dev/v1alpha1"
+ANNOTATION_RECIPE_DIGEST: Final = "dsx.dev/recipe-digest"
+"""On every object of a rendered bundle: the digest of the resolved recipe it was rendered from."""
 
 LABEL_CERTIFICATION: Final = "dsx.dev/certification"
 LABEL_STATE: Final = "dsx.dev/state"
@@ -154,3 +190,49 @@ class NodeState(enum.StrEnum):
 def is_managed(labels: dict[str, str]) -> bool:
     """Whether dsx may act on a node with these labels (``dsx.dev/managed=false`` opts it out)."""
     return labels.get(LABEL_MANAGED, "").lower() != MANAGED_FALSE
+
+
+# Environment variables. Where dsx runs: which cluster and namespace, and where a step's evidence goes.
+ENV_CLUSTER: Final = "DSX_CLUSTER"
+"""The cluster spec (``sim:...``, ``state:PATH``, ``kube``); :func:`steps.cluster.connect` reads it."""
+ENV_NAMESPACE: Final = "DSX_NAMESPACE"
+"""The namespace dsx works in (its Leases, ConfigMaps, Jobs); the workflow's namespace in a pod."""
+ENV_KUBE_CONTEXT: Final = "DSX_KUBE_CONTEXT"
+"""The kubeconfig context ``dsx run --context`` hands the local runner's steps."""
+ENV_OUTPUT_DIR: Final = "DSX_OUTPUT_DIR"
+"""The folder for a step's evidence and output parameters (set by the workflow and the runner)."""
+ENV_DEBUG: Final = "DSX_DEBUG"
+"""``1``: the ``dsx`` command prints the traceback of an error. ``workflows.cli.main`` spells it again,
+since the command must start without loading this package; a test keeps the two equal."""
+ENV_RETRY_ATTEMPTS: Final = "DSX_RETRY_ATTEMPTS"
+"""Attempts of one API call that fails transiently (see :mod:`steps.cluster.retry`)."""
+ENV_RETRY_BASE_DELAY: Final = "DSX_RETRY_BASE_DELAY"
+"""The first back-off delay between those attempts, in seconds."""
+
+# Readiness: the group tests' Jobs and the ranks they run.
+ENV_GPU_IMAGE: Final = "DSX_GPU_IMAGE"
+"""The image of the rank pods (the chart value ``gpuImage``)."""
+ENV_RANK_SERVICE_ACCOUNT: Final = "DSX_RANK_SERVICE_ACCOUNT"
+"""The service account of the rank pods."""
+ENV_RANK_POD: Final = "DSX_RANK_POD"
+"""The operator's rank pod profile, JSON (the chart value ``rankPods``)."""
+ENV_JOB_POLL_S: Final = "DSX_JOB_POLL_S"
+"""Seconds between two looks at a group test's Job."""
+ENV_SCHEDULE_BUDGET_S: Final = "DSX_SCHEDULE_BUDGET_S"
+"""Seconds a group test's pods may take to be scheduled before the test fails."""
+ENV_STALE_WAIT_S: Final = "DSX_STALE_WAIT_S"
+"""Seconds to wait for a stale Job of an earlier attempt to go."""
+ENV_SHM_SIZE: Final = "DSX_SHM_SIZE"
+"""The size of the rank pods' ``/dev/shm``."""
+ENV_NODE_NAME: Final = "DSX_NODE_NAME"
+"""In a rank: the node it runs on (the pod's ``spec.nodeName``; the host name when unset)."""
+ENV_PHASE_FILE: Final = "DSX_PHASE_FILE"
+"""In a rank: the file it records its phase in, so that a hung rank can be told apart."""
+ENV_FAIL_FILE: Final = "DSX_FAIL_FILE"
+"""In a rank: the file a failing rank writes its error to."""
+ENV_REPORTS_KEPT: Final = "DSX_REPORTS_KEPT"
+"""How many certification reports are kept in the cluster."""
+
+# Runtime.
+ENV_HELM_NAMESPACES: Final = "DSX_HELM_NAMESPACES"
+"""The namespaces a snapshot reads Helm releases from (the chart value ``drift.helmNamespaces``)."""

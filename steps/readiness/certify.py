@@ -41,6 +41,8 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.health import health_source
 from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
+from steps.files import write_text
+from steps.models import input_error
 from steps.readiness.checks import (
     GroupRun,
     RelativeRequest,
@@ -52,7 +54,7 @@ from steps.readiness.checks import (
     run_allreduce_sweep,
     run_training_smoke,
 )
-from steps.readiness.evidence import output_dir, write_text
+from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
 from steps.readiness.report import (
@@ -366,13 +368,12 @@ def check_options(**values: Any) -> CertifyOptions:
     try:
         options = CertifyOptions(**values)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify option {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify option") from None
     parse_selector(options.selector or None)
     if not re.fullmatch(
         r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
     ):
-        raise InputError(f"certify option group_label: {options.group_label!r} is not a node label key")
+        raise InputError(f"certify option: group_label: {options.group_label!r} is not a node label key")
     sizes = [
         parse_size(v, name)
         for v, name in ((options.min_bytes, "min-bytes"), (options.max_bytes, "max-bytes"))
@@ -435,8 +436,7 @@ def plan(
             else RunRef.local(port.namespace)
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify workflow") from None
     selected = port.list_nodes(options.selector or None)
     managed = [n for n in selected if n.managed]
     with_gpus = [n for n in managed if n.gpu_count > 0]
@@ -925,13 +925,12 @@ def release(workflow_name: str, workflow_uid: str) -> str:
     try:
         run = RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"certify workflow {first['loc'][0]}: {first['msg']}") from None
+        raise input_error(exc, "certify workflow") from None
     holder = _holder(run)
-    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, "dsx.dev/node")
+    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, vocab.LABEL_LOCKED_NODE)
     released = []
     for lease in leases:
-        node = ((lease.get("metadata") or {}).get("labels") or {}).get("dsx.dev/node", "")
+        node = ((lease.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_LOCKED_NODE, "")
         if (
             node
             and (lease.get("spec") or {}).get("holderIdentity") == holder

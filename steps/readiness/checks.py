@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
 from steps.errors import InputError
-from steps.readiness.evidence import output_dir, write_text
+from steps.files import write_text
+from steps.models import input_error
+from steps.readiness.evidence import output_dir
 from steps.readiness.inject import parse_injections
-from steps.readiness.judge import judge_collective, judge_launch, judge_relative
+from steps.readiness.judge import judge_collective, judge_launch, judge_relative, straggler_verdicts
 from steps.readiness.launch import LaunchResult, launch_local
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json, worst
 from steps.readiness.sizes import parse_size
@@ -141,21 +143,46 @@ def _rank_files(launch: LaunchResult) -> list[str]:
     return [path for rank in launch.ranks for path in (rank.stdout, rank.stderr)]
 
 
+_Outcome = TypeVar("_Outcome", SweepOutcome, SmokeOutcome)
+
+
+def judged(
+    kind: type[_Outcome],
+    subject: Subject,
+    verdicts: list[Verdict],
+    evidence: list[str],
+    out_dir: str,
+    elapsed_s: float,
+    **result: Any,
+) -> _Outcome:
+    """A check's outcome, its status the worst of its verdicts; ``result`` is the run or result read."""
+    return kind(
+        subject=subject,
+        status=worst([v.status for v in verdicts]),
+        verdicts=verdicts,
+        evidence=evidence,
+        out_dir=out_dir,
+        elapsed_s=elapsed_s,
+        **result,
+    )
+
+
 def _launch_and_read(
     test: str,
     module: str,
     args: list[str],
-    subject: Subject,
-    ranks: int,
-    timeout_s: float,
-    rank_hosts: list[str] | None,
+    request: SweepRequest | SmokeRequest,
     folder: Path,
     result_file: Path,
     model: type[Model],
 ) -> tuple[Any, list[Verdict], list[str], float]:
-    """Run ``module`` as ``ranks`` local ranks; rank 0's result read as ``model`` (or None), the verdicts
-    on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed time."""
-    launch = launch_local(module, args, ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=rank_hosts)
+    """Run ``module`` as the request's local ranks; rank 0's result read as ``model`` (or None), the
+    verdicts on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed
+    time."""
+    subject, timeout_s = request.subject, request.timeout_s
+    launch = launch_local(
+        module, args, request.ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=request.rank_hosts
+    )
     evidence = _rank_files(launch)
     verdicts = judge_launch(launch, subject, test, timeout_s)
     result = _read_json(result_file, model) if launch.ok else None
@@ -190,7 +217,7 @@ def sweep_config(request: SweepRequest) -> SweepConfig:
             timeout_s=request.timeout_s,
         )
     except ValidationError as exc:
-        raise InputError(f"sweep: {exc.errors()[0]['msg']}") from None
+        raise input_error(exc, "sweep") from None
 
 
 def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
@@ -215,8 +242,7 @@ def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
             timeout_s=request.timeout_s,
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"smoke run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise input_error(exc, "smoke run") from None
     if config.d_model % config.heads:
         raise InputError(f"smoke run: d_model {config.d_model} is not a multiple of heads {config.heads}")
     return config
@@ -241,29 +267,12 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
         stale.unlink(missing_ok=True)
     args = [*sweep_args(config), "--out", str(run_file), "--table", str(table_file)]
     run, verdicts, evidence, elapsed = _launch_and_read(
-        "allreduce-sweep",
-        "steps.readiness.sweep",
-        args,
-        request.subject,
-        request.ranks,
-        request.timeout_s,
-        request.rank_hosts,
-        folder,
-        run_file,
-        CollectiveRun,
+        "allreduce-sweep", "steps.readiness.sweep", args, request, folder, run_file, CollectiveRun
     )
     if run is not None:
         evidence = [str(run_file), str(table_file), *evidence]
         verdicts += judge_collective(run, request.subject, thresholds, request.scope, [str(table_file)])
-    outcome = SweepOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        run=run,
-        verdicts=verdicts,
-        evidence=evidence,
-        out_dir=str(folder),
-        elapsed_s=elapsed,
-    )
+    outcome = judged(SweepOutcome, request.subject, verdicts, evidence, str(folder), elapsed, run=run)
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
 
@@ -342,44 +351,21 @@ def judge_smoke(
             )
         )
     limit = thresholds.training.straggler_skew
-    slow = [r for r in result.ranks if r.skew > limit]
     median_own = statistics.median(r.median_own_s for r in result.ranks)
-    for rank in sorted(slow, key=lambda r: (-r.skew, r.rank)):
-        label = f" ({rank.injected})" if rank.injected else ""
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-straggler",
-                status="fail",
-                measured=rank.skew,
-                threshold=limit,
-                unit="skew",
-                evidence=evidence,
-                message=(
-                    f"rank {rank.rank} on node {rank.host} is a straggler{label}: "
-                    f"{rank.median_own_s * 1000:.1f} ms "
-                    f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
-                    f"skew {rank.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
-                ),
-                rank=rank.rank,
-                node=rank.host,
-                injected=rank.injected is not None,
-            )
+    by_rank = {r.rank: r for r in result.ranks}
+
+    def slow(rank: Any) -> str:
+        record = by_rank[rank.rank]
+        return (
+            f"{record.median_own_s * 1000:.1f} ms "
+            f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
+            f"skew {record.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
         )
-    if not slow:
-        top = max(result.ranks, key=lambda r: (r.skew, -r.rank))
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-straggler",
-                status="pass",
-                measured=top.skew,
-                threshold=limit,
-                unit="skew",
-                evidence=evidence,
-                message=f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})",
-            )
-        )
+
+    def fine(top: Any) -> str:
+        return f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})"
+
+    verdicts += straggler_verdicts(subject, "smoke-straggler", result.ranks, limit, evidence, slow, fine)
     training = thresholds.training
     if result.mfu is not None and training.min_mfu is not None:
         ok = result.mfu >= training.min_mfu
@@ -418,30 +404,13 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
     result_file.unlink(missing_ok=True)
     args = [*smoke_args(config), "--out", str(result_file)]
     result, verdicts, evidence, elapsed = _launch_and_read(
-        "training-smoke",
-        "steps.readiness.smoke",
-        args,
-        request.subject,
-        request.ranks,
-        request.timeout_s,
-        request.rank_hosts,
-        folder,
-        result_file,
-        SmokeResult,
+        "training-smoke", "steps.readiness.smoke", args, request, folder, result_file, SmokeResult
     )
     if result is not None:
         evidence = [str(result_file), *evidence]
         verdicts += judge_smoke(
             result, request.subject, thresholds, request.min_loss_drop, [str(result_file)]
         )
-    outcome = SmokeOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        result=result,
-        verdicts=verdicts,
-        evidence=evidence,
-        out_dir=str(folder),
-        elapsed_s=elapsed,
-    )
+    outcome = judged(SmokeOutcome, request.subject, verdicts, evidence, str(folder), elapsed, result=result)
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome

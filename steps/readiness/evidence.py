@@ -1,18 +1,17 @@
-"""Where steps leave their evidence, and how files are written so none is ever half-written."""
+"""Where steps leave their evidence (written through :mod:`steps.files`, so none is ever half-written)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 
-__all__ = ["OUTPUT_ENV", "output_dir", "write_bytes", "write_text"]
+__all__ = ["OUTPUT_ENV", "output_dir"]
 
 #: The environment variable that names the folder for a step's evidence (set by the workflow).
-OUTPUT_ENV = "DSX_OUTPUT_DIR"
-_FILE_MODE = 0o644
+OUTPUT_ENV = vocab.ENV_OUTPUT_DIR
 
 
 def output_dir(default: str | Path | None) -> Path:
@@ -30,23 +29,3 @@ def output_dir(default: str | Path | None) -> Path:
     except OSError as exc:
         raise InputError(f"{path}: cannot create the evidence folder ({exc.strerror})") from None
     return path
-
-
-def write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temp, _FILE_MODE)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    return write_bytes(path, text.encode("utf-8"))

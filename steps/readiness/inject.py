@@ -10,13 +10,15 @@ injected fault says so.
 from __future__ import annotations
 
 import re
+import sys
+import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from steps.errors import InputError
 
-__all__ = ["InjectedFailure", "Injection", "parse_duration", "parse_injections"]
+__all__ = ["InjectedFailure", "Injection", "fail_or_hang", "parse_duration", "parse_injections"]
 
 Kind = Literal["delay", "fail", "hang", "corrupt", "nan"]
 _KINDS: tuple[str, ...] = ("delay", "fail", "hang", "corrupt", "nan")
@@ -42,6 +44,30 @@ class Injection(BaseModel):
     def label(self) -> str:
         """How every output names it: ``rank 2: delay=20ms (injected)``."""
         return f"rank {self.rank}: {self.spec.split(':', 1)[1]} (injected)"
+
+
+def fail_or_hang(mine: Injection | None, rank: int, where: str) -> None:
+    """At the fault point of a rank program, do what a ``fail`` or ``hang`` injection asks (else nothing).
+
+    A hang never returns: the rank stops answering, as a wedged GPU does, until the launcher's timeout
+    names it.
+
+    Args:
+        mine: this rank's injection, if any.
+        rank: this rank.
+        where: the fault point, for the message (``at step 10``, ``at 1048576 bytes``).
+
+    Raises:
+        InjectedFailure: the rank was told to fail.
+    """
+    if mine is None:
+        return
+    if mine.kind == "fail":
+        raise InjectedFailure(f"rank {rank}: injected failure {where} ({mine.spec})")
+    if mine.kind == "hang":
+        print(f"rank {rank}: injected hang {where} ({mine.spec})", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
 
 
 def parse_duration(text: str) -> float:

@@ -47,9 +47,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from steps.cluster import ClusterPort, ConflictError
 from steps.cluster import vocabulary as vocab
@@ -60,11 +60,12 @@ from steps.readiness.checks import (
     SweepOutcome,
     SweepRequest,
     judge_smoke,
+    judged,
     smoke_config,
     sweep_config,
 )
 from steps.readiness.judge import judge_collective
-from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, worst
+from steps.readiness.models import CollectiveRun, Model, Subject, Verdict
 from steps.readiness.outcomes import RunRef, workflow_owner
 from steps.readiness.rankpod import STATE_ERROR, STATE_EXIT_CODE, STATE_RESULT, read_published
 from steps.readiness.smoke import SmokeResult, smoke_args
@@ -187,21 +188,21 @@ def settings_for(plan: _PlanLike, port: ClusterPort | None = None) -> JobSetting
     Raises:
         InputError: no image is known, or a budget in the environment is not a positive number.
     """
-    image = plan.options.image or os.environ.get("DSX_GPU_IMAGE", "")
+    image = plan.options.image or os.environ.get(vocab.ENV_GPU_IMAGE, "")
     if not image:
         raise InputError("group jobs need a GPU image: set the workflow's image parameter or DSX_GPU_IMAGE")
     return JobSettings(
         namespace=plan.options.namespace
-        or os.environ.get("DSX_NAMESPACE")
+        or os.environ.get(vocab.ENV_NAMESPACE)
         or str(getattr(port, "namespace", "") or "default"),
         image=image,
-        service_account=os.environ.get("DSX_RANK_SERVICE_ACCOUNT") or "dsx-ranks",
+        service_account=os.environ.get(vocab.ENV_RANK_SERVICE_ACCOUNT) or "dsx-ranks",
         gpus_per_node=plan.gpus_per_node,
         run=plan.run,
-        poll_s=_env_seconds("DSX_JOB_POLL_S", 5.0),
-        schedule_budget_s=_env_seconds("DSX_SCHEDULE_BUDGET_S", 900.0),
-        stale_wait_s=_env_seconds("DSX_STALE_WAIT_S", 120.0),
-        shm_size=os.environ.get("DSX_SHM_SIZE") or "16Gi",
+        poll_s=_env_seconds(vocab.ENV_JOB_POLL_S, 5.0),
+        schedule_budget_s=_env_seconds(vocab.ENV_SCHEDULE_BUDGET_S, 900.0),
+        stale_wait_s=_env_seconds(vocab.ENV_STALE_WAIT_S, 120.0),
+        shm_size=os.environ.get(vocab.ENV_SHM_SIZE) or "16Gi",
     )
 
 
@@ -315,9 +316,9 @@ def render_group_job(
                 "command": list(RANK_COMMAND),
                 "args": rank_args,
                 "env": [
-                    {"name": "DSX_NAMESPACE", "value": settings.namespace},
-                    {"name": "DSX_CLUSTER", "value": "kube"},
-                    {"name": "DSX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": vocab.ENV_NAMESPACE, "value": settings.namespace},
+                    {"name": vocab.ENV_CLUSTER, "value": "kube"},
+                    {"name": vocab.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 ],
                 "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
                 "resources": {"limits": {GPU_RESOURCE: str(settings.gpus_per_node)}},
@@ -701,39 +702,58 @@ def _unreadable(subject: Subject, test: str, text: str) -> Verdict:
     )
 
 
-def run_sweep_job(
-    request: SweepRequest, plan: _PlanLike, port: ClusterPort, *, pod_patch: PodPatch | None = None
-) -> SweepOutcome:
-    """Run the sweep of ``request`` as a group job (NCCL) and judge rank 0's result."""
-    config = sweep_config(request.model_copy(update={"backend": "nccl", "inject": []}))
-    ran = run_group_job(
-        "allreduce-sweep",
+_Result = TypeVar("_Result", bound=BaseModel)
+
+
+def _run_check_job(
+    test: str,
+    module: str,
+    args: list[str],
+    request: SweepRequest | SmokeRequest,
+    plan: _PlanLike,
+    port: ClusterPort,
+    pod_patch: PodPatch | None,
+) -> GroupRunResult:
+    """:func:`run_group_job` for a check's request, with the plan's Job settings."""
+    return run_group_job(
+        test,
         request.subject,
-        "steps.readiness.sweep",
-        sweep_args(config),
+        module,
+        args,
         request.timeout_s,
         settings_for(plan, port),
         port,
         pod_patch=pod_patch,
     )
+
+
+def _read_result(
+    ran: GroupRunResult, model: type[_Result], subject: Subject, test: str
+) -> tuple[_Result | None, list[Verdict]]:
+    """Rank 0's result read as ``model``, and the verdicts so far (an unreadable result adds one)."""
     verdicts = list(ran.verdicts)
-    run: CollectiveRun | None = None
-    if ran.text is not None:
-        try:
-            run = CollectiveRun.model_validate_json(ran.text)
-        except ValueError:
-            verdicts.append(_unreadable(request.subject, "allreduce-sweep", ran.text))
+    if ran.text is None:
+        return None, verdicts
+    try:
+        return model.model_validate_json(ran.text), verdicts
+    except ValueError:
+        return None, [*verdicts, _unreadable(subject, test, ran.text)]
+
+
+def run_sweep_job(
+    request: SweepRequest, plan: _PlanLike, port: ClusterPort, *, pod_patch: PodPatch | None = None
+) -> SweepOutcome:
+    """Run the sweep of ``request`` as a group job (NCCL) and judge rank 0's result."""
+    config = sweep_config(request.model_copy(update={"backend": "nccl", "inject": []}))
+    ran = _run_check_job(
+        "allreduce-sweep", "steps.readiness.sweep", sweep_args(config), request, plan, port, pod_patch
+    )
+    run, verdicts = _read_result(ran, CollectiveRun, request.subject, "allreduce-sweep")
     if run is not None:
         thresholds = load_thresholds(request.thresholds)
         verdicts += judge_collective(run, request.subject, thresholds, request.scope, ran.evidence)
-    return SweepOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        run=run,
-        verdicts=verdicts,
-        evidence=ran.evidence,
-        out_dir=ran.evidence[0],
-        elapsed_s=ran.elapsed_s,
+    return judged(
+        SweepOutcome, request.subject, verdicts, ran.evidence, ran.evidence[0], ran.elapsed_s, run=run
     )
 
 
@@ -743,31 +763,12 @@ def run_smoke_job(
     """Run the training smoke run of ``request`` as a group job (NCCL) and judge rank 0's result."""
     thresholds = load_thresholds(request.thresholds)
     config = smoke_config(request.model_copy(update={"backend": "nccl", "inject": []}), thresholds)
-    ran = run_group_job(
-        "training-smoke",
-        request.subject,
-        "steps.readiness.smoke",
-        smoke_args(config),
-        request.timeout_s,
-        settings_for(plan, port),
-        port,
-        pod_patch=pod_patch,
+    ran = _run_check_job(
+        "training-smoke", "steps.readiness.smoke", smoke_args(config), request, plan, port, pod_patch
     )
-    verdicts = list(ran.verdicts)
-    result: SmokeResult | None = None
-    if ran.text is not None:
-        try:
-            result = SmokeResult.model_validate_json(ran.text)
-        except ValueError:
-            verdicts.append(_unreadable(request.subject, "training-smoke", ran.text))
+    result, verdicts = _read_result(ran, SmokeResult, request.subject, "training-smoke")
     if result is not None:
         verdicts += judge_smoke(result, request.subject, thresholds, request.min_loss_drop, ran.evidence)
-    return SmokeOutcome(
-        subject=request.subject,
-        status=worst([v.status for v in verdicts]),
-        result=result,
-        verdicts=verdicts,
-        evidence=ran.evidence,
-        out_dir=ran.evidence[0],
-        elapsed_s=ran.elapsed_s,
+    return judged(
+        SmokeOutcome, request.subject, verdicts, ran.evidence, ran.evidence[0], ran.elapsed_s, result=result
     )

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from steps.readiness.launch import LaunchResult, stderr_tail
 from steps.readiness.models import CollectiveRun, Subject, Verdict
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import Scope, Thresholds
 
-__all__ = ["MAD_FLOOR", "judge_collective", "judge_launch", "judge_relative"]
+__all__ = ["MAD_FLOOR", "judge_collective", "judge_launch", "judge_relative", "straggler_verdicts"]
 
 #: In relative mode the spread is never taken below this fraction of the median, so groups that
 #: differ only by noise are not failed when most groups measure exactly alike.
@@ -32,6 +33,71 @@ def _measured_sizes(run: CollectiveRun) -> set[int]:
     """The sizes at which the run has a bus bandwidth figure."""
     table = run.results
     return {size for index, size in enumerate(table.size) if table.busbw(index) is not None}
+
+
+class _Skewed(Protocol):
+    """A rank's record with a skew: a sweep's :class:`RankStats` or a smoke run's rank."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def skew(self) -> float: ...
+    @property
+    def injected(self) -> str | None: ...
+
+
+def straggler_verdicts(
+    subject: Subject,
+    test: str,
+    ranks: Sequence[_Skewed],
+    limit: float,
+    evidence: list[str],
+    slow: Callable[[_Skewed], str],
+    fine: Callable[[_Skewed], str],
+) -> list[Verdict]:
+    """One failing verdict per rank whose skew is over ``limit`` (the most skewed first), else one passing.
+
+    Args:
+        slow: what a straggler did, after ``rank R on node N is a straggler (injection):``.
+        fine: the whole message of the passing verdict, given the most skewed rank.
+    """
+    stragglers = sorted((r for r in ranks if r.skew > limit), key=lambda r: (-r.skew, r.rank))
+    verdicts = [
+        Verdict(
+            subject=subject,
+            test=test,
+            status="fail",
+            measured=rank.skew,
+            threshold=limit,
+            unit="skew",
+            evidence=evidence,
+            message=(
+                f"rank {rank.rank} on node {rank.host} is a straggler"
+                f"{f' ({rank.injected})' if rank.injected else ''}: {slow(rank)}"
+            ),
+            rank=rank.rank,
+            node=rank.host,
+            injected=rank.injected is not None,
+        )
+        for rank in stragglers
+    ]
+    if not stragglers and ranks:
+        top = max(ranks, key=lambda r: (r.skew, -r.rank))
+        verdicts.append(
+            Verdict(
+                subject=subject,
+                test=test,
+                status="pass",
+                measured=top.skew,
+                threshold=limit,
+                unit="skew",
+                evidence=evidence,
+                message=fine(top),
+            )
+        )
+    return verdicts
 
 
 def judge_collective(
@@ -120,46 +186,25 @@ def judge_collective(
         )
     if run.rank_stats:
         limit = thresholds.nccl.straggler_skew
-        slow = [stats for stats in run.rank_stats if stats.skew > limit]
         median_outside = statistics.median(stats.outside_s for stats in run.rank_stats)
-        for stats in sorted(slow, key=lambda s: (-s.skew, s.rank)):
-            label = f" ({stats.injected})" if stats.injected else ""
-            verdicts.append(
-                Verdict(
-                    subject=subject,
-                    test="allreduce-straggler",
-                    status="fail",
-                    measured=stats.skew,
-                    threshold=limit,
-                    unit="skew",
-                    evidence=kept,
-                    message=(
-                        f"rank {stats.rank} on node {stats.host} is a straggler{label}: "
-                        f"{stats.outside_s:.3f} s outside all-reduce against a median rank's "
-                        f"{median_outside:.3f} s, skew {stats.skew:.2f} > {limit:g}"
-                    ),
-                    rank=stats.rank,
-                    node=stats.host,
-                    injected=stats.injected is not None,
-                )
+        by_rank = {stats.rank: stats for stats in run.rank_stats}
+
+        def slow(stats: _Skewed) -> str:
+            outside = by_rank[stats.rank].outside_s
+            return (
+                f"{outside:.3f} s outside all-reduce against a median rank's "
+                f"{median_outside:.3f} s, skew {stats.skew:.2f} > {limit:g}"
             )
-        if not slow:
-            top = max(run.rank_stats, key=lambda s: (s.skew, -s.rank))
-            verdicts.append(
-                Verdict(
-                    subject=subject,
-                    test="allreduce-straggler",
-                    status="pass",
-                    measured=top.skew,
-                    threshold=limit,
-                    unit="skew",
-                    evidence=kept,
-                    message=(
-                        f"{name}: no straggler among {len(run.rank_stats)} ranks "
-                        f"(largest skew {top.skew:.2f}, rank {top.rank} on node {top.host}, limit {limit:g})"
-                    ),
-                )
+
+        def fine(top: _Skewed) -> str:
+            return (
+                f"{name}: no straggler among {len(run.rank_stats)} ranks "
+                f"(largest skew {top.skew:.2f}, rank {top.rank} on node {top.host}, limit {limit:g})"
             )
+
+        verdicts += straggler_verdicts(
+            subject, "allreduce-straggler", run.rank_stats, limit, kept, slow, fine
+        )
     return verdicts
 
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.forkserver import ForkedChild, ForkServer
 from steps.readiness.rankenv import read_phase
@@ -44,7 +45,7 @@ _STACK_DUMP_WAIT_S = 0.5
 _SERVER_START_S = 300.0
 _FORK_ANSWER_S = 30.0
 _PRELOAD = ("torch", "torch.distributed")
-FAIL_FILE_ENV = "DSX_FAIL_FILE"
+FAIL_FILE_ENV = vocab.ENV_FAIL_FILE
 
 
 class RankExit(BaseModel):
@@ -291,11 +292,13 @@ def launch_local(
             base,
             RANK=str(rank),
             LOCAL_RANK=str(rank),
-            DSX_PHASE_FILE=str(files[rank]["phase"]),
-            DSX_FAIL_FILE=str(files[rank]["failed"]),
+            **{
+                vocab.ENV_PHASE_FILE: str(files[rank]["phase"]),
+                vocab.ENV_FAIL_FILE: str(files[rank]["failed"]),
+            },
         )
         if rank_hosts is not None:
-            rank_env["DSX_NODE_NAME"] = rank_hosts[rank]
+            rank_env[vocab.ENV_NODE_NAME] = rank_hosts[rank]
         specs.append(
             {
                 "rank": rank,

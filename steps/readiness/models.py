@@ -12,7 +12,9 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from steps.models import Frozen as Model  # every readiness model: unknown fields refused, immutable
 
 __all__ = [
     "STATUS_ORDER",
@@ -42,12 +44,6 @@ nothing was measured; it says nothing about the nodes' health (they stay ``pendi
 
 #: Severity of verdict statuses, mildest first: the status of a set of verdicts is the worst one.
 STATUS_ORDER: dict[str, int] = {"pass": 0, "unschedulable": 1, "fail": 2, "hang": 3, "error": 4}
-
-
-class Model(BaseModel):
-    """Base of every readiness model: unknown fields are refused, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Preamble(Model):

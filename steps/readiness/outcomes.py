@@ -261,7 +261,7 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
 
 def _prune_reports(port: ClusterPort, namespace: str) -> None:
     try:
-        kept = max(1, int(os.environ.get("DSX_REPORTS_KEPT", str(REPORTS_KEPT))))
+        kept = max(1, int(os.environ.get(vocab.ENV_REPORTS_KEPT, str(REPORTS_KEPT))))
     except ValueError:
         kept = REPORTS_KEPT
     found = port.list_objects("v1", "ConfigMap", namespace, f"{vocab.LABEL_CERTIFICATION_REPORT}=true")

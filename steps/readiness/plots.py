@@ -10,7 +10,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from steps.readiness.evidence import write_bytes
+from steps.files import write_bytes
 from steps.readiness.models import CollectiveRun, Subject
 from steps.readiness.sizes import format_size
 from steps.readiness.smoke import SmokeResult

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 
 __all__ = ["INSIDE", "OUTSIDE", "PhaseMarker", "RankEnv", "joined", "node_name", "read_phase", "sync"]
@@ -64,7 +65,7 @@ class RankEnv(BaseModel):
 def node_name() -> str:
     """The node this rank runs on: ``DSX_NODE_NAME`` (the Kubernetes node, set through the downward
     API, or the node a local rank stands for), else the host name."""
-    return os.environ.get("DSX_NODE_NAME") or socket.gethostname()
+    return os.environ.get(vocab.ENV_NODE_NAME) or socket.gethostname()
 
 
 class PhaseMarker:
@@ -75,7 +76,7 @@ class PhaseMarker:
     """
 
     def __init__(self, path: str | None = None) -> None:
-        path = path if path is not None else os.environ.get("DSX_PHASE_FILE")
+        path = path if path is not None else os.environ.get(vocab.ENV_PHASE_FILE)
         self._map: mmap.mmap | None = None
         if path:
             with open(path, "r+b") as handle:

@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
+from steps.models import Camel
 
 __all__ = [
     "DEFAULT_SHM_SIZE",
@@ -45,7 +46,7 @@ __all__ = [
     "recipe_profile",
 ]
 
-ENV_VAR = "DSX_RANK_POD"
+ENV_VAR = vocab.ENV_RANK_POD
 """The environment variable holding the operator's profile as JSON (the chart value ``rankPods``)."""
 RANKS_CONTAINER = "ranks"
 """The container of a group Job's pod that runs torchrun."""
@@ -126,11 +127,7 @@ def _quantity_value(value: str) -> Decimal:
     return number.scaleb(_DECIMAL_SI[suffix])
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class EnvVar(_Camel):
+class EnvVar(Camel):
     """One environment variable of the rank container. A ``null`` value removes an earlier profile's."""
 
     name: str
@@ -149,7 +146,7 @@ class EnvVar(_Camel):
         return name
 
 
-class Toleration(_Camel):
+class Toleration(Camel):
     """A Kubernetes toleration, checked as the API server checks it."""
 
     key: str = ""
@@ -190,7 +187,7 @@ class Toleration(_Camel):
         return out
 
 
-class RankPodProfile(_Camel):
+class RankPodProfile(Camel):
     """What a rank pod needs beyond what dsx renders, camelCase as the chart value ``rankPods``.
 
     In the maps (``resources``, ``annotations``, ``labels``, ``nodeSelector``) and in ``env``, a ``null``

@@ -13,16 +13,17 @@ members are at fault is not known (bisection narrows it). So is a node whose tes
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from steps.errors import InputError
+from steps.cluster import vocabulary as vocab
+from steps.files import write_text
+from steps.models import validate
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
-from steps.readiness.evidence import output_dir, write_text
+from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import load_thresholds
@@ -56,7 +57,7 @@ class NodeResult(Model):
 class CertificationReport(Model):
     """Everything a certification run found, with its evidence."""
 
-    api_version: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    api_version: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["CertificationReport"] = "CertificationReport"
     status: Literal["passed", "failed"]
     summary: str
@@ -266,10 +267,6 @@ def build_report(request: ReportRequest) -> CertificationReport:
     return report
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load_report(path: str | Path) -> CertificationReport:
     """Read a ``report.json``.
 
@@ -277,24 +274,11 @@ def load_report(path: str | Path) -> CertificationReport:
         InputError: the file is missing, not UTF-8, not strict JSON (``NaN`` and ``Infinity`` are not
             numbers in JSON), or not a certification report (naming the field).
     """
-    from steps.yamlio import read_text
+    from steps.yamlio import parse_json, read_text
 
     file = Path(path)
-    text = read_text(file, str(file), "a report file")
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{file}: line {exc.lineno}: not JSON ({exc.msg})") from None
-    except ValueError as exc:  # NaN, Infinity
-        raise InputError(f"{file}: not strict JSON: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{file}: not JSON: nested too deeply") from None
-    try:
-        return CertificationReport.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top)"
-        raise InputError(f"{file}: not a certification report: {where}: {first['msg']}") from None
+    data = parse_json(read_text(file, str(file), "a report file"), str(file))
+    return validate(CertificationReport, data, str(file), what="certification report")
 
 
 def recheck_report(report: CertificationReport) -> tuple[CertificationReport, list[str]]:

@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError
-from steps.readiness.evidence import write_text
-from steps.readiness.inject import InjectedFailure, Injection, parse_injections
+from steps.files import write_text
+from steps.readiness.inject import Injection, fail_or_hang, parse_injections
 from steps.readiness.models import Model, dump_json
 from steps.readiness.rankenv import RankEnv, joined, sync
 
@@ -170,17 +170,8 @@ def _train(
     losses: list[float | None] = []
     first_bad: int | None = None
     for step in range(config.steps):
-        if mine is not None and step == fault_step:
-            if mine.kind == "fail":
-                raise InjectedFailure(f"rank {env.rank}: injected failure at step {step} ({mine.spec})")
-            if mine.kind == "hang":
-                print(
-                    f"rank {env.rank}: injected hang at step {step} ({mine.spec})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                while True:
-                    time.sleep(3600)
+        if step == fault_step:
+            fail_or_hang(mine, env.rank, f"at step {step}")
         tokens = torch.randint(0, config.vocab, (config.batch_size, config.seq_len), generator=generator)
         tokens = tokens.to(device)
         labels = mapping[tokens]

@@ -34,8 +34,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError
-from steps.readiness.evidence import write_text
-from steps.readiness.inject import InjectedFailure, Injection, parse_injections
+from steps.files import write_text
+from steps.readiness.inject import Injection, fail_or_hang, parse_injections
 from steps.readiness.models import (
     CollectiveRun,
     Footer,
@@ -173,17 +173,8 @@ def _sweep(
     gathered = [torch.zeros(3, dtype=torch.float64, device=device) for _ in range(world)]
     for index, size in enumerate(sizes):
         count = size // _ELEMENT_BYTES
-        if mine is not None and index == fault_at:
-            if mine.kind == "fail":
-                raise InjectedFailure(f"rank {env.rank}: injected failure at {size} bytes ({mine.spec})")
-            if mine.kind == "hang":
-                print(
-                    f"rank {env.rank}: injected hang at {size} bytes ({mine.spec})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                while True:
-                    time.sleep(3600)
+        if index == fault_at:
+            fail_or_hang(mine, env.rank, f"at {size} bytes")
         pattern = base.repeat((count + _PATTERN_PERIOD - 1) // _PATTERN_PERIOD)[:count]
         buf = pattern * float(env.rank + 1)
         phase.inside()

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError, field_validator
 
 from steps.errors import InputError
+from steps.models import Camel, input_error
 from steps.readiness.sizes import parse_size
 
 __all__ = [
@@ -42,11 +42,7 @@ __all__ = [
 Scope = Literal["node", "multi-node"]
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class AllReduceThreshold(_Camel):
+class AllReduceThreshold(Camel):
     """Expected all-reduce bus bandwidth at one named message size, for one scope."""
 
     size: int = Field(description="message size in bytes (1GiB, 8GiB... in the recipe)")
@@ -62,14 +58,14 @@ class AllReduceThreshold(_Camel):
             raise ValueError(str(exc)) from None
 
 
-class RelativeThresholds(_Camel):
+class RelativeThresholds(Camel):
     """Relative mode: groups of equal size in the same run, judged against their median and MAD."""
 
     mad_factor: float = Field(default=3.0, gt=0)
     min_groups: int = Field(default=3, ge=2)
 
 
-class NcclThresholds(_Camel):
+class NcclThresholds(Camel):
     """All-reduce expectations."""
 
     all_reduce: list[AllReduceThreshold] = Field(default_factory=list)
@@ -80,7 +76,7 @@ class NcclThresholds(_Camel):
     )
 
 
-class TrainingThresholds(_Camel):
+class TrainingThresholds(Camel):
     """Training smoke run expectations."""
 
     steps: int = Field(default=30, ge=2)
@@ -89,7 +85,7 @@ class TrainingThresholds(_Camel):
     peak_tflops: float | None = Field(default=None, gt=0)
 
 
-class Thresholds(_Camel):
+class Thresholds(Camel):
     """Everything readiness judges against."""
 
     nccl: NcclThresholds = Field(default_factory=NcclThresholds)
@@ -98,13 +94,6 @@ class Thresholds(_Camel):
     def all_reduce(self, scope: Scope) -> list[AllReduceThreshold]:
         """The all-reduce thresholds of one scope, smallest size first."""
         return sorted((t for t in self.nccl.all_reduce if t.scope == scope), key=lambda t: t.size)
-
-
-def _location(error: Mapping[str, Any]) -> str:
-    parts: list[str] = ["thresholds"]
-    for item in error.get("loc", ()):
-        parts.append(f"[{item}]" if isinstance(item, int) else f".{item}")
-    return "".join(parts).replace(".[", "[")
 
 
 def load_thresholds(data: Mapping[str, Any] | str | Path | None) -> Thresholds:
@@ -141,8 +130,7 @@ def load_thresholds(data: Mapping[str, Any] | str | Path | None) -> Thresholds:
     try:
         return Thresholds.model_validate(loaded)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"{source}: {_location(first)}: {first['msg']}") from None
+        raise input_error(exc, source, prefix=("thresholds",)) from None
 
 
 def group_timeout(healthy_s: float, thresholds: Thresholds) -> float:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.runtime.catalogue import check_value
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
@@ -225,7 +226,7 @@ def _render_argocd(result: RecipeResult, repo_url: str, revision: str, repo_path
             "name": "dsx-runtime",
             "namespace": "argocd",
             "labels": {"app.kubernetes.io/part-of": "dsx-runtime"},
-            "annotations": {"dsx.dev/recipe-digest": result.digest},
+            "annotations": {vocab.ANNOTATION_RECIPE_DIGEST: result.digest},
         },
         "spec": {
             "project": "default",

@@ -16,9 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
+from steps.models import Frozen, validate
 from steps.runtime.criteria import Criteria, parse_criteria
 from steps.runtime.yamlio import LineDict, line_of, load_yaml
 
@@ -35,7 +37,7 @@ __all__ = [
     "load_catalogue",
 ]
 
-API_VERSION = "dsx.dev/v1alpha1"
+API_VERSION = vocab.API_VERSION
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
@@ -80,23 +82,19 @@ def check_value(kind: str, value: str) -> str:
     return value
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Metadata(_Strict):
+class _Metadata(Frozen):
     name: str
     description: str = ""
 
 
-class NodeScheduling(_Strict):
+class NodeScheduling(Frozen):
     """Where a chart takes the node selector and tolerations of its control-plane pods (values paths)."""
 
     nodeSelector: list[str] = Field(default_factory=list)
     tolerations: list[str] = Field(default_factory=list)
 
 
-class ComponentSpec(_Strict):
+class ComponentSpec(Frozen):
     """One component of the registry: where its chart lives and how it is installed by default."""
 
     description: str = ""
@@ -122,18 +120,18 @@ class ComponentSpec(_Strict):
         return check_value("version", value)
 
 
-class _RegistrySpec(_Strict):
+class _RegistrySpec(Frozen):
     components: dict[str, ComponentSpec]
 
 
-class _Registry(_Strict):
-    apiVersion: Literal["dsx.dev/v1alpha1"]
+class _Registry(Frozen):
+    apiVersion: vocab.ApiVersion
     kind: Literal["ComponentRegistry"]
     metadata: _Metadata
     spec: _RegistrySpec
 
 
-class ComponentRef(_Strict):
+class ComponentRef(Frozen):
     """What an overlay says about one component; absent fields leave earlier settings alone."""
 
     name: str
@@ -151,7 +149,7 @@ class ComponentRef(_Strict):
         return None if value is None else check_value(str(info.field_name), value)
 
 
-class _Fabric(_Strict):
+class _Fabric(Frozen):
     """How rank pods reach the fabric: a rank pod profile (readiness checks its fields) and, for every
     setting, the documentation it follows."""
 
@@ -160,7 +158,7 @@ class _Fabric(_Strict):
     """``null`` takes out what an earlier overlay set, as anywhere else in a merged mapping."""
 
 
-class _RecipeSpec(_Strict):
+class _RecipeSpec(Frozen):
     base: str | None = None
     abstract: bool = False
     criteria: dict[str, Any] = Field(default_factory=dict)
@@ -171,8 +169,8 @@ class _RecipeSpec(_Strict):
     fabric: _Fabric | None = None
 
 
-class _Recipe(_Strict):
-    apiVersion: Literal["dsx.dev/v1alpha1"]
+class _Recipe(Frozen):
+    apiVersion: vocab.ApiVersion
     kind: Literal["Recipe"]
     metadata: _Metadata
     spec: _RecipeSpec
@@ -232,15 +230,6 @@ def default_catalogue_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "recipes"
 
 
-def _schema_error(label: str, raw: Any, exc: ValidationError, prefix: tuple[Any, ...] = ()) -> InputError:
-    first = exc.errors()[0]
-    loc = (*prefix, *first["loc"])
-    line = line_of(raw, loc)
-    where = f"{label}:{line}" if line else label
-    path = ".".join(str(p) for p in loc) or "(document)"
-    return InputError(f"{where}: {path}: {first['msg']}")
-
-
 def _check_name(kind: str, name: str, where: str) -> None:
     if not _NAME.match(name):
         raise InputError(f"{where}: {kind} name {name!r} must be lowercase letters, digits and '-'")
@@ -278,10 +267,7 @@ def _load_registry(root: Path, label: str) -> tuple[dict[str, ComponentSpec], st
     if not path.is_file():
         raise InputError(f"{shown}: missing: a catalogue needs a ComponentRegistry in registry.yaml")
     raw = load_yaml(path, shown)
-    try:
-        registry = _Registry.model_validate(raw)
-    except ValidationError as exc:
-        raise _schema_error(shown, raw, exc) from exc
+    registry = validate(_Registry, raw, shown)
     for name, spec in registry.spec.components.items():
         where = f"{shown}:{line_of(raw, ('spec', 'components', name))}"
         _check_name("component", name, where)
@@ -293,10 +279,7 @@ def _load_registry(root: Path, label: str) -> tuple[dict[str, ComponentSpec], st
 
 def _load_overlay(path: Path, shown: str, components: dict[str, ComponentSpec]) -> Overlay:
     raw = load_yaml(path, shown)
-    try:
-        recipe = _Recipe.model_validate(raw)
-    except ValidationError as exc:
-        raise _schema_error(shown, raw, exc) from exc
+    recipe = validate(_Recipe, raw, shown)
     lines = _index_lines(raw)
 
     def where(*parts: str) -> str:

@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
+from steps.models import Strict
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
 from steps.runtime.snapshot import Snapshot
 
@@ -51,11 +53,7 @@ compares; ``all``, the default, first."""
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Finding(_Model):
+class Finding(Strict):
     """One difference between the recipe and the cluster."""
 
     scope: Literal["cluster", "node", "component"]
@@ -67,10 +65,10 @@ class Finding(_Model):
     message: str
 
 
-class DriftReport(_Model):
+class DriftReport(Strict):
     """The result of ``dsx drift`` (kind DriftReport)."""
 
-    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    apiVersion: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["DriftReport"] = "DriftReport"
     cluster: str
     recipeDigest: str

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from steps.runtime.catalogue import Catalogue, ComponentRef, Overlay
 from steps.runtime.criteria import Criteria
@@ -93,7 +94,7 @@ class RecipeResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    apiVersion: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["RecipeResult"] = "RecipeResult"
     criteria: dict[str, Any]
     appliedOverlays: list[AppliedOverlay]

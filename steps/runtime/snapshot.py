@@ -22,12 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ForbiddenError
 from steps.errors import InputError
-from steps.runtime.yamlio import line_of, load_yaml
-from steps.yamlio import read_text
+from steps.models import Strict, validate
+from steps.runtime.yamlio import load_yaml
+from steps.yamlio import parse_json, read_text
 
 if TYPE_CHECKING:
     from steps.cluster.port import ClusterPort, Node
@@ -59,17 +61,13 @@ GFD_LABELS = {
 }
 """GPU Feature Discovery labels read (newer ``*-version.full`` labels first, then the split ones)."""
 
-HELM_NAMESPACES_ENV = "DSX_HELM_NAMESPACES"
+HELM_NAMESPACES_ENV = vocab.ENV_HELM_NAMESPACES
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 _WORKLOAD_KINDS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"))
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NodeSnapshot(_Model):
+class NodeSnapshot(Strict):
     """One node's software as the cluster reports it (empty strings where nothing is reported)."""
 
     name: str
@@ -84,7 +82,7 @@ class NodeSnapshot(_Model):
     cudaVersion: str = ""
 
 
-class ReleaseSnapshot(_Model):
+class ReleaseSnapshot(Strict):
     """The deployed revision of one Helm release."""
 
     name: str
@@ -96,7 +94,7 @@ class ReleaseSnapshot(_Model):
     revision: int = 0
 
 
-class WorkloadImage(_Model):
+class WorkloadImage(Strict):
     """One container image of one workload."""
 
     namespace: str
@@ -106,10 +104,10 @@ class WorkloadImage(_Model):
     image: str
 
 
-class Snapshot(_Model):
+class Snapshot(Strict):
     """A cluster snapshot (kind ClusterSnapshot): nodes, Helm releases, workload images."""
 
-    apiVersion: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    apiVersion: vocab.ApiVersion = vocab.API_VERSION
     kind: Literal["ClusterSnapshot"] = "ClusterSnapshot"
     cluster: str = ""
     nodes: list[NodeSnapshot] = Field(default_factory=list)
@@ -302,21 +300,5 @@ def read_snapshot(path: Path) -> Snapshot:
         InputError: unreadable, or not a ClusterSnapshot (with the line).
     """
     path = Path(path)
-    raw: Any = None
-    if path.suffix == ".json":
-        try:
-            raw = json.loads(read_text(path))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
-        except RecursionError:
-            raise InputError(f"{path}: invalid JSON: nested too deeply") from None
-    else:
-        raw = load_yaml(path, str(path))
-    try:
-        return Snapshot.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        line = line_of(raw, first["loc"])
-        where = f"{path}:{line}" if line else str(path)
-        loc = ".".join(str(p) for p in first["loc"]) or "(document)"
-        raise InputError(f"{where}: not a ClusterSnapshot: {loc}: {first['msg']}") from exc
+    raw = parse_json(read_text(path), str(path)) if path.suffix == ".json" else load_yaml(path, str(path))
+    return validate(Snapshot, raw, str(path), what="ClusterSnapshot")

@@ -5,12 +5,14 @@ Each runs the same under pytest, the local runner and Hera's runner in a pod; ev
 module must not use ``from __future__ import annotations``: Hera reads the annotations.
 """
 
-from os import environ, replace
+from os import environ
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from steps.cluster import vocabulary as vocab
+from steps.files import write_text
 from steps.runtime import graph
 from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
 from steps.runtime.catalogue import load_catalogue
@@ -59,7 +61,7 @@ class BundleSummary(BaseModel):
 
 def output_dir(*parts: str) -> Path:
     """``$DSX_OUTPUT_DIR`` (default ``dsx-out``) joined with ``parts``, created."""
-    folder = Path(environ.get("DSX_OUTPUT_DIR", "dsx-out")).joinpath(*parts)
+    folder = Path(environ.get(vocab.ENV_OUTPUT_DIR, "dsx-out")).joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -78,12 +80,6 @@ def _resolve(
         }
     )
     return resolve(load_catalogue(Path(recipes) if recipes else None), query)
-
-
-def _write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    replace(temporary, path)
 
 
 def resolve_recipe(
@@ -111,7 +107,7 @@ def resolve_recipe(
         "graph.json": graph.to_json(dependency_graph, result.deploymentOrder, result.tiers),
     }
     for name, text in texts.items():
-        _write(folder / name, text)
+        write_text(folder / name, text)
     return RecipeSummary(
         digest=result.digest,
         criteria=result.criteria,
@@ -201,8 +197,8 @@ def detect_drift(
     snapshot = take_snapshot(port, cluster=cluster)
     report = compare(snapshot, result, SCOPES[scope])
     folder = output_dir("drift")
-    _write(folder / "snapshot.json", snapshot.model_dump_json(indent=2) + "\n")
-    _write(folder / "drift.json", report.model_dump_json(indent=2) + "\n")
+    write_text(folder / "snapshot.json", snapshot.model_dump_json(indent=2) + "\n")
+    write_text(folder / "drift.json", report.model_dump_json(indent=2) + "\n")
     labelled: list[str] = []
     if label and "nodes" in SCOPES[scope]:
         drifted = set(report.driftedNodes)

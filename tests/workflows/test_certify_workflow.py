@@ -117,7 +117,7 @@ def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path:
     for bad, message in (
         (["-p", "nodes=a b ==c"], "label selector 'a b ==c'"),
         (["-p", "min-bytes=8MiB", "-p", "max-bytes=1KiB"], "min-bytes 8388608 is larger than max-bytes 1024"),
-        (["-p", "iters=0"], "certify option iters"),
+        (["-p", "iters=0"], "certify option: iters"),
         (["-p", "group-label=not a label"], "is not a node label key"),
     ):
         out = tmp_path / "never"

@@ -4,15 +4,10 @@ import json
 import subprocess
 import sys
 
+from tests.cli import dsx as _dsx
 from tests.paths import REPO
 
 HEAVY = ("torch", "pandas", "kubernetes", "hera", "matplotlib", "numpy")
-
-
-def _dsx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, cwd=REPO, check=False
-    )
 
 
 def test_starting_the_cli_imports_no_heavy_library() -> None:

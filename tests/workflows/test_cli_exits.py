@@ -16,17 +16,10 @@ from pathlib import Path
 import pytest
 
 from steps.errors import EXIT_INTERNAL
+from tests.cli import dsx_here as _dsx
 from tests.paths import REPO
-from workflows.cli.main import run
 
 NOT_UTF8 = b"kind: Recipe\nmetadata:\n  name: caf\xe9\n"
-
-
-def _dsx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in this process; its exit code, stdout and stderr."""
-    code = run(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_line(err: str) -> str:

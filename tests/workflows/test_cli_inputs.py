@@ -15,17 +15,11 @@ import pytest
 import yaml
 
 from steps.cluster import load_fleet
+from tests.cli import dsx_here as _dsx
 from tests.k8s_emulator import Emulator, write_kubeconfig
 from tests.paths import REPO
-from workflows.cli.main import run
 
 CRITERIA = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]
-
-
-def _dsx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = run(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _error(err: str) -> str:

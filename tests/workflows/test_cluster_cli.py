@@ -6,12 +6,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from steps.cluster import load_fleet, shareable
+from tests.cli import dsx
 from tests.k8s_emulator import Emulator, write_kubeconfig
-from tests.paths import REPO
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> str:
@@ -29,15 +28,7 @@ def _dsx(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the ``dsx`` command in a new process, as a user would (exit codes, standard error)."""
     full_env = {k: v for k, v in os.environ.items() if k != "DSX_CLUSTER"}
     full_env.update(DSX_RETRY_BASE_DELAY="0", DSX_RETRY_ATTEMPTS="2")
-    return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=full_env,
-        check=False,
-        timeout=60,
-    )
+    return dsx(*args, env=full_env, timeout=60)
 
 
 def test_nodes_lists_a_simulated_fleet_with_gpu_labels_as_json() -> None:

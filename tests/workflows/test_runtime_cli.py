@@ -2,20 +2,14 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli import dsx as _dsx
 from tests.paths import REPO
 
 CRITERIA = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]
 FLEET = REPO / "recipes" / "fleets" / "eks-h100-training.yaml"
 """A simulated fleet running exactly what the packaged recipe pins for CRITERIA."""
-
-
-def _dsx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, cwd=cwd, check=False
-    )
 
 
 def test_recipe_resolve_json_gives_versions_order_overlays_and_digest(tmp_path: Path) -> None:

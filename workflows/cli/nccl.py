@@ -92,7 +92,9 @@ def print_verdicts(verdicts: list[Any]) -> None:
 
 
 def _evidence_dir(out_dir: Path | None, prefix: str) -> str:
-    if out_dir is not None or os.environ.get("DSX_OUTPUT_DIR"):
+    from steps.cluster import vocabulary as vocab
+
+    if out_dir is not None or os.environ.get(vocab.ENV_OUTPUT_DIR):
         return str(out_dir) if out_dir is not None else ""
     return tempfile.mkdtemp(prefix=prefix)
 

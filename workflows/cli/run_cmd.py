@@ -184,7 +184,9 @@ def _submit_hint(
     """The ``argo submit`` command that runs ``entry`` on a cluster, every value quoted for a POSIX shell."""
     name = sorted(_names(entry))[0]
     kind = entry.get("kind")
-    chosen = namespace or os.environ.get("DSX_NAMESPACE") or DEFAULT_NAMESPACE
+    from steps.cluster import vocabulary as vocab
+
+    chosen = namespace or os.environ.get(vocab.ENV_NAMESPACE) or DEFAULT_NAMESPACE
     words = ["argo", "submit", "-n", chosen]
     if kind == "Workflow":
         words.append(str(file or name + ".yaml"))
@@ -199,10 +201,11 @@ def _check_step_environment(cluster: str | None) -> None:
     """Refuse, before a step runs, what every step would refuse on its own (and fail the run with 1):
     ``DSX_RETRY_*`` values, and a ``state:`` cluster path that is empty, a folder or missing."""
     from steps.cluster import shareable
+    from steps.cluster import vocabulary as vocab
     from steps.cluster.retry import RetryPolicy
 
     RetryPolicy.from_env()
-    spec = cluster if cluster is not None else os.environ.get("DSX_CLUSTER", "")
+    spec = cluster if cluster is not None else os.environ.get(vocab.ENV_CLUSTER, "")
     if spec.strip().startswith("state:"):
         shareable(spec, Path("."))
 
@@ -431,6 +434,7 @@ def _run(
         typer.echo(_submit_hint(chosen, params, file, namespace))
         return 2
 
+    from steps.cluster import vocabulary as vocab
     from workflows import runner
     from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
 
@@ -439,7 +443,7 @@ def _run(
 
     if not dry_run:
         _check_step_environment(cluster)
-    if cluster is None and kubeconfig is None and not os.environ.get("DSX_CLUSTER") and not dry_run:
+    if cluster is None and kubeconfig is None and not os.environ.get(vocab.ENV_CLUSTER) and not dry_run:
         # A rehearsal on this machine never reaches a real cluster unless asked to.
         cluster = DEFAULT_LOCAL_FLEET
         typer.echo(

@@ -6,7 +6,6 @@ import base64
 import contextlib
 import gzip
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.errors import InputError
+from steps.files import write_text
 from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
 from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
@@ -229,9 +229,7 @@ def _shareable(spec: str | None, run_dir: Path) -> str | None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def run(

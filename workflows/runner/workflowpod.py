@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from steps.cluster import vocabulary as vocab
 from workflows.runner.durations import parse_duration
 from workflows.runner.errors import NodeError
 from workflows.runner.executor import ProcessSpec, RunningProcess, hera_entrypoint, wait_for
@@ -85,14 +86,14 @@ def step_env(state: RunState, body: Mapping[str, Any], artifacts: Path) -> dict[
     env.update(state.options.env)
     for item in body.get("env") or []:
         env[str(item.get("name"))] = _local(str(item.get("value", "")), artifacts)
-    env["DSX_OUTPUT_DIR"] = str(artifacts)
+    env[vocab.ENV_OUTPUT_DIR] = str(artifacts)
     env["hera__outputs_directory"] = str(artifacts)
     if state.cluster_spec is not None:
-        env["DSX_CLUSTER"] = state.cluster_spec
+        env[vocab.ENV_CLUSTER] = state.cluster_spec
     if state.options.kubeconfig:
         env["KUBECONFIG"] = state.options.kubeconfig
     if state.options.context:
-        env["DSX_KUBE_CONTEXT"] = state.options.context
+        env[vocab.ENV_KUBE_CONTEXT] = state.options.context
     env["PYTHONPATH"] = os.pathsep.join([*state.sys_path, *filter(None, [env.get("PYTHONPATH")])])
     return env
 

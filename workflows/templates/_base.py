@@ -68,6 +68,7 @@ from hera.workflows.models import (
     TTLStrategy,
 )
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from workflows.runner.durations import parse_duration
 
@@ -195,9 +196,9 @@ def service_account(workflow: str) -> str:
 def rank_env() -> dict[str, str]:
     """The environment of a step that launches rank pods: their image, account and pod profile."""
     return {
-        "DSX_GPU_IMAGE": GPU_IMAGE,
-        "DSX_RANK_SERVICE_ACCOUNT": RANK_SERVICE_ACCOUNT,
-        "DSX_RANK_POD": RANK_POD,
+        vocab.ENV_GPU_IMAGE: GPU_IMAGE,
+        vocab.ENV_RANK_SERVICE_ACCOUNT: RANK_SERVICE_ACCOUNT,
+        vocab.ENV_RANK_POD: RANK_POD,
     }
 
 
@@ -278,7 +279,7 @@ def step(
     """
     _check_annotations(fn)
     template_name = fn.__name__.replace("_", "-")
-    environment = {"DSX_OUTPUT_DIR": OUTPUT_DIR}
+    environment = {vocab.ENV_OUTPUT_DIR: OUTPUT_DIR}
     environment.update(env or {})
     deadline: int | None = None
     outer: str | None = None

@@ -37,7 +37,7 @@ from workflows.templates._base import (
 __all__ = ["templates"]
 
 _GROUP_TIMEOUT = "6h"  # the outer bound; each group test has its own from the recipe (timeoutFactor)
-_JOB_ENV = {"DSX_NAMESPACE": WORKFLOW_NAMESPACE, **rank_env()}
+_JOB_ENV = {vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE, **rank_env()}
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored | TaskResult.skipped
 """A stage runs once the one before has ended, whatever its result (not when it was omitted)."""
 
@@ -57,7 +57,7 @@ def _plan_step() -> Any:
             Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}"))
             for name in PLAN_OUTPUTS
         ],
-        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE, "DSX_GPU_IMAGE": GPU_IMAGE},
+        env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE, vocab.ENV_GPU_IMAGE: GPU_IMAGE},
     )
 
 
@@ -119,10 +119,10 @@ def templates() -> list[Any]:
         timeout="15m",
         retries=2,
         outputs=[Artifact(name="report", path=OUTPUT_DIR)],
-        env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE},
+        env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE},
     )
     gate = step(readiness.gate, timeout="1m")
-    release = step(readiness.release, timeout="5m", retries=2, env={"DSX_NAMESPACE": WORKFLOW_NAMESPACE})
+    release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with (
         workflow_template(
             "dsx-certify",

@@ -14,6 +14,7 @@ output artifact. What each workflow's user needs stays in the Workflow itself: t
 Every template and task is named after its step function in ``steps.runtime.tasks``.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from hera.workflows import DAG, Artifact, CronWorkflow, Parameter, Task, Workflow
@@ -69,64 +70,56 @@ def _result_of(task: Task, name: str, description: str) -> Parameter:
     return Parameter(name=name, description=description, value_from=ValueFrom(parameter=task.result))
 
 
-def _recipe_template() -> Any:
-    resolve_recipe = step(
-        runtime.resolve_recipe,
-        timeout="5m",
-        retries=2,
-        outputs=[Artifact(name="recipe", path=f"{OUTPUT_DIR}/recipe")],
+def _resolving_template(
+    fn: Any, name: str, description: str, output: str, result: str, params: Sequence[Parameter] = ()
+) -> Any:
+    """A workflow template of one step that resolves the recipe from the criteria and ``params``; the
+    step's folder ``output`` is its artifact, and its result the DAG's output ``output``."""
+    resolving = step(
+        fn, timeout="5m", retries=2, outputs=[Artifact(name=output, path=f"{OUTPUT_DIR}/{output}")]
     )
     with (
-        workflow_template(
-            "dsx-recipe",
-            "Resolve the runtime recipe for a cluster: which components, at which pinned versions, in which "
-            "order. The result lists the digest, order and versions; the 'recipe' artifact holds the "
-            "resolved recipe (recipe.yaml) and its dependency graph (graph.dot, graph.mmd, graph.json).",
-            "main",
-            _criteria_params(),
-        ) as wt,
+        workflow_template(name, description, "main", [*params, *_criteria_params()]) as wt,
         DAG(name="main") as main,
     ):
-        resolved = resolve_recipe(arguments=_criteria_arguments(wt))
-        main.outputs = [_result_of(resolved, "recipe", "Digest, order, tiers and pinned versions (JSON).")]
-    return wt
-
-
-def _bundle_template() -> Any:
-    bundle_recipe = step(
-        runtime.bundle_recipe,
-        timeout="5m",
-        retries=2,
-        outputs=[Artifact(name="bundle", path=f"{OUTPUT_DIR}/bundle")],
-    )
-    with (
-        workflow_template(
-            "dsx-bundle",
-            "Resolve the runtime recipe and render it as a bundle for a GitOps repository: Helm (install "
-            "script), Argo CD (app of apps, sync waves by tier) or Flux (HelmReleases with dependsOn). "
-            "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
-            "main",
-            [
-                param("format", "Bundle format.", BundleFormat.helm, enum=[f.value for f in BundleFormat]),
-                param("repo-url", "Git repository the bundle is committed to (required for argocd).", ""),
-                param("revision", "Git revision Argo CD tracks.", "main"),
-                param("repo-path", "Folder of the bundle inside that repository.", "."),
-                *_criteria_params(),
-            ],
-        ) as wt,
-        DAG(name="main") as main,
-    ):
-        bundled = bundle_recipe(
+        task = resolving(
             arguments={
-                "format": wt.get_parameter("format"),
-                "repo_url": wt.get_parameter("repo-url"),
-                "revision": wt.get_parameter("revision"),
-                "repo_path": wt.get_parameter("repo-path"),
+                **{str(p.name).replace("-", "_"): wt.get_parameter(str(p.name)) for p in params},
                 **_criteria_arguments(wt),
             },
         )
-        main.outputs = [_result_of(bundled, "bundle", "Digest, format, file count, checksums.txt's sha256.")]
+        main.outputs = [_result_of(task, output, result)]
     return wt
+
+
+def _recipe_template() -> Any:
+    return _resolving_template(
+        runtime.resolve_recipe,
+        "dsx-recipe",
+        "Resolve the runtime recipe for a cluster: which components, at which pinned versions, in which "
+        "order. The result lists the digest, order and versions; the 'recipe' artifact holds the "
+        "resolved recipe (recipe.yaml) and its dependency graph (graph.dot, graph.mmd, graph.json).",
+        "recipe",
+        "Digest, order, tiers and pinned versions (JSON).",
+    )
+
+
+def _bundle_template() -> Any:
+    return _resolving_template(
+        runtime.bundle_recipe,
+        "dsx-bundle",
+        "Resolve the runtime recipe and render it as a bundle for a GitOps repository: Helm (install "
+        "script), Argo CD (app of apps, sync waves by tier) or Flux (HelmReleases with dependsOn). "
+        "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
+        "bundle",
+        "Digest, format, file count, checksums.txt's sha256.",
+        [
+            param("format", "Bundle format.", BundleFormat.helm, enum=[f.value for f in BundleFormat]),
+            param("repo-url", "Git repository the bundle is committed to (required for argocd).", ""),
+            param("revision", "Git revision Argo CD tracks.", "main"),
+            param("repo-path", "Folder of the bundle inside that repository.", "."),
+        ],
+    )
 
 
 def _drift_cron() -> Any:
@@ -137,7 +130,7 @@ def _drift_cron() -> Any:
         outputs=[Artifact(name="drift", path=f"{OUTPUT_DIR}/drift")],
         # Namespaces whose Helm release Secrets the snapshot reads; the chart sets them
         # (drift.helmNamespaces). Empty: every namespace.
-        env={"DSX_HELM_NAMESPACES": ""},
+        env={vocab.ENV_HELM_NAMESPACES: ""},
     )
     gate = step(runtime.gate, timeout="1m")
     with (

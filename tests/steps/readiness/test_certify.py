@@ -144,7 +144,7 @@ def test_plan_refuses_what_it_cannot_certify(fleet) -> None:  # type: ignore[no-
     fleet("sim:nodes=2,gpu=h100")
     with pytest.raises(InputError, match="selector 'pool=none' matches no managed node"):
         certify.plan(selector="pool=none")
-    with pytest.raises(InputError, match="certify option launcher"):
+    with pytest.raises(InputError, match="certify option: launcher"):
         certify.plan(launcher="ssh")
     with pytest.raises(InputError, match="min-bytes 8388608 is larger than max-bytes 1024"):
         certify.plan(min_bytes="8MiB", max_bytes="1KiB")
@@ -250,7 +250,7 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
     # Each run keeps its plan, its recipe and its outcomes; deleting one run's leaves the other's.
     assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 3
     assert theirs.delete() == 3 and theirs.sweeps("node") == []
-    with pytest.raises(InputError, match="certify workflow uid"):
+    with pytest.raises(InputError, match="certify workflow: uid"):
         certify.plan(workflow_name="w", workflow_uid="not a uid!")
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import copy
 import gc
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,20 +13,10 @@ from steps.errors import InputError
 from steps.readiness.models import CollectiveRun, ResultTable, Row
 from steps.readiness.nccl_tests import exit_code, parse_nccl_tests, parse_nccl_tests_file
 from steps.readiness.table import format_nccl_table
+from tests.cli import dsx as _dsx
 from tests.paths import REPO, shared_path
 
 LOGS = Path(__file__).parent / "logs"
-
-
-def _dsx(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        input=stdin,
-        check=False,
-    )
 
 
 def test_a_clean_new_layout_run_is_complete_with_ranks_hosts_rows_and_footer() -> None:

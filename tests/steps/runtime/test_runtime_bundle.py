@@ -230,7 +230,7 @@ def test_an_overlay_version_with_a_command_is_refused_with_its_line(tmp_path: Pa
     ref = {"name": "app", "version": "2.0.0$(touch pwned)"}
     root = write_catalogue(tmp_path / "cat", {"app": component()}, [overlay("base", componentRefs=[ref])])
     with pytest.raises(
-        InputError, match=r"overlays/base\.yaml:\d+: spec\.componentRefs\.0\.version: .*touch"
+        InputError, match=r"overlays/base\.yaml:\d+: spec\.componentRefs\[0\]\.version: .*touch"
     ):
         load_catalogue(root)
 

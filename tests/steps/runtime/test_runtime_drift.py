@@ -194,5 +194,5 @@ def test_snapshots_round_trip_and_bad_files_name_the_line(recipe: RecipeResult, 
     bad.write_text(
         "apiVersion: dsx.dev/v1alpha1\nkind: ClusterSnapshot\nnodes:\n  - name: a\n    gpuCount: many\n"
     )
-    with pytest.raises(InputError, match=r"bad\.yaml:5: not a ClusterSnapshot: nodes\.0\.gpuCount"):
+    with pytest.raises(InputError, match=r"bad\.yaml:5: not a ClusterSnapshot: nodes\[0\]\.gpuCount"):
         read_snapshot(bad)

@@ -1,8 +1,6 @@
 """Snapshot and drift through the cluster port, on the simulated fleet."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,16 +12,11 @@ from steps.runtime.criteria import parse_criteria
 from steps.runtime.drift import compare
 from steps.runtime.resolve import RecipeResult, resolve
 from steps.runtime.snapshot import take_snapshot
+from tests.cli import dsx as _dsx
 from tests.paths import REPO
 
 H100 = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]
 CONFORMING = REPO / "recipes" / "fleets" / "eks-h100-training.yaml"
-
-
-def _dsx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, cwd=cwd, check=False
-    )
 
 
 def _recipe(accelerator: str) -> RecipeResult:
