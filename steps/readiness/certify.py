@@ -38,6 +38,7 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import ClusterPort, Node, connect
 from steps.cluster import vocabulary as vocab
+from steps.cluster.base import lease_name
 from steps.cluster.health import health_source
 from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
@@ -336,7 +337,7 @@ def _take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
         if port.acquire_lock(name, holder, LEASE_TTL_S):
             taken.append(name)
             continue
-        lease = port.get_object("coordination.k8s.io/v1", "Lease", f"dsx-node-{name}", port.namespace) or {}
+        lease = port.get_object("coordination.k8s.io/v1", "Lease", lease_name(name), port.namespace) or {}
         other = str((lease.get("spec") or {}).get("holderIdentity") or "")
         if other and not _holder_alive(port, other):
             port.release_lock(name, other)
@@ -346,7 +347,7 @@ def _take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
         for done in taken:
             port.release_lock(done, holder)
         raise InputError(
-            f"node {name} is held by {other or 'another run'} (Lease {port.namespace}/dsx-node-{name}): "
+            f"node {name} is held by {other or 'another run'} (Lease {port.namespace}/{lease_name(name)}): "
             "two certifications of one node would measure each other; wait for it to end or stop it"
         )
 
