@@ -13,21 +13,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from steps.errors import InputError
+from steps.runtime.names import ALLOWED, ANY, FIELDS
 
 __all__ = ["ALLOWED", "ANY", "FIELDS", "Criteria", "parse_criteria"]
-
-ANY = "any"
-
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "service": ("eks", "gke", "aks", "oke", "bare-metal", "local"),
-    "accelerator": ("h100", "h200", "b200", "gb200", "a100", "cpu"),
-    "os": ("ubuntu", "rhel"),
-    "intent": ("training", "inference"),
-    "platform": ("kubeflow", "none"),
-}
-"""The allowed values of each string field (``any`` is allowed everywhere as well)."""
-
-FIELDS: tuple[str, ...] = ("service", "accelerator", "os", "intent", "platform", "nodes")
 
 
 class Criteria(BaseModel):

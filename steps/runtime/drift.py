@@ -21,6 +21,7 @@ from pydantic import Field
 
 from steps.cluster import vocabulary as vocab
 from steps.models import Strict
+from steps.runtime.names import PARTS, SCOPES
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
 from steps.runtime.snapshot import Snapshot
 
@@ -42,13 +43,6 @@ Severity = Literal["critical", "warning"]
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
 """Severities from the mildest to the worst."""
 
-Part = Literal["nodes", "components"]
-PARTS: tuple[Part, ...] = ("nodes", "components")
-"""What drift compares: the nodes' software, and the components the recipe deploys."""
-
-SCOPES: dict[str, tuple[Part, ...]] = {"all": PARTS, **{part: (part,) for part in PARTS}}
-"""Each drift scope (``dsx drift --scope``, the ``dsx-drift`` workflow's ``scope``) and the parts it
-compares; ``all``, the default, first."""
 
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from steps.runtime.names import BUNDLE_FORMATS
 from workflows.cli.recipe import (
     ACCELERATOR,
     INTENT,
@@ -20,12 +21,17 @@ from workflows.cli.recipe import (
 __all__ = ["register"]
 
 
+_FORMATS_HELP = f"{', '.join(BUNDLE_FORMATS[:-1])} or {BUNDLE_FORMATS[-1]}."
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``bundle`` command."""
 
     @app.command("bundle")
     def bundle_cmd(
-        fmt: str = typer.Option(..., "--format", "-f", help="helm, argocd or flux."),
+        fmt: str = typer.Option(
+            ..., "--format", "-f", help=f"{', '.join(BUNDLE_FORMATS[:-1])} or {BUNDLE_FORMATS[-1]}."
+        ),
         out: Path = typer.Option(..., "--out", help="Bundle folder (replaced atomically if it is a bundle)."),
         recipes: Path | None = RECIPES,
         service: str = SERVICE,

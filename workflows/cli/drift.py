@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from steps.runtime.names import SCOPES
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 from workflows.cli.output import console as output_console
 from workflows.cli.recipe import (
@@ -31,7 +32,7 @@ _TABLE_ROWS = 50
 
 
 class Scope(enum.StrEnum):
-    """What ``dsx drift`` compares."""
+    """What ``dsx drift`` compares (:data:`steps.runtime.names.SCOPES`; a test keeps them equal)."""
 
     all = "all"
     nodes = "nodes"
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
 
             assert cluster is not None
             snapshot = take_snapshot(connect(cluster), cluster=cluster, selector=selector)
-        scopes: Any = ("nodes", "components") if scope is Scope.all else (scope.value,)
+        scopes: Any = SCOPES[scope.value]
         report = compare(snapshot, recipe, scopes)
         emit(report, output, _report_table)
         if report.fails("critical" if fail_on is FailOn.critical else "warning"):

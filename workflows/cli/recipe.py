@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from steps.runtime.names import ALLOWED, ANY
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 from workflows.cli.output import console as output_console
 
@@ -33,17 +34,23 @@ __all__ = [
     "resolve_from_flags",
 ]
 
-_ANY = "any"
+_ANY = ANY
 RECIPES = typer.Option(
     None,
     "--recipes",
     help="Catalogue folder (registry.yaml, overlays/, components/); default: the packaged one.",
 )
-SERVICE = typer.Option(_ANY, "--service", help="eks, gke, aks, oke, bare-metal, local or any.")
-ACCELERATOR = typer.Option(_ANY, "--accelerator", help="h100, h200, b200, gb200, a100, cpu or any.")
-OS = typer.Option(_ANY, "--os", help="ubuntu, rhel or any.")
-INTENT = typer.Option(_ANY, "--intent", help="training, inference or any.")
-PLATFORM = typer.Option(_ANY, "--platform", help="kubeflow, none or any.")
+
+
+def _criteria_option(field: str) -> Any:
+    return typer.Option(_ANY, f"--{field}", help=f"{', '.join(ALLOWED[field])} or {_ANY}.")
+
+
+SERVICE = _criteria_option("service")
+ACCELERATOR = _criteria_option("accelerator")
+OS = _criteria_option("os")
+INTENT = _criteria_option("intent")
+PLATFORM = _criteria_option("platform")
 NODES = typer.Option(_ANY, "--nodes", help="Number of nodes, or any.")
 
 

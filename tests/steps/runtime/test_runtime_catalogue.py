@@ -214,3 +214,13 @@ def test_every_fabric_setting_names_its_source(catalogue: Catalogue) -> None:
             assert sources.get(setting, "").strip(), f"{service}/{accelerator}: {setting} cites no source"
             assert all(key.split(".count")[0] in settings for key in sources), f"{service}/{accelerator}"
     assert seen > 0
+
+
+def test_the_clis_vocabularies_are_the_steps_own() -> None:
+    """The CLI reads the runtime's names without importing pydantic; they must be the steps' own."""
+    from steps.runtime.bundle import BundleFormat
+    from steps.runtime.names import BUNDLE_FORMATS, SCOPES
+    from workflows.cli.drift import Scope
+
+    assert tuple(f.value for f in BundleFormat) == BUNDLE_FORMATS
+    assert [s.value for s in Scope] == list(SCOPES)
