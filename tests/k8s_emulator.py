@@ -71,6 +71,7 @@ simulated fleet in ``steps.cluster.sim``, so the contract tests compare two impl
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import functools
@@ -225,12 +226,14 @@ def _fail(code: int, reason: str, message: str, details: dict[str, Any] | None =
 class _FieldError:
     """One field error, printed as apimachinery's ``field.Error`` prints it."""
 
-    kind: str  # FieldValueInvalid, FieldValueRequired, FieldValueNotSupported
+    kind: str  # FieldValueInvalid, FieldValueRequired, FieldValueNotSupported, FieldValueTooLong
     path: str
     value: Any = ""
     detail: str = ""
 
     def body(self) -> str:
+        if self.kind == "FieldValueTooLong":
+            return f"Too long: {self.detail}"
         words = {
             "FieldValueInvalid": "Invalid value",
             "FieldValueRequired": "Required value",
@@ -246,6 +249,27 @@ class _FieldError:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.body()}"
+
+
+#: What a ConfigMap's data and binaryData may hold together (core.MaxSecretSize), bytes.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+
+
+def _check_configmap_size(route: _Route, obj: dict[str, Any]) -> None:
+    """The API server refuses a ConfigMap whose values (binaryData decoded) exceed 1 MiB together
+    (``ValidateConfigMap``: ``field.TooLong`` at the root path), on create and on every update."""
+    if route.plural != "configmaps" or route.group_version != "v1":
+        return
+    size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values())
+    for value in (obj.get("binaryData") or {}).values():
+        try:
+            size += len(base64.b64decode(str(value), validate=True))
+        except ValueError:
+            size += len(str(value)) * 3 // 4
+    if size > CONFIGMAP_MAX_BYTES:
+        name = (obj.get("metadata") or {}).get("name", "")
+        detail = f"must have at most {CONFIGMAP_MAX_BYTES} bytes"
+        raise _invalid("ConfigMap", "", name, [_FieldError("FieldValueTooLong", "", "", detail)])
 
 
 def _invalid(kind: str, group: str, name: str, errors: list[_FieldError]) -> _Answer:
@@ -943,6 +967,7 @@ class Emulator:
                     new["metadata"][kept] = current["metadata"][kept]
         else:
             raise _fail(405, "MethodNotAllowed", f"{method} is not supported here")
+        _check_configmap_size(route, new)
         key = self._key(route)
         self._store(key, new)
         return 200, copy.deepcopy(new), {}
@@ -996,6 +1021,7 @@ class Emulator:
                 raise _invalid("Event", route.group, meta.get("name") or meta.get("generateName", ""), errors)
         if route.plural == "pods" and route.group_version == "v1":
             self._admit_pod(obj, route.namespace)
+        _check_configmap_size(route, obj)
         return self._insert(route, obj, kind)
 
     def _insert(self, route: _Route, obj: dict[str, Any], kind: str) -> dict[str, Any]:

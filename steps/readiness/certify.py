@@ -57,7 +57,14 @@ from steps.readiness.checks import (
 )
 from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
-from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
+from steps.readiness.outcomes import (
+    LOCAL_RUN_NAME,
+    CheckResult,
+    OutcomeStore,
+    RunRef,
+    check_result,
+    keep_report,
+)
 from steps.readiness.report import (
     INCOMPLETE_TEST,
     ReportRequest,
@@ -319,7 +326,7 @@ def _holder_alive(port: ClusterPort, holder: str) -> bool:
     counts as alive: its Lease's own expiry decides.
     """
     parts = holder.split("/")
-    if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == RunRef.local("x").name:
+    if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == LOCAL_RUN_NAME:
         return True
     workflow = port.get_object("argoproj.io/v1alpha1", "Workflow", parts[2], parts[1])
     return workflow is not None and (workflow.get("metadata") or {}).get("uid") == parts[3]

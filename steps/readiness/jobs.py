@@ -100,8 +100,9 @@ RANK_COMMAND = ["python", "-m", "steps.readiness.rankpod"]
 #: Time the Job's own deadline leaves past the scheduling budget and the run deadline, seconds: the
 #: step, not the Job controller, should be the one that calls a run a hang.
 JOB_GRACE_S = 60.0
-#: Longest name of a group test's objects: pods of an Indexed Job are named ``NAME-INDEX-XXXXX`` and
-#: get the host name ``NAME-INDEX``, which must stay a DNS label (63 characters).
+#: Longest name of a group test's objects: the Job controller names an Indexed Job's pods ``NAME-INDEX-``
+#: plus five random characters and gives them the host name ``NAME-INDEX``, which must stay a DNS label
+#: (63 characters).
 MAX_NAME = 52
 #: The label and annotation the Job controller puts the completion index under (Kubernetes 1.28+).
 _INDEX_KEY = "batch.kubernetes.io/job-completion-index"

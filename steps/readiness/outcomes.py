@@ -14,6 +14,7 @@ still too big is an error naming the subject, never a truncated result.
 import base64
 import gzip
 import hashlib
+import json
 import os
 import uuid
 from typing import Literal
@@ -28,6 +29,7 @@ from steps.readiness.checks import SmokeOutcome, SweepOutcome
 from steps.readiness.models import Model, VerdictStatus
 
 __all__ = [
+    "LOCAL_RUN_NAME",
     "MAX_STORED_BYTES",
     "CheckResult",
     "DocumentKind",
@@ -52,6 +54,10 @@ _DATA_KEY = "outcome.json.gz"
 _WORKFLOW_API = "argoproj.io/v1alpha1"
 
 
+LOCAL_RUN_NAME = "dsx-certify-local"
+"""The name of a run with no Workflow behind it (steps called directly, not by Argo)."""
+
+
 class RunRef(Model):
     """The certification run the outcomes belong to: the Argo Workflow's name and uid, and the namespace
     its outcomes are kept in (the one the plan step's port uses, so every step finds them)."""
@@ -63,7 +69,7 @@ class RunRef(Model):
     @classmethod
     def local(cls, namespace: str) -> "RunRef":
         """A run with no Workflow object behind it (a step called directly, not by Argo)."""
-        return cls(name="dsx-certify-local", uid=str(uuid.uuid4()), namespace=namespace)
+        return cls(name=LOCAL_RUN_NAME, uid=str(uuid.uuid4()), namespace=namespace)
 
 
 def workflow_owner(port: ClusterPort, run: RunRef, namespace: str) -> list[dict[str, object]]:
@@ -217,8 +223,6 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
     packed = gzip.compress(text.encode(), mtime=0)
     note = "complete"
     if len(packed) > MAX_STORED_BYTES:
-        import json
-
         data = json.loads(text)
         for sweep in data.get("sweeps") or []:
             sweep["run"] = None

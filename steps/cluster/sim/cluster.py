@@ -30,6 +30,7 @@ from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import matches
 from steps.cluster.sim.controllers import (
     collect_dependents,
+    configmap_refusal,
     default_propagation,
     disruption_refusal,
     event_refusal,
@@ -302,6 +303,10 @@ class SimCluster(PortBase):
 
     def _store(self, fleet: Fleet, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         """Save an object (typed kinds into their models); returns it as stored."""
+        if (res.api_version, res.kind) == ("v1", "ConfigMap"):
+            refusal = configmap_refusal(obj)
+            if refusal is not None:
+                raise ApiStatusError(422, refusal)
         namespace, name = self._ident(obj)
         try:
             if res.kind == "Node" and self._typed(res):

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from steps.cluster.port import Pod, Propagation
@@ -148,6 +149,25 @@ def collect_dependents(
             continue
         del fleet.objects[key]
         collect_dependents(fleet, obj, "Background", revision)
+
+
+#: What a ConfigMap's data and binaryData may hold together (the API server's ``MaxSecretSize``), bytes.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+
+
+def configmap_refusal(configmap: dict[str, Any]) -> str | None:
+    """Why the API server would refuse to store this ConfigMap (422: its values, binaryData decoded, are
+    over 1 MiB together), or ``None``."""
+    size = sum(len(str(v).encode()) for v in (configmap.get("data") or {}).values())
+    for value in (configmap.get("binaryData") or {}).values():
+        try:
+            size += len(base64.b64decode(str(value), validate=True))
+        except ValueError:
+            size += len(str(value)) * 3 // 4
+    if size <= CONFIGMAP_MAX_BYTES:
+        return None
+    name = (configmap.get("metadata") or {}).get("name", "")
+    return f'ConfigMap "{name}" is invalid: : Too long: must have at most {CONFIGMAP_MAX_BYTES} bytes'
 
 
 def event_refusal(event: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from steps.cluster import ConflictError, NotFoundError, load_fleet
+from steps.cluster import ClusterError, ConflictError, NotFoundError, load_fleet
 from steps.cluster.base import PortBase
 from steps.errors import InputError
 from tests.steps.cluster.conftest import Backend
@@ -177,3 +177,17 @@ def _wait_until(check: Callable[[], bool], seconds: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "the dependents were not collected as expected"
         time.sleep(0.02)
+
+
+def test_contract_a_configmap_over_one_mebibyte_is_refused(backend: Backend) -> None:
+    """The API server holds a ConfigMap's values to 1 MiB; dsx's stored outcomes must fit, on both."""
+    port = backend.port
+    half = "x" * (512 * 1024)
+    made = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "full", "namespace": "dsx"}}
+    port.create_object({**made, "data": {"a": half, "b": half}})  # exactly 1 MiB: accepted
+    with pytest.raises(ClusterError, match=r"422.*Too long: must have at most 1048576 bytes"):
+        port.patch_object("v1", "ConfigMap", "full", {"data": {"c": "z"}}, "dsx")
+    with pytest.raises(ClusterError, match=r"422.*Too long"):
+        over = {"name": "over", "namespace": "dsx"}
+        port.create_object({**made, "metadata": over, "data": {"a": half * 3}})
+    assert port.get_object("v1", "ConfigMap", "over", "dsx") is None

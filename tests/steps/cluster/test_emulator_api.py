@@ -295,3 +295,16 @@ def test_seeded_pods_of_controllers_outside_the_store_are_kept(k8s_emulator: Emu
     before = [p["metadata"]["name"] for p in k8s_emulator.objects("pods")]
     k8s_emulator.settle()
     assert [p["metadata"]["name"] for p in k8s_emulator.objects("pods")] == before
+
+
+def test_a_configmap_over_one_mebibyte_is_refused_on_create_and_on_update(api: Any) -> None:
+    """``ValidateConfigMap``: data and decoded binaryData together hold at most 1 MiB."""
+    core = client.CoreV1Api(api)
+    body = {"metadata": {"name": "big"}, "data": {"a": "x" * (512 * 1024), "b": "y" * (512 * 1024)}}
+    assert core.create_namespaced_config_map("dsx", body).metadata.name == "big"  # exactly 1 MiB
+    status, answer = _refusal(lambda: core.patch_namespaced_config_map("big", "dsx", {"data": {"c": "z"}}))
+    assert status == 422
+    assert answer["message"] == 'ConfigMap "big" is invalid: : Too long: must have at most 1048576 bytes'
+    bigger = {"metadata": {"name": "bigger"}, "binaryData": {"g": "A" * (1400 * 1024)}}  # 1,050 KiB decoded
+    status, _ = _refusal(lambda: core.create_namespaced_config_map("dsx", bigger))
+    assert status == 422
