@@ -55,6 +55,9 @@ class NodeReport(BaseModel):
         link_gbps: bandwidth of the node's scale-out links (all NICs together) now, in Gbit/s.
         nominal_link_gbps: what the links should give, in Gbit/s.
         gpus: one report per GPU, by index.
+        link_failure_rate: the probability that a collective spanning this node and others fails on its
+            links (a flaky NIC or cable; 0: never, 1: always). Traffic inside the node never crosses them.
+        link_hangs: whether a collective spanning this node and others never completes on its links.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,6 +66,8 @@ class NodeReport(BaseModel):
     link_gbps: float
     nominal_link_gbps: float
     gpus: tuple[GpuReport, ...] = Field(default_factory=tuple)
+    link_failure_rate: float = Field(0.0, ge=0.0, le=1.0)
+    link_hangs: bool = False
 
 
 @runtime_checkable

@@ -288,8 +288,9 @@ def _delay_ms(lost_multiples: float) -> int:
 def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["node", "group"]) -> list[str]:
     """The injected faults that make a local rank play ``node`` as the simulated fleet has it.
 
-    A group test feels the node's scale-out links (``slow-nic``); a single-node test feels its NVLink
-    (``slow-nvlink``) and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
+    A group test feels the node's scale-out links (``slow-nic``; ``hang``; ``flaky-nic``, played as a
+    failure every time so that a local run repeats); a single-node test feels its NVLink (``slow-nvlink``)
+    and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
     """
     source = health_source(port)
     if source is None:
@@ -297,7 +298,9 @@ def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["no
     health = source.node_report(node)
     specs: list[str] = []
     if scope == "group":
-        if health.link_gbps < health.nominal_link_gbps:
+        if health.link_hangs or health.link_failure_rate > 0:
+            specs.append(f"{rank}:{'hang' if health.link_hangs else 'fail'}")
+        elif health.link_gbps < health.nominal_link_gbps:
             lost = health.nominal_link_gbps / max(health.link_gbps, 1e-9) - 1
             specs.append(f"{rank}:delay={_delay_ms(lost)}ms")
     else:

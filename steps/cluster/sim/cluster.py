@@ -22,6 +22,7 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
+from steps.cluster.fabric import FabricSettings
 from steps.cluster.health import NodeReport
 from steps.cluster.patches import merge_patch, strategic_merge_patch
 from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
@@ -179,7 +180,15 @@ class SimCluster(PortBase):
             link_gbps=health.link_gbps,
             nominal_link_gbps=health.nominal_link_gbps,
             gpus=tuple(health.gpus),
+            link_failure_rate=health.link_failure_rate,
+            link_hangs=health.link_hangs,
         )
+
+    def fabric_settings(self) -> FabricSettings:
+        """How the fleet's fabric behaves in modelled group tests (``noise`` and ``seed`` of the spec):
+        the simulated fleet as a :class:`~steps.cluster.fabric.FabricSource`."""
+        with self.store.transaction(write=False) as fleet:
+            return fleet.fabric
 
     def calls(self) -> list[CallRecord]:
         """Every port call made on this fleet so far, oldest first (from all processes sharing it)."""

@@ -2,6 +2,8 @@
 
 ========================  ==============================================================================
 ``slow-nic[=GBPS]``       the node's scale-out links give GBPS (default a quarter of nominal)
+``flaky-nic=P``           a collective spanning the node and others fails with probability P (0 < P <= 1)
+``hang``                  a collective spanning the node and others never completes
 ``slow-nvlink[=GBPS@I]``  NVLink of GPU I (default every GPU) gives GBPS (default a quarter of nominal)
 ``xid=N[@I]``             GPU I (default 0) reported XID N
 ``failing-gpu[=I]``       GPU I (default 0) is unhealthy: the device plugin stops offering it
@@ -16,6 +18,10 @@
 ``os=IMAGE``              the node's OS image (``Ubuntu 20.04.6 LTS``)
 ``runtime=VERSION``       the node's container runtime (``containerd://1.7.20``)
 ========================  ==============================================================================
+
+The NIC faults (``slow-nic``, ``flaky-nic``, ``hang``) show only in tests that span two or more nodes:
+traffic inside a node never crosses its NICs, so the node's own test passes. The others show in the node's
+own test too.
 
 The last five are software-version skews, as a patched or a replaced node shows them: they change only
 what the node reports (its labels and ``status.nodeInfo``), not its physical health, so they are not
@@ -46,6 +52,8 @@ FAULT_KINDS = (
     "api-errors",
     "reading",
     *VERSION_FAULTS,
+    "flaky-nic",
+    "hang",
 )
 
 _NODE_INFO_FIELDS = {
@@ -88,6 +96,19 @@ def _set_version(fleet: Fleet, state: Node, kind: str, value: str, fault: str) -
     state.resource_version = fleet.next_revision()
 
 
+def _nic_fault(health: NodeHealth, kind: str, value: str | None, node: str, fault: str) -> None:
+    """Apply ``flaky-nic=P`` or ``hang``: what multi-node collectives through the node's links do."""
+    if kind == "hang":
+        if value is not None:
+            raise InputError(f"fault {fault!r} on {node}: hang takes no value")
+        health.link_hangs = True
+        return
+    rate = float(str(value))
+    if not 0.0 < rate <= 1.0:
+        raise InputError(f"fault {fault!r} on {node}: flaky-nic=P needs a probability 0 < P <= 1")
+    health.link_failure_rate = rate
+
+
 def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """Inject one fault into ``node``.
 
@@ -110,12 +131,14 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     gpu = int(match.group("gpu")) if match.group("gpu") else None
     health = fleet.health[node]
     state = fleet.nodes[node]
-    needs_value = kind in ("xid", "ecc", "api-errors", "reading")
+    needs_value = kind in ("xid", "ecc", "api-errors", "reading", "flaky-nic")
     if needs_value and value is None:
         raise InputError(f"fault {fault!r} on {node}: {kind} needs a value ({kind}=N)")
     if (kind == "reading") != (name is not None):
         raise InputError(f"fault {fault!r} on {node}: only reading takes a name (reading:NAME=VALUE)")
-    if kind == "slow-nic":
+    if kind in ("flaky-nic", "hang"):
+        _nic_fault(health, kind, value, node, fault)
+    elif kind == "slow-nic":
         health.link_gbps = float(value) if value else health.nominal_link_gbps / 4
     elif kind == "slow-nvlink":
         targets = [_gpu(health, gpu, node, fault)] if gpu is not None else range(len(health.gpus))

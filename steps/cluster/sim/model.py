@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from steps.cluster.fabric import FabricSettings
 from steps.cluster.health import GpuReport
 from steps.cluster.port import Node, Pod
 
@@ -31,6 +32,8 @@ class NodeHealth(_Model):
         ready: whether the kubelet is up (``False`` also turns the node's Ready condition False).
         link_gbps: bandwidth of the node's scale-out links, all NICs together, in Gbit/s.
         nominal_link_gbps: what the links should give.
+        link_failure_rate: the probability that a multi-node collective fails on the node's links.
+        link_hangs: whether a multi-node collective never completes on the node's links.
         gpus: what each GPU reports, by index (the health seam's model: faults replace an entry).
         faults: the faults injected so far, as written (``slow-nic``, ``xid=79@3``...).
         readings: further named figures (``reading:NAME=VALUE`` faults set them).
@@ -39,6 +42,8 @@ class NodeHealth(_Model):
     ready: bool = True
     link_gbps: float
     nominal_link_gbps: float
+    link_failure_rate: float = 0.0
+    link_hangs: bool = False
     gpus: list[GpuReport] = Field(default_factory=list)
     faults: list[str] = Field(default_factory=list)
     readings: dict[str, float] = Field(default_factory=dict)
@@ -158,6 +163,7 @@ class Fleet(_Model):
         owner_next: per controller, the index its next pod gets (``-N`` suffix).
         uids: the uids handed out so far (see :meth:`new_uid`).
         api: injected API misbehaviour.
+        fabric: how the scale-out fabric behaves in modelled group tests (noise, seed).
         log: the call log, oldest first; at most ``log_limit`` entries are kept.
         dropped_calls: entries dropped from the front of the log.
     """
@@ -172,6 +178,7 @@ class Fleet(_Model):
     owner_next: dict[str, int] = Field(default_factory=dict)
     uids: int = 0
     api: ApiFaults = Field(default_factory=ApiFaults)
+    fabric: FabricSettings = Field(default_factory=FabricSettings)
     log: list[CallRecord] = Field(default_factory=list)
     dropped_calls: int = 0
     log_limit: int = 20000

@@ -13,7 +13,9 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 ``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``releases`` (deployed Helm releases,
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
 ``api-conflicts``, ``api-latency-ms``, ``forbid`` (``VERB RESOURCE`` pairs, ``;``-separated, e.g.
-``patch nodes;create pods/eviction``).
+``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise of modelled group
+tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run repeats exactly;
+see :mod:`steps.cluster.fabric`).
 
 The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
 ``releases`` a list of releases, each a mapping (with ``chart``, ``status``, ``images``...) or the
@@ -40,10 +42,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.fabric import FabricSettings
 from steps.cluster.health import GpuReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
 from steps.cluster.sim.faults import apply_fault
-from steps.cluster.sim.gpus import GPU_MODELS, cuda_for_driver, gpu_model
+from steps.cluster.sim.gpus import GPU_MODELS, GpuModel, cuda_for_driver, gpu_model
 from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, NodeHealth, Pdb, owner_key
 from steps.errors import InputError
@@ -79,6 +82,8 @@ class FleetSpec(BaseModel):
     api_conflicts: int = Field(0, ge=0, alias="api-conflicts")
     api_latency_ms: int = Field(0, ge=0, alias="api-latency-ms")
     forbid: list[str] = Field(default_factory=list)
+    noise: float = Field(0.0, ge=0.0, lt=0.5)
+    seed: int = 0
 
     @field_validator("gpu")
     @classmethod
@@ -245,6 +250,77 @@ def _place(slot: int, count: int, nodes: int, offset: int) -> int:
     return (slot * nodes // count + offset) % nodes
 
 
+_CONDITIONS = (
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+"""The conditions a healthy kubelet posts: type, status, reason, message."""
+
+
+def _node(spec: FleetSpec, model: GpuModel, count: int, name: str, rack: int, revision: str) -> Node:
+    """Node ``name`` as the API shows it: labels (GPU Feature Discovery's too), resources, conditions."""
+    racks_per_block = -(-spec.racks // spec.blocks)
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": model.arch,
+        "node.kubernetes.io/instance-type": f"dgx-{model.key}",
+        vocab.LABEL_RACK: f"rack-{rack:02d}",
+        vocab.LABEL_BLOCK: f"block-{rack // racks_per_block:02d}",
+        **(model.labels(count, spec.driver) if count else {}),
+    }
+    resources = {
+        "cpu": str(model.cpu),
+        "memory": f"{model.memory_gib}Gi",
+        "ephemeral-storage": "3840Gi",
+        "pods": "110",
+    }
+    if count:
+        resources[GPU_RESOURCE] = str(count)
+    allocatable = dict(resources, cpu=str(model.cpu - 4), memory=f"{model.memory_gib - 16}Gi")
+    conditions = [
+        Condition(
+            type=t, status=s, reason=r, message=m, last_transition_time=_EPOCH, last_heartbeat_time=_EPOCH
+        )
+        for t, s, r, m in _CONDITIONS
+    ]
+    return Node(
+        name=name,
+        labels=labels,
+        unschedulable=name in spec.cordoned,
+        conditions=conditions,
+        capacity=resources,
+        allocatable=allocatable,
+        node_info=NodeInfo(
+            os_image=spec.os,
+            kernel_version=spec.kernel,
+            kubelet_version=spec.kubelet,
+            container_runtime_version=spec.runtime,
+            architecture=model.arch,
+        ),
+        resource_version=revision,
+    )
+
+
+def _health(model: GpuModel, count: int, name: str) -> NodeHealth:
+    """A healthy node's hardware: nominal links, every GPU healthy at nominal NVLink bandwidth."""
+    return NodeHealth(
+        link_gbps=model.link_gbps,
+        nominal_link_gbps=model.link_gbps,
+        gpus=[
+            GpuReport(
+                index=g,
+                uuid=_gpu_uuid(name, g),
+                nvlink_gbps=model.nvlink_gbps,
+                nominal_nvlink_gbps=model.nvlink_gbps,
+            )
+            for g in range(count)
+        ],
+    )
+
+
 def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     """Build the fleet a spec describes (deterministic: the same spec gives the same fleet).
 
@@ -254,73 +330,15 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     model = gpu_model(spec.gpu)
     count = model.count if spec.gpus is None else spec.gpus
     names = spec.node_names()
-    fleet = Fleet(spec=text or spec.model_dump_json(exclude_defaults=True))
-    racks_per_block = -(-spec.racks // spec.blocks)
+    fleet = Fleet(
+        spec=text or spec.model_dump_json(exclude_defaults=True),
+        fabric=FabricSettings(noise=spec.noise, seed=spec.seed),
+    )
     for i, name in enumerate(names):
-        rack = i * spec.racks // spec.nodes
-        labels = {
-            "kubernetes.io/hostname": name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": model.arch,
-            "node.kubernetes.io/instance-type": f"dgx-{model.key}",
-            vocab.LABEL_RACK: f"rack-{rack:02d}",
-            vocab.LABEL_BLOCK: f"block-{rack // racks_per_block:02d}",
-            **(model.labels(count, spec.driver) if count else {}),
-        }
-        resources = {
-            "cpu": str(model.cpu),
-            "memory": f"{model.memory_gib}Gi",
-            "ephemeral-storage": "3840Gi",
-            "pods": "110",
-        }
-        if count:
-            resources[GPU_RESOURCE] = str(count)
-        allocatable = dict(resources, cpu=str(model.cpu - 4), memory=f"{model.memory_gib - 16}Gi")
-        conditions = [
-            Condition(
-                type=t, status=s, reason=r, message=m, last_transition_time=_EPOCH, last_heartbeat_time=_EPOCH
-            )
-            for t, s, r, m in (
-                (
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            )
-        ]
-        fleet.nodes[name] = Node(
-            name=name,
-            labels=labels,
-            unschedulable=name in spec.cordoned,
-            conditions=conditions,
-            capacity=resources,
-            allocatable=allocatable,
-            node_info=NodeInfo(
-                os_image=spec.os,
-                kernel_version=spec.kernel,
-                kubelet_version=spec.kubelet,
-                container_runtime_version=spec.runtime,
-                architecture=model.arch,
-            ),
-            resource_version=fleet.next_revision(),
+        fleet.nodes[name] = _node(
+            spec, model, count, name, i * spec.racks // spec.nodes, fleet.next_revision()
         )
-        fleet.health[name] = NodeHealth(
-            link_gbps=model.link_gbps,
-            nominal_link_gbps=model.link_gbps,
-            gpus=[
-                GpuReport(
-                    index=g,
-                    uuid=_gpu_uuid(name, g),
-                    nvlink_gbps=model.nvlink_gbps,
-                    nominal_nvlink_gbps=model.nvlink_gbps,
-                )
-                for g in range(count)
-            ],
-        )
+        fleet.health[name] = _health(model, count, name)
     for name in spec.cordoned:
         if name not in fleet.nodes:
             raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")

@@ -152,6 +152,11 @@ def test_a_cordon_set_again_outside_dsx_after_dsx_s_was_lifted_is_not_dsx_s() ->
         ("sim:nodes=4,releases=gpu-operator", "is not \\[NAMESPACE/\\]NAME@VERSION"),
         ("sim:nodes=4,releases=a@1;a@2", "release a/a is given twice"),
         ("sim:nodes=4,releases=GPU_Operator@1", "is not a valid name"),
+        ("sim:nodes=4,faults=node-01:flaky-nic", "flaky-nic needs a value"),
+        ("sim:nodes=4,faults=node-01:flaky-nic=1.5", "flaky-nic=P needs a probability 0 < P <= 1"),
+        ("sim:nodes=4,faults=node-01:hang=3", "hang takes no value"),
+        ("sim:nodes=4,noise=0.7", "noise: Input should be less than 0.5"),
+        ("sim:nodes=4,seed=one", "seed"),
     ],
 )
 def test_bad_specs_are_input_errors_naming_the_problem(spec: str, message: str) -> None:
@@ -395,3 +400,21 @@ def test_a_short_spec_may_start_with_a_fleet_file_and_change_its_keys(tmp_path: 
         connect(f"sim:{fleet},nodes=2")
     with pytest.raises(InputError, match="cannot read the fleet file"):
         connect(f"sim:{tmp_path / 'missing.yaml'},nodes=2")
+
+
+def test_nic_faults_reach_the_health_seam_and_leave_the_gpus_alone() -> None:
+    port = _sim("sim:nodes=4,gpu=h100,faults=node-01:flaky-nic=0.25;node-02:hang;node-03:slow-nic")
+    flaky, hung, slow = (port.node_report(n) for n in ("node-01", "node-02", "node-03"))
+    assert (flaky.link_failure_rate, flaky.link_hangs, flaky.link_gbps) == (0.25, False, 3200.0)
+    assert (hung.link_failure_rate, hung.link_hangs) == (0.0, True)
+    assert slow.link_gbps == 800.0 and not slow.link_hangs
+    for report in (flaky, hung, slow):
+        assert all(g.healthy and g.nvlink_gbps == g.nominal_nvlink_gbps for g in report.gpus)
+    assert port.health("node-02").faults == ["hang"]
+    assert port.node_report("node-00").link_failure_rate == 0.0
+
+
+def test_noise_and_seed_set_the_modelled_fabric_and_default_to_none() -> None:
+    settings = _sim("sim:nodes=2,noise=0.03,seed=7").fabric_settings()
+    assert (settings.noise, settings.seed) == (0.03, 7)
+    assert _sim("sim:nodes=2").fabric_settings().noise == 0.0

@@ -1,0 +1,192 @@
+"""A model of the scale-out fabric: what a group test of some nodes would measure, with no processes.
+
+Bisecting a failing group of thousands of nodes takes hundreds of group tests; the simulated fleet answers
+them from this model instead of launching ranks. A test is a ring all-reduce among the members, one rank per
+node. The message is ``bytes_per_node`` times the group's size, so the test stays bandwidth-bound at every
+size (a fixed message over 4,096 nodes would be bound by per-step latency and hide a slow link). A ring of
+``n`` members takes ``2(n-1)`` steps, each moving ``bytes_per_node`` over the slowest member's links (the
+ring waits for its slowest link) plus a per-step latency, after a fixed per-collective overhead; its bus
+bandwidth is what nccl-tests reports (``algbw * 2(n-1)/n``). Small groups pay the fixed overhead over fewer
+steps, so the bandwidth a healthy group reaches depends on its size: the threshold of a test is a fraction of
+what a healthy group of that size reaches.
+
+What a node's NICs do comes from the health seam (:class:`~steps.cluster.health.NodeReport`): their
+bandwidth, the probability that a collective through them fails (``flaky-nic``), whether it never completes
+(``hang``). Measurements carry multiplicative noise: every figure is scaled by a factor drawn uniformly from
+``[1 - noise, 1 + noise]``. Draws come from one generator seeded by ``seed``, so the same tests in the same
+order give the same figures.
+
+A cluster port that can answer this way is a :class:`FabricSource` (the simulated fleet is one);
+:func:`fabric_model` gives ``None`` for any other port.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from steps.cluster.health import NodeReport, health_source
+from steps.errors import InputError
+
+__all__ = ["FabricModel", "FabricSettings", "FabricSource", "GroupMeasurement", "fabric_model"]
+
+_MIB = 1 << 20
+
+
+class FabricSettings(BaseModel):
+    """How the fabric behaves and how a group test is run on it.
+
+    Attributes:
+        noise: measurement noise: each figure is scaled by a factor drawn uniformly from
+            ``[1 - noise, 1 + noise]``.
+        seed: seeds every random draw (noise, flaky links).
+        latency_us: latency of one ring step, in microseconds.
+        overhead_us: fixed cost of one collective (kernel launch, synchronisation), in microseconds.
+        bytes_per_node: bytes of the all-reduce message per member.
+        iters: all-reduces one test times.
+        launch_s: overhead of one test before it measures (pods scheduled, ranks rendezvous).
+        hang_grace_s: a test that has not finished this long after it should have is declared hung.
+        pass_fraction: a group passes when its bus bandwidth is at least this fraction of what a healthy
+            group of its size reaches.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    noise: float = Field(0.0, ge=0.0, lt=0.5)
+    seed: int = 0
+    latency_us: float = Field(5.0, ge=0.0)
+    overhead_us: float = Field(20.0, ge=0.0)
+    bytes_per_node: int = Field(64 * _MIB, ge=1)
+    iters: int = Field(20, ge=1)
+    launch_s: float = Field(30.0, ge=0.0)
+    hang_grace_s: float = Field(60.0, gt=0.0)
+    pass_fraction: float = Field(0.8, gt=0.0, le=1.0)
+
+
+class GroupMeasurement(BaseModel):
+    """What one group test measured on the model.
+
+    Attributes:
+        outcome: ``pass``, ``fail`` (the collective failed, or its bandwidth is under the threshold) or
+            ``hang`` (it never completed; the test ended at its timeout).
+        figure: bus bandwidth in GB/s (``None`` when the collective failed or hung).
+        threshold: the least bus bandwidth a group of this size passes with, in GB/s.
+        duration_s: how long the test held its nodes, launch included.
+        reason: one line on what was seen.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outcome: Literal["pass", "fail", "hang"]
+    figure: float | None
+    threshold: float
+    duration_s: float
+    reason: str
+
+
+@runtime_checkable
+class FabricSource(Protocol):
+    """A cluster port whose fabric can be modelled (the simulated fleet)."""
+
+    def fabric_settings(self) -> FabricSettings:
+        """The fabric's settings (noise, seed, latencies)."""
+        ...
+
+
+class FabricModel:
+    """Group tests answered from the model (see the module docstring).
+
+    Args:
+        reports: what each node's NICs report, by node name.
+        settings: the fabric's behaviour.
+    """
+
+    def __init__(self, reports: Mapping[str, NodeReport], settings: FabricSettings | None = None) -> None:
+        self.reports = dict(reports)
+        self.settings = settings or FabricSettings()
+        self._random = random.Random(self.settings.seed)
+
+    def _step_s(self, gbps: float) -> float:
+        """One ring step: latency plus one node's share of the message over links of ``gbps`` Gbit/s."""
+        s = self.settings
+        return s.latency_us * 1e-6 + s.bytes_per_node / (max(gbps, 1e-9) * 1e9 / 8)
+
+    def _collective_s(self, size: int, gbps: float) -> float:
+        return self.settings.overhead_us * 1e-6 + 2 * (size - 1) * self._step_s(gbps)
+
+    def busbw(self, size: int, gbps: float) -> float:
+        """Bus bandwidth (GB/s) of a ring all-reduce among ``size`` members whose slowest links give
+        ``gbps``, without noise."""
+        message = self.settings.bytes_per_node * size
+        return message / self._collective_s(size, gbps) * 2 * (size - 1) / size / 1e9
+
+    def threshold(self, size: int, nominal_gbps: float) -> float:
+        """The least bus bandwidth (GB/s) a group of ``size`` passes with: a fraction of what a healthy
+        group of that size reaches."""
+        return self.settings.pass_fraction * self.busbw(size, nominal_gbps)
+
+    def allreduce(self, members: Sequence[str]) -> GroupMeasurement:
+        """Run one group test among ``members`` on the model.
+
+        Raises:
+            InputError: fewer than two members (a single node's test never crosses its NICs), a member
+                is named twice, or the model knows no such node.
+        """
+        if len(members) < 2 or len(set(members)) != len(members):
+            raise InputError(f"a fabric test needs two or more distinct nodes, got {list(members)}")
+        missing = [m for m in members if m not in self.reports]
+        if missing:
+            raise InputError(f"the fabric model knows no node {missing[0]!r}")
+        s, reports = self.settings, [self.reports[m] for m in members]
+        size = len(members)
+        nominal = min(r.nominal_link_gbps for r in reports)
+        slowest = min(reports, key=lambda r: (r.link_gbps, r.node))
+        threshold = self.threshold(size, nominal)
+        measure_s = s.iters * self._collective_s(size, nominal)
+        failed = [
+            r.node for r in reports if r.link_failure_rate > 0 and self._random.random() < r.link_failure_rate
+        ]
+        factor = 1.0 + self._random.uniform(-s.noise, s.noise) if s.noise else 1.0
+        hung = [r.node for r in reports if r.link_hangs]
+        if hung:
+            timeout = s.launch_s + 2 * measure_s + s.hang_grace_s
+            return GroupMeasurement(
+                outcome="hang",
+                figure=None,
+                threshold=threshold,
+                duration_s=timeout,
+                reason=f"the all-reduce did not complete within {timeout - s.launch_s:.0f}s",
+            )
+        if failed:
+            return GroupMeasurement(
+                outcome="fail",
+                figure=None,
+                threshold=threshold,
+                duration_s=s.launch_s + measure_s / 2,
+                reason="the all-reduce failed (a link dropped out)",
+            )
+        figure = self.busbw(size, slowest.link_gbps) * factor
+        duration = s.launch_s + s.iters * self._collective_s(size, slowest.link_gbps) * factor
+        ok = figure >= threshold
+        return GroupMeasurement(
+            outcome="pass" if ok else "fail",
+            figure=figure,
+            threshold=threshold,
+            duration_s=duration,
+            reason=f"busbw {figure:.1f} GB/s {'>=' if ok else '<'} {threshold:.1f} GB/s for {size} nodes",
+        )
+
+
+def fabric_model(port: object, nodes: Sequence[str]) -> FabricModel | None:
+    """The fabric model of ``nodes`` behind a cluster port, or ``None`` when the port has none.
+
+    Raises:
+        NotFoundError: a node is not in the fleet.
+    """
+    source = health_source(port)
+    if source is None or not isinstance(port, FabricSource):
+        return None
+    return FabricModel({n: source.node_report(n) for n in nodes}, port.fabric_settings())

@@ -1,0 +1,73 @@
+"""The fabric model: group tests on a simulated fleet without processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from steps.cluster import connect
+from steps.cluster.fabric import FabricModel, FabricSettings, fabric_model
+from steps.cluster.health import NodeReport
+from steps.errors import InputError
+
+
+def _model(spec: str, nodes: int) -> FabricModel:
+    names = [f"node-{i:02d}" for i in range(nodes)]
+    model = fabric_model(connect(f"sim:nodes={nodes},gpu=h100,{spec}"), names)
+    assert model is not None
+    return model
+
+
+def test_a_healthy_group_passes_near_its_links_and_a_slow_member_caps_the_group() -> None:
+    model = _model("faults=node-03:slow-nic=2240", 8)  # 70% of 3200 Gbit/s
+    healthy = model.allreduce([f"node-{i:02d}" for i in range(3)])
+    assert healthy.outcome == "pass" and healthy.figure is not None
+    assert 0.9 * 400 < healthy.figure <= 400  # 3200 Gbit/s is 400 GB/s
+    capped = model.allreduce([f"node-{i:02d}" for i in range(8)])
+    assert capped.outcome == "fail" and capped.figure is not None
+    assert capped.figure == pytest.approx(0.7 * model.busbw(8, 3200), rel=0.03)
+    assert "busbw" in capped.reason and "< " in capped.reason
+
+
+def test_the_threshold_is_keyed_to_the_group_size() -> None:
+    model = _model("", 2)
+    # fixed costs weigh more on a short ring: a pair reaches less than a large group
+    assert model.busbw(2, 3200) < model.busbw(64, 3200) < model.busbw(4096, 3200)
+    assert model.threshold(2, 3200) == pytest.approx(0.8 * model.busbw(2, 3200))
+
+
+def test_nic_faults_show_only_in_multi_node_tests_as_fail_and_hang() -> None:
+    model = _model("faults=node-01:flaky-nic=1;node-02:hang", 4)
+    failed = model.allreduce(["node-00", "node-01"])
+    assert (failed.outcome, failed.figure) == ("fail", None)
+    hung = model.allreduce(["node-00", "node-02", "node-03"])
+    assert (hung.outcome, hung.figure) == ("hang", None)
+    assert hung.duration_s > model.settings.launch_s + model.settings.hang_grace_s
+    with pytest.raises(InputError, match="two or more distinct nodes"):
+        model.allreduce(["node-01"])
+    with pytest.raises(InputError, match="knows no node 'node-09'"):
+        model.allreduce(["node-00", "node-09"])
+
+
+def test_a_flaky_link_fails_about_as_often_as_it_says() -> None:
+    model = _model("seed=3,faults=node-01:flaky-nic=0.3", 2)
+    outcomes = [model.allreduce(["node-00", "node-01"]).outcome for _ in range(2000)]
+    assert 0.25 < outcomes.count("fail") / len(outcomes) < 0.35
+
+
+def test_noise_stays_in_its_band_and_the_seed_repeats_every_figure() -> None:
+    def figures(seed: int) -> list[float]:
+        model = _model(f"noise=0.03,seed={seed}", 4)
+        return [model.allreduce(["node-00", "node-01", "node-02"]).figure or 0.0 for _ in range(200)]
+
+    clean = _model("", 4).busbw(3, 3200)
+    first = figures(1)
+    assert first == figures(1) and first != figures(2)
+    assert all(0.97 * clean <= f <= 1.03 * clean for f in first)
+    assert max(first) - min(first) > 0.03 * clean  # the noise is there
+
+
+def test_ports_without_a_fabric_give_no_model() -> None:
+    assert fabric_model(object(), ["node-00"]) is None
+    report = NodeReport(node="a", link_gbps=100.0, nominal_link_gbps=100.0)
+    model = FabricModel({"a": report, "b": report.model_copy(update={"node": "b"})}, FabricSettings())
+    assert model.allreduce(["a", "b"]).outcome == "pass"
