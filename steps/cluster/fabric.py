@@ -128,6 +128,11 @@ class FabricModel:
         group of that size reaches."""
         return self.settings.pass_fraction * self.busbw(size, nominal_gbps)
 
+    def healthy_s(self, members: Sequence[str]) -> float:
+        """How long a test of ``members`` takes when every member is healthy, launch included."""
+        nominal = min(self.reports[m].nominal_link_gbps for m in members)
+        return self.settings.launch_s + self.settings.iters * self._collective_s(len(members), nominal)
+
     def allreduce(self, members: Sequence[str]) -> GroupMeasurement:
         """Run one group test among ``members`` on the model.
 
@@ -145,7 +150,7 @@ class FabricModel:
         nominal = min(r.nominal_link_gbps for r in reports)
         slowest = min(reports, key=lambda r: (r.link_gbps, r.node))
         threshold = self.threshold(size, nominal)
-        measure_s = s.iters * self._collective_s(size, nominal)
+        measure_s = self.healthy_s(members) - s.launch_s
         failed = [
             r.node for r in reports if r.link_failure_rate > 0 and self._random.random() < r.link_failure_rate
         ]
