@@ -1,0 +1,152 @@
+"""``dsx bisect``: find the nodes that make a group of nodes fail or slow down together."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
+
+if TYPE_CHECKING:
+    from steps.readiness.bisect import BisectResult, GroupTest
+
+__all__ = ["Measure", "StrategyChoice", "register"]
+
+_LOCAL_MAX_NODES = 16
+_TABLE_RUNS = 30
+
+
+class StrategyChoice(enum.StrEnum):
+    """``--strategy`` (:data:`steps.readiness.bisect.STRATEGIES`; a test keeps them equal)."""
+
+    auto = "auto"
+    halving = "halving"
+    pairs = "pairs"
+
+
+class Measure(enum.StrEnum):
+    """How each group test is measured."""
+
+    model = "model"
+    local = "local"
+
+
+def _table(result: BisectResult) -> None:
+    out = console()
+    verdict = "healthy" if result.healthy else f"{len(result.suspects)} suspect(s)"
+    out.print(
+        f"{result.nodes} nodes, strategy {result.strategy} ({result.chosen}): {verdict}; "
+        f"{result.tests} tests in {result.rounds} rounds, {result.wall_clock_s:.0f} s, "
+        f"{result.node_seconds:.0f} node-seconds"
+    )
+    if result.suspects:
+        print_table(
+            "suspects",
+            ["node", "fault", "confidence", "confirmed with"],
+            [[s.node, s.fault, f"{s.confidence:.2f}", s.confirmed_with or "-"] for s in result.suspects],
+        )
+    for group in result.unresolved:
+        out.print(f"unresolved: {len(group)} nodes failed together, yet each part passed: {', '.join(group)}")
+    shown = [r for r in result.runs if r.outcome != "pass"][:_TABLE_RUNS]
+    if not shown:
+        return
+    print_table(
+        "failing tests",
+        ["round", "kind", "nodes", "outcome", "busbw GB/s", "threshold"],
+        [
+            [r.round, r.kind, _members(r.members), r.outcome, _figure(r.figure), _figure(r.threshold)]
+            for r in shown
+        ],
+    )
+
+
+def _members(members: list[str]) -> str:
+    return ", ".join(members) if len(members) <= 4 else f"{members[0]}..{members[-1]} ({len(members)})"
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _group_test(
+    cluster: str, nodes: list[str], measure: Measure, seed: int | None, out_dir: Path | None
+) -> tuple[GroupTest, float, float | None]:
+    """The group test for ``nodes``, the noise it measures with, and how long a healthy test lasts.
+
+    Raises:
+        InputError: the cluster has no fabric model, or is too large or not simulated for local ranks.
+    """
+    from steps.cluster import connect
+    from steps.cluster.fabric import fabric_model
+    from steps.errors import InputError
+    from steps.readiness.bisect.probes import fabric_test, local_test
+
+    port = connect(cluster)
+    model = fabric_model(port, nodes)
+    if model is None:
+        raise InputError(
+            f"dsx bisect: cluster {cluster!r} has no fabric model; bisection runs on simulated fleets "
+            "(sim:... or state:...) for now"
+        )
+    if seed is not None:
+        model = type(model)(model.reports, model.settings.model_copy(update={"seed": seed}))
+    if measure is Measure.local:
+        if len(nodes) > _LOCAL_MAX_NODES:
+            raise InputError(
+                f"dsx bisect --measure local: {len(nodes)} nodes is more than {_LOCAL_MAX_NODES} local "
+                "ranks can play; use --nodes to select fewer, or --measure model"
+            )
+        from steps.readiness.evidence import output_dir
+
+        return local_test(port, output_dir(str(out_dir) if out_dir else None)), 0.0, None
+    return fabric_test(model), model.settings.noise, model.healthy_s(nodes)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``bisect`` command."""
+
+    @app.command("bisect")
+    def bisect_cmd(
+        cluster: str = typer.Option(..., "--cluster", help="The fleet: sim:... or state:PATH."),
+        selector: str | None = typer.Option(
+            None, "--nodes", "-l", help="The group: nodes matching this label selector (default: every node)."
+        ),
+        strategy: StrategyChoice = typer.Option(
+            StrategyChoice.auto, "--strategy", help="How to narrow down."
+        ),
+        seed: int | None = typer.Option(
+            None, "--seed", help="Seed of the modelled tests (default: the spec's)."
+        ),
+        measure: Measure = typer.Option(
+            Measure.model,
+            "--measure",
+            help=f"model: the fleet's fabric model; local: real gloo ranks (up to {_LOCAL_MAX_NODES} nodes).",
+        ),
+        free: int | None = typer.Option(
+            None, "--free", min=2, help="Nodes that may be under test at once (default: the whole group)."
+        ),
+        out_dir: Path | None = typer.Option(None, "--out", help="Where local tests keep their evidence."),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Test the group, and if it fails, find the nodes at fault; exit 1 when it is not healthy.
+
+        Each suspect is confirmed beside a node known to be good: a node's own test never crosses its NICs.
+        """
+        from steps.cluster import connect
+        from steps.errors import InputError
+        from steps.readiness.bisect import bisect
+
+        nodes = [n.name for n in connect(cluster).list_nodes(selector)]
+        if len(nodes) < 2:
+            where = f"--nodes {selector!r}" if selector else f"cluster {cluster!r}"
+            raise InputError(
+                f"dsx bisect: {where} selects {len(nodes)} node(s); a group test needs two or more"
+            )
+        test, noise, pass_s = _group_test(cluster, nodes, measure, seed, out_dir)
+        result = bisect(nodes, test, strategy.value, noise=noise, free=free, pass_s=pass_s)
+        emit(result, output, _table)
+        if not result.healthy:
+            raise typer.Exit(1)
