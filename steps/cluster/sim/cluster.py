@@ -179,6 +179,7 @@ class SimCluster(PortBase):
             link_gbps=health.link_gbps,
             nominal_link_gbps=health.nominal_link_gbps,
             gpus=tuple(health.gpus),
+            nics=tuple(health.nics),
         )
 
     def calls(self) -> list[CallRecord]:
