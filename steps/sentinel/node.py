@@ -21,7 +21,7 @@ from steps.errors import InputError
 from steps.sentinel.agent import Agent, Metrics, PassResult
 from steps.sentinel.catalogue import FaultCatalogue
 from steps.sentinel.kernel_log import KMSG, KernelLog
-from steps.sentinel.nvml import NvmlSource
+from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
 from steps.sentinel.probes import NodeProbes
 from steps.sentinel.sysfs import read_nics
 
@@ -52,11 +52,16 @@ class Sentinel:
 
     def wait(self, seconds: float) -> None:
         """Wait between passes: on NVML's XID events where there is an event set, else sleep."""
+        import time
+
         if self.nvml is not None:
+            try:
+                self.nvml.start()
+            except NvmlUnavailableError:
+                time.sleep(seconds)  # said by the next pass, as the nvml condition
+                return
             self.nvml.wait_xids(int(seconds * 1000))
         else:
-            import time
-
             time.sleep(seconds)
 
 

@@ -15,12 +15,15 @@ LINES = [
     # dmesg
     "[ 1234.567890] NVRM: Xid (PCI:0000:1b:00): 79, pid=1901, name=python, GPU has fallen off the bus.",
     # dmesg -T
-    "[Mon Mar  3 12:00:01 2025] NVRM: Xid (PCI:0000:2B:00): 48, pid=2, name=x, An uncorrectable double bit error",
+    "[Mon Mar  3 12:00:01 2025] NVRM: Xid (PCI:0000:2B:00): 48, pid=2, name=x, "
+    "An uncorrectable double bit error",
     # journalctl -k
     "Mar 03 12:00:02 gpu-7 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=3, Graphics Exception",
     # /dev/kmsg record as read raw
-    "4,1021,5678901,-;NVRM: Xid (0000:4b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
-    "Mar 03 12:00:03 gpu-7 kernel: nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress",
+    "4,1021,5678901,-;NVRM: Xid (0000:4b:00): 154, GPU recovery action changed from 0x0 (None) "
+    "to 0x1 (GPU Reset Required)",
+    "Mar 03 12:00:03 gpu-7 kernel: nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, "
+    "Link 32 egress",
     "Mar 03 12:00:04 gpu-7 kernel: NVRM: Xid (PCI:0000:1b:00): unreadable garbage",
     "Mar 03 12:00:05 gpu-7 kernel: eth0: link up",
 ]
