@@ -14,9 +14,8 @@ import errno
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict
 
 __all__ = ["KMSG", "KernelLog", "KernelXid", "ParseResult", "normalise_pci", "parse_lines"]
 
@@ -39,7 +38,8 @@ def normalise_pci(address: str) -> str:
     return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
 
 
-class KernelXid(BaseModel):
+@dataclass(frozen=True, slots=True)
+class KernelXid:
     """One XID or SXid line.
 
     Attributes:
@@ -49,27 +49,26 @@ class KernelXid(BaseModel):
         message: the rest of the line after the code.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     kind: str
     pci: str
     code: int
     message: str = ""
 
 
-class ParseResult(BaseModel):
+@dataclass
+class ParseResult:
     """What a batch of kernel-log lines held: the XIDs in order and the count of lines that named an Xid
-    but did not parse."""
+    but did not parse. (Plain dataclasses: a busy log has many lines, and validation would cost more
+    than the parse.)"""
 
-    model_config = ConfigDict(extra="forbid")
-
-    xids: list[KernelXid]
+    xids: list[KernelXid] = field(default_factory=list)
     bad_lines: int = 0
 
 
 def parse_lines(lines: Iterable[str]) -> ParseResult:
     """The XID and SXid lines among ``lines``; any other line is ignored."""
     found: list[KernelXid] = []
+    pcis: dict[str, str] = {}
     bad = 0
     for line in lines:
         if "Xid" not in line:
@@ -78,12 +77,13 @@ def parse_lines(lines: Iterable[str]) -> ParseResult:
         if match is None:
             bad += 1
             continue
+        pci = match.group("pci")
         found.append(
             KernelXid(
-                kind=match.group("kind").lower(),
-                pci=normalise_pci(match.group("pci")),
-                code=int(match.group("code")),
-                message=(match.group("message") or "").strip(),
+                match.group("kind").lower(),
+                pcis.get(pci) or pcis.setdefault(pci, normalise_pci(pci)),
+                int(match.group("code")),
+                (match.group("message") or "").strip(),
             )
         )
     return ParseResult(xids=found, bad_lines=bad)
