@@ -18,7 +18,49 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GpuReport", "NodeHealthSource", "NodeReport", "health_source"]
+__all__ = ["GpuReport", "NicReport", "NodeHealthSource", "NodeReport", "NvlinkReport", "health_source"]
+
+
+class NvlinkReport(BaseModel):
+    """What one NVLink of a GPU reports (NVML's link state and error counters since the driver loaded).
+
+    Attributes:
+        link: the link's index on its GPU.
+        active: whether the link is up.
+        crc_errors: data-link CRC errors (flits) counted.
+        replay_errors: data-link replays counted.
+        recovery_errors: data-link recoveries counted.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    link: int
+    active: bool = True
+    crc_errors: int = 0
+    replay_errors: int = 0
+    recovery_errors: int = 0
+
+
+class NicReport(BaseModel):
+    """What one network port of a node reports (sysfs): an InfiniBand port or an Ethernet interface.
+
+    Attributes:
+        name: ``mlx5_0/1`` (InfiniBand device and port) or the interface name (``eth0``).
+        kind: ``infiniband`` or ``ethernet``; speeds are compared only between NICs of one kind.
+        up: whether the port carries traffic (IB ``ACTIVE`` and ``LinkUp``; Ethernet ``up``).
+        state: the state as sysfs words it (``ACTIVE``, ``DOWN``, ``up``...).
+        phys_state: the physical state (IB only: ``LinkUp``, ``Disabled``, ``Polling``...).
+        speed_gbps: the link's rate in Gbit/s (``None``: unknown, as for a link that is down).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: str
+    up: bool = True
+    state: str = ""
+    phys_state: str = ""
+    speed_gbps: float | None = None
 
 
 class GpuReport(BaseModel):
@@ -33,6 +75,24 @@ class GpuReport(BaseModel):
         temperature_c: temperature, in degrees Celsius.
         nvlink_gbps: NVLink bandwidth the GPU has now, in GB/s (0: no NVLink).
         nominal_nvlink_gbps: what its NVLink should give, in GB/s.
+        pci_bus_id: the GPU's PCI address as NVML writes it (``00000000:1B:00.0``): the kernel log names
+            GPUs by it.
+        ecc_uncorrectable_aggregate: uncorrectable ECC errors over the GPU's life (``ecc_uncorrectable``
+            counts since the driver loaded).
+        retired_pages: pages retired for double-bit errors.
+        retired_pages_pending: a retired page waits for a GPU reset to take effect.
+        remap_pending: a remapped memory row waits for a GPU reset to take effect.
+        remap_failed: a row could not be remapped (the GPU needs replacing).
+        throttle_reasons: why clocks are held down now: ``hw-thermal``, ``sw-thermal``,
+            ``hw-power-brake``, ``hw-slowdown``.
+        slowdown_temperature_c: where the GPU slows itself down (``None``: unknown).
+        shutdown_temperature_c: where the GPU shuts down (``None``: unknown).
+        pcie_generation: the PCIe generation the link runs at now (0: unknown).
+        pcie_max_generation: the highest generation the GPU and its slot support (0: unknown).
+        pcie_width: the lanes the link runs with now (0: unknown).
+        pcie_max_width: the lanes it should have (0: unknown).
+        nvlinks: one report per NVLink the GPU has.
+        reset_required: the driver asks for a GPU reset before the GPU is usable again.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,6 +105,21 @@ class GpuReport(BaseModel):
     temperature_c: float = 42.0
     nvlink_gbps: float = 0.0
     nominal_nvlink_gbps: float = 0.0
+    pci_bus_id: str = ""
+    ecc_uncorrectable_aggregate: int = 0
+    retired_pages: int = 0
+    retired_pages_pending: bool = False
+    remap_pending: bool = False
+    remap_failed: bool = False
+    throttle_reasons: tuple[str, ...] = ()
+    slowdown_temperature_c: float | None = None
+    shutdown_temperature_c: float | None = None
+    pcie_generation: int = 0
+    pcie_max_generation: int = 0
+    pcie_width: int = 0
+    pcie_max_width: int = 0
+    nvlinks: tuple[NvlinkReport, ...] = ()
+    reset_required: bool = False
 
 
 class NodeReport(BaseModel):
@@ -58,6 +133,7 @@ class NodeReport(BaseModel):
         link_failure_rate: the probability that a collective spanning this node and others fails on its
             links (a flaky NIC or cable; 0: never, 1: always). Traffic inside the node never crosses them.
         link_hangs: whether a collective spanning this node and others never completes on its links.
+        nics: one report per network port sysfs shows (InfiniBand ports, Ethernet interfaces).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -68,6 +144,7 @@ class NodeReport(BaseModel):
     gpus: tuple[GpuReport, ...] = Field(default_factory=tuple)
     link_failure_rate: float = Field(0.0, ge=0.0, le=1.0)
     link_hangs: bool = False
+    nics: tuple[NicReport, ...] = ()
 
 
 @runtime_checkable

@@ -67,6 +67,7 @@ __all__ = [
     "CONDITION_GPU_XID",
     "CONDITION_NIC_DEGRADED",
     "CONDITION_NOT_CERTIFIED",
+    "CONDITION_SENTINEL",
     "CORDON_ANNOTATIONS",
     "ENV_CLUSTER",
     "ENV_DEBUG",
@@ -85,6 +86,9 @@ __all__ = [
     "ENV_RETRY_ATTEMPTS",
     "ENV_RETRY_BASE_DELAY",
     "ENV_SCHEDULE_BUDGET_S",
+    "ENV_SENTINEL_KERNEL_LOG",
+    "ENV_SENTINEL_OVERRIDES",
+    "ENV_SENTINEL_SYSFS",
     "ENV_SHM_SIZE",
     "ENV_STALE_WAIT_S",
     "FIELD_MANAGER",
@@ -168,6 +172,22 @@ CONDITION_GPU_FAILED: Final = "DsxGpuFailed"
 CONDITION_NIC_DEGRADED: Final = "DsxNicDegraded"
 CONDITION_NOT_CERTIFIED: Final = "DsxNotCertified"
 
+CONDITION_SENTINEL: Final[dict[str, str]] = {
+    "gpu-missing": "DsxGpuMissing",
+    "xid": CONDITION_GPU_XID,
+    "sxid": "DsxNvswitchSxid",
+    "ecc": "DsxGpuEcc",
+    "remap": "DsxGpuMemoryRemap",
+    "thermal": "DsxGpuThermal",
+    "pcie": "DsxGpuPcieDegraded",
+    "nvlink": "DsxNvlinkDegraded",
+    "reset-required": "DsxGpuResetRequired",
+    "nic": CONDITION_NIC_DEGRADED,
+    "nvml": "DsxNvmlUnavailable",
+    "probe": "DsxSentinelProbeFailed",
+}
+"""The node condition each sentinel check sets (``status=True``: the problem is present), by check name."""
+
 
 class Certification(enum.StrEnum):
     """Values of the ``dsx.dev/certification`` label."""
@@ -232,6 +252,14 @@ ENV_FAIL_FILE: Final = "DSX_FAIL_FILE"
 """In a rank: the file a failing rank writes its error to."""
 ENV_REPORTS_KEPT: Final = "DSX_REPORTS_KEPT"
 """How many certification reports are kept in the cluster."""
+
+# Sentinel: the node agent.
+ENV_SENTINEL_OVERRIDES: Final = "DSX_SENTINEL_OVERRIDES"
+"""A fault catalogue overrides file (the cluster's own severities, actions and modes)."""
+ENV_SENTINEL_SYSFS: Final = "DSX_SENTINEL_SYSFS"
+"""Where the node's ``/sys`` is mounted in the agent's pod (default ``/sys``)."""
+ENV_SENTINEL_KERNEL_LOG: Final = "DSX_SENTINEL_KERNEL_LOG"
+"""The kernel log the agent reads: ``/dev/kmsg`` (default) or a file of ``dmesg``/``journalctl -k`` lines."""
 
 # Runtime.
 ENV_HELM_NAMESPACES: Final = "DSX_HELM_NAMESPACES"

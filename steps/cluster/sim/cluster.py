@@ -182,6 +182,7 @@ class SimCluster(PortBase):
             gpus=tuple(health.gpus),
             link_failure_rate=health.link_failure_rate,
             link_hangs=health.link_hangs,
+            nics=tuple(health.nics),
         )
 
     def fabric_settings(self) -> FabricSettings:

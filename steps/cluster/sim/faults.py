@@ -11,6 +11,10 @@
 ``not-ready``             the kubelet stops posting ready status (Ready condition False)
 ``api-errors=N``          the next N API requests about this node fail with HTTP 500
 ``reading:NAME=VALUE``    any further figure another part models (kept in ``health.readings``)
+``pcie-degraded[@I]``     GPU I (default 0) runs its PCIe link a generation lower on half its lanes
+``nvlink-down[@I]``       every NVLink of GPU I (default 0) is down (inactive, no NVLink bandwidth)
+``nic-down=NAME``         network port NAME (``mlx5_3/1``, or ``mlx5_3`` for its first port) is down
+``thermal[@I]``           GPU I (default 0) runs above its slowdown temperature, thermally throttled
 ``driver=VERSION``        the node runs driver VERSION: GPU Feature Discovery's driver labels (both
                           forms) say so, and its CUDA labels give that driver branch's CUDA version
 ``kernel=VERSION``        the kubelet reports kernel VERSION (``status.nodeInfo.kernelVersion``)
@@ -51,6 +55,10 @@ FAULT_KINDS = (
     "not-ready",
     "api-errors",
     "reading",
+    "pcie-degraded",
+    "nvlink-down",
+    "nic-down",
+    "thermal",
     *VERSION_FAULTS,
     "flaky-nic",
     "hang",
@@ -109,6 +117,49 @@ def _nic_fault(health: NodeHealth, kind: str, value: str | None, node: str, faul
     health.link_failure_rate = rate
 
 
+def _nic_down(fleet: Fleet, node: str, name: str, fault: str) -> None:
+    """Apply ``nic-down=NAME``: the port goes down, as sysfs then shows it."""
+    health = fleet.health[node]
+    names = [n.name for n in health.nics]
+    matches = [i for i, nic in enumerate(health.nics) if name in (nic.name, nic.name.partition("/")[0])]
+    if not name or not matches:
+        raise InputError(
+            f"fault {fault!r} on {node}: no such port; the node has {', '.join(names) or 'none'}"
+        )
+    index = matches[0]
+    down = "DOWN" if health.nics[index].kind == "infiniband" else "down"
+    phys = "Disabled" if health.nics[index].kind == "infiniband" else ""
+    health.nics[index] = health.nics[index].model_copy(
+        update={"up": False, "state": down, "phys_state": phys, "speed_gbps": None}
+    )
+    fleet.nodes[node].resource_version = fleet.next_revision()
+    health.faults.append(fault.strip())
+
+
+def _hardware_fault(health: NodeHealth, kind: str, index: int, node: str, fault: str) -> None:
+    """Apply ``pcie-degraded``, ``nvlink-down`` or ``thermal`` to GPU ``index``."""
+    gpu = health.gpus[_gpu(health, index, node, fault)]
+    if kind == "pcie-degraded":
+        top_gen, top_width = gpu.pcie_max_generation or 5, gpu.pcie_max_width or 16
+        _update_gpu(
+            health,
+            index,
+            pcie_max_generation=top_gen,
+            pcie_max_width=top_width,
+            pcie_generation=max(1, top_gen - 1),
+            pcie_width=max(1, top_width // 2),
+        )
+    elif kind == "nvlink-down":
+        if not gpu.nvlinks:
+            raise InputError(f"fault {fault!r} on {node}: GPU {index} has no NVLink")
+        links = tuple(link.model_copy(update={"active": False}) for link in gpu.nvlinks)
+        _update_gpu(health, index, nvlinks=links, nvlink_gbps=0.0)
+    else:  # thermal
+        slowdown = gpu.slowdown_temperature_c or 87.0
+        reasons = tuple(sorted({*gpu.throttle_reasons, "hw-thermal"}))
+        _update_gpu(health, index, temperature_c=slowdown + 3.0, throttle_reasons=reasons)
+
+
 def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """Inject one fault into ``node``.
 
@@ -120,6 +171,9 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     kind, sep, version = fault.strip().partition("=")
     if kind in VERSION_FAULTS:
         _set_version(fleet, fleet.nodes[node], kind, version.strip() if sep else "", fault)
+        return
+    if kind == "nic-down":
+        _nic_down(fleet, node, version.strip(), fault)
         return
     match = _FAULT.match(fault.strip())
     kind = match.group("kind") if match else ""
@@ -173,6 +227,10 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
             else c
             for c in state.conditions
         ]
+    elif kind in ("pcie-degraded", "nvlink-down", "thermal"):
+        if value is not None:
+            raise InputError(f"fault {fault!r} on {node}: {kind} takes a GPU, not a value ({kind}@I)")
+        _hardware_fault(health, kind, gpu or 0, node, fault)
     elif kind == "api-errors":
         fleet.api.node_errors[node] = fleet.api.node_errors.get(node, 0) + int(float(str(value)))
     else:  # reading

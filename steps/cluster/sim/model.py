@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from steps.cluster.fabric import FabricSettings
-from steps.cluster.health import GpuReport
+from steps.cluster.health import GpuReport, NicReport
 from steps.cluster.port import Node, Pod
 
 __all__ = ["ApiFaults", "CallRecord", "Fleet", "NodeHealth", "Pdb", "object_key", "owner_key"]
@@ -37,6 +37,7 @@ class NodeHealth(_Model):
         gpus: what each GPU reports, by index (the health seam's model: faults replace an entry).
         faults: the faults injected so far, as written (``slow-nic``, ``xid=79@3``...).
         readings: further named figures (``reading:NAME=VALUE`` faults set them).
+        nics: the node's network ports as sysfs shows them (the ``nic-down`` fault takes one down).
     """
 
     ready: bool = True
@@ -47,6 +48,7 @@ class NodeHealth(_Model):
     gpus: list[GpuReport] = Field(default_factory=list)
     faults: list[str] = Field(default_factory=list)
     readings: dict[str, float] = Field(default_factory=dict)
+    nics: list[NicReport] = Field(default_factory=list)
 
     @property
     def healthy(self) -> bool:

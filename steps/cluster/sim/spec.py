@@ -47,6 +47,7 @@ from steps.cluster.health import GpuReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
 from steps.cluster.sim.faults import apply_fault
 from steps.cluster.sim.gpus import GPU_MODELS, GpuModel, cuda_for_driver, gpu_model
+from steps.cluster.sim.hardware import gpu_hardware, node_nics
 from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, NodeHealth, Pdb, owner_key
 from steps.errors import InputError
@@ -315,9 +316,11 @@ def _health(model: GpuModel, count: int, name: str) -> NodeHealth:
                 uuid=_gpu_uuid(name, g),
                 nvlink_gbps=model.nvlink_gbps,
                 nominal_nvlink_gbps=model.nvlink_gbps,
+                **gpu_hardware(model, g),
             )
             for g in range(count)
         ],
+        nics=node_nics(model, count),
     )
 
 

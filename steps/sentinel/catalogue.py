@@ -1,0 +1,301 @@
+"""The fault catalogue: what each XID and each NVML or sysfs condition means (severity, action), and the
+mode of every check, read from the data in ``recipes/faults/`` and a cluster's overrides.
+
+``xid.yaml`` holds NVIDIA's XID catalogue (each XID's resolution bucket) and what dsx does about each
+bucket; ``conditions.yaml`` the conditions the probes find and the modes. An overrides file (kind
+``FaultOverrides``) changes severities, actions and modes for one cluster. An XID the catalogue does not
+list gets its ``default`` and keeps its raw code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from steps.errors import InputError
+from steps.models import Frozen, read_model
+from steps.sentinel.events import CHECKS, Action, Severity
+
+__all__ = [
+    "CatalogueEntry",
+    "FaultCatalogue",
+    "FaultOverrides",
+    "Mode",
+    "Rule",
+    "default_faults_dir",
+    "load_catalogue",
+]
+
+Mode = Literal["enforce", "observe", "off"]
+
+
+class Rule(Frozen):
+    """What a fault means: its severity, the action that repairs it, the mode of its check."""
+
+    severity: Severity
+    action: Action
+    mode: Mode = "enforce"
+    threshold: float | None = None
+
+
+class _Bucket(Frozen):
+    severity: Severity
+    action: Action
+
+
+class _Xid(Frozen):
+    code: int
+    mnemonic: str
+    bucket: str
+
+
+class _MessageRule(Frozen):
+    contains: str
+    severity: Severity
+    action: Action
+
+
+class _XidFile(Frozen):
+    apiVersion: Literal["dsx.dev/v1alpha1"]
+    kind: Literal["XidCatalogue"]
+    buckets: dict[str, _Bucket]
+    default: _Bucket
+    sxid_default: _Bucket
+    xids: list[_Xid]
+    by_message: dict[int, list[_MessageRule]] = Field(default_factory=dict)
+
+
+class _Condition(Frozen):
+    check: str
+    code: str
+    severity: Severity
+    action: Action
+    threshold: float | None = None
+    description: str = ""
+
+
+class _ConditionFile(Frozen):
+    apiVersion: Literal["dsx.dev/v1alpha1"]
+    kind: Literal["ConditionCatalogue"]
+    modes: dict[str, Mode]
+    conditions: list[_Condition]
+
+
+class _Override(Frozen):
+    check: str
+    code: str
+    severity: Severity | None = None
+    action: Action | None = None
+    threshold: float | None = None
+
+
+class FaultOverrides(Frozen):
+    """A cluster's changes to the catalogue (kind ``FaultOverrides``).
+
+    Attributes:
+        modes: check to mode (``enforce``, ``observe``, ``off``).
+        entries: per check and code, a new severity, action or threshold; for ``xid`` and ``sxid`` a
+            code the catalogue lacks is added.
+    """
+
+    apiVersion: Literal["dsx.dev/v1alpha1"]
+    kind: Literal["FaultOverrides"]
+    cluster: str = ""
+    modes: dict[str, Mode] = Field(default_factory=dict)
+    entries: list[_Override] = Field(default_factory=list)
+
+
+class CatalogueEntry(Frozen):
+    """One line of the effective catalogue, as ``dsx sentinel catalog`` prints it."""
+
+    check: str
+    code: str
+    severity: Severity
+    action: Action
+    mode: Mode
+    source: str = ""
+    """NVIDIA's resolution bucket for an XID, ``condition`` for an NVML or sysfs condition,
+    ``default`` for the fallback of an unlisted code; ``override`` when the cluster changed it."""
+    description: str = ""
+
+
+def _order(entry: CatalogueEntry) -> tuple[int, int, str]:
+    checks = list(CHECKS)
+    code = int(entry.code) if entry.code.isdigit() else -1
+    return (checks.index(entry.check), code, entry.code)
+
+
+class FaultCatalogue:
+    """The effective catalogue: lookups for the probes and the listing for people."""
+
+    def __init__(
+        self,
+        entries: dict[tuple[str, str], CatalogueEntry],
+        thresholds: dict[tuple[str, str], float],
+        modes: dict[str, Mode],
+        defaults: dict[str, CatalogueEntry],
+        by_message: dict[str, list[_MessageRule]],
+    ) -> None:
+        self._entries = entries
+        self._thresholds = thresholds
+        self._modes = modes
+        self._defaults = defaults
+        self._by_message = by_message
+
+    def mode(self, check: str) -> Mode:
+        """The check's mode (``enforce`` where the data names none)."""
+        return self._modes.get(check, "enforce")
+
+    def rule(self, check: str, code: str, message: str = "") -> Rule:
+        """What ``code`` of ``check`` means; an unlisted XID or SXid gets the catalogue's default.
+
+        Raises:
+            KeyError: a condition code the catalogue does not know (a defect of a probe).
+        """
+        entry = self._entries.get((check, code)) or self._defaults.get(check)
+        if entry is None:
+            raise KeyError(f"fault catalogue: no entry for check {check!r} code {code!r}")
+        severity, action = entry.severity, entry.action
+        for rule in self._by_message.get(f"{check}/{code}", []):
+            if rule.contains in message:
+                severity, action = rule.severity, rule.action
+                break
+        return Rule(
+            severity=severity,
+            action=action,
+            mode=self.mode(check),
+            threshold=self._thresholds.get((check, code)),
+        )
+
+    def describe(self, check: str, code: str) -> str:
+        """The entry's description (an XID's mnemonic), or ``""``."""
+        entry = self._entries.get((check, code))
+        return entry.description if entry else ""
+
+    def entries(self) -> list[CatalogueEntry]:
+        """Every entry, the defaults included (code ``*``), in check order then by code."""
+        rows = [e.model_copy(update={"mode": self.mode(e.check)}) for e in self._entries.values()]
+        rows += [e.model_copy(update={"mode": self.mode(e.check)}) for e in self._defaults.values()]
+        return sorted(rows, key=_order)
+
+
+def default_faults_dir() -> Path:
+    """``recipes/faults`` as shipped in the ``recipes`` package."""
+    package = importlib.import_module("recipes")
+    if getattr(package, "__file__", None):
+        return Path(str(resources.files("recipes"))) / "faults"
+    return Path(__file__).resolve().parents[2] / "recipes" / "faults"
+
+
+def load_catalogue(folder: Path | None = None, overrides: Path | None = None) -> FaultCatalogue:
+    """Read the catalogue from ``folder`` (default the shipped one) and apply ``overrides``.
+
+    Raises:
+        InputError: a file is missing, is not YAML or does not fit its kind; an override names an
+            unknown check, mode or condition code (file and line in the message).
+    """
+    where = folder or default_faults_dir()
+    xids = read_model(where / "xid.yaml", _XidFile, what="XidCatalogue")
+    conditions = read_model(where / "conditions.yaml", _ConditionFile, what="ConditionCatalogue")
+    entries: dict[tuple[str, str], CatalogueEntry] = {}
+    thresholds: dict[tuple[str, str], float] = {}
+    for xid in xids.xids:
+        bucket = xids.buckets.get(xid.bucket)
+        if bucket is None:
+            raise InputError(f"{where / 'xid.yaml'}: XID {xid.code}: unknown bucket {xid.bucket!r}")
+        entries[("xid", str(xid.code))] = CatalogueEntry(
+            check="xid",
+            code=str(xid.code),
+            severity=bucket.severity,
+            action=bucket.action,
+            mode="enforce",
+            source=xid.bucket,
+            description=xid.mnemonic,
+        )
+    for cond in conditions.conditions:
+        if cond.check not in CHECKS:
+            raise InputError(f"{where / 'conditions.yaml'}: unknown check {cond.check!r}")
+        entries[(cond.check, cond.code)] = CatalogueEntry(
+            check=cond.check,
+            code=cond.code,
+            severity=cond.severity,
+            action=cond.action,
+            mode="enforce",
+            source="condition",
+            description=cond.description,
+        )
+        if cond.threshold is not None:
+            thresholds[(cond.check, cond.code)] = cond.threshold
+    defaults = {
+        "xid": CatalogueEntry(
+            check="xid",
+            code="*",
+            mode="enforce",
+            source="default",
+            description="an XID not listed",
+            **xids.default.model_dump(),
+        ),
+        "sxid": CatalogueEntry(
+            check="sxid",
+            code="*",
+            mode="enforce",
+            source="default",
+            description="an NVSwitch SXid",
+            **xids.sxid_default.model_dump(),
+        ),
+    }
+    modes: dict[str, Mode] = dict(conditions.modes)
+    if overrides is not None:
+        _apply(
+            read_model(overrides, FaultOverrides, what="FaultOverrides"),
+            overrides,
+            entries,
+            thresholds,
+            modes,
+        )
+    by_message = {f"xid/{code}": rules for code, rules in xids.by_message.items()}
+    return FaultCatalogue(entries, thresholds, modes, defaults, by_message)
+
+
+def _apply(
+    changes: FaultOverrides,
+    path: Path,
+    entries: dict[tuple[str, str], CatalogueEntry],
+    thresholds: dict[tuple[str, str], float],
+    modes: dict[str, Mode],
+) -> None:
+    for check, mode in changes.modes.items():
+        if check not in CHECKS:
+            raise InputError(f"{path}: modes: unknown check {check!r}; checks: {', '.join(CHECKS)}")
+        modes[check] = mode
+    for change in changes.entries:
+        key = (change.check, change.code)
+        if change.check not in CHECKS:
+            raise InputError(f"{path}: entries: unknown check {change.check!r}; checks: {', '.join(CHECKS)}")
+        known = entries.get(key)
+        if known is None:
+            if change.check not in ("xid", "sxid") or not change.code.isdigit():
+                raise InputError(f"{path}: entries: {change.check} has no code {change.code!r}")
+            if change.severity is None or change.action is None:
+                raise InputError(
+                    f"{path}: entries: new {change.check} {change.code} needs severity and action"
+                )
+            known = CatalogueEntry(
+                check=change.check,
+                code=change.code,
+                severity=change.severity,
+                action=change.action,
+                mode="enforce",
+            )
+        update: dict[str, object] = {"source": "override"}
+        if change.severity is not None:
+            update["severity"] = change.severity
+        if change.action is not None:
+            update["action"] = change.action
+        entries[key] = known.model_copy(update=update)
+        if change.threshold is not None:
+            thresholds[key] = change.threshold

@@ -1,0 +1,279 @@
+"""The NVML adapter of the health seam: what this node's GPUs report, read through ``pynvml``.
+
+The module is a parameter (:class:`NvmlSource` never imports ``pynvml`` itself): the agent passes the
+real one from ``nvidia-ml-py``, tests a fake with the same function names, constants and ``NVMLError``
+codes. Per GPU, a call the GPU does not support (``NVML_ERROR_NOT_SUPPORTED``) leaves its figure unknown;
+``NVML_ERROR_GPU_IS_LOST`` marks the GPU lost (fallen off the bus); ``NVML_ERROR_RESET_REQUIRED`` marks it
+as needing a reset. XIDs arrive through an NVML event set (:meth:`NvmlSource.wait_xids`) and are kept per
+GPU for the life of the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from steps.cluster.errors import NotFoundError
+from steps.cluster.health import GpuReport, NodeReport, NvlinkReport
+
+__all__ = ["NvmlSource", "NvmlUnavailableError"]
+
+_T = TypeVar("_T")
+
+# Clock event (throttle) reason bits, as nvml.h defines them; the module's own names are used when it
+# has them (they were renamed from ClocksThrottleReason to ClocksEventReason in recent releases).
+_REASONS = (
+    ("hw-slowdown", "HwSlowdown", 0x08),
+    ("sw-thermal", "SwThermalSlowdown", 0x20),
+    ("hw-thermal", "HwThermalSlowdown", 0x40),
+    ("hw-power-brake", "HwPowerBrakeSlowdown", 0x80),
+)
+_RESET_ACTIONS = {1, 4, 6}
+"""NVML_GPU_RECOVERY_ACTION_GPU_RESET, _DRAIN_AND_RESET and _BUS_RESET: the GPU needs a reset."""
+_XID_EVENT = 0x08  # nvmlEventTypeXidCriticalError
+
+
+class NvmlUnavailableError(Exception):
+    """NVML is absent or will not initialise (no driver, no GPU, no library): the agent reports it as
+    its own condition and goes on serving metrics."""
+
+
+class _Lost(Exception):
+    pass
+
+
+class _ResetRequired(Exception):
+    pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlSource:
+    """A :class:`~steps.cluster.health.NodeHealthSource` over NVML.
+
+    Args:
+        nvml: the ``pynvml`` module, or a fake with the same names.
+        node: the node this agent runs on (the only node it can report).
+        nvlinks: how many NVLinks to ask about per GPU (NVML_NVLINK_MAX_LINKS by default); links the GPU
+            does not have answer not-supported or invalid and are skipped.
+    """
+
+    def __init__(self, nvml: Any, node: str, nvlinks: int | None = None) -> None:
+        self._nvml = nvml
+        self.node = node
+        self._nvlinks = nvlinks if nvlinks is not None else int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+        self._event_set: Any = None
+        self._started = False
+        self.xids: dict[int, list[int]] = {}
+
+    # ----------------------------------------------------------------- life
+
+    def start(self) -> None:
+        """Initialise NVML and register every GPU for XID events (where the GPU supports them).
+
+        Raises:
+            NvmlUnavailableError: NVML cannot be initialised.
+        """
+        if self._started:
+            return
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailableError(f"NVML did not initialise: {exc}") from None
+        except OSError as exc:  # the library itself is missing
+            raise NvmlUnavailableError(f"NVML library not loaded: {exc}") from None
+        self._started = True
+        try:
+            self._event_set = nvml.nvmlEventSetCreate()
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                try:
+                    nvml.nvmlDeviceRegisterEvents(handle, _XID_EVENT, self._event_set)
+                except nvml.NVMLError:
+                    continue  # no XID events from this GPU: the kernel log still has them
+        except nvml.NVMLError:
+            self._event_set = None
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down."""
+        if not self._started:
+            return
+        nvml = self._nvml
+        if self._event_set is not None:
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlEventSetFree(self._event_set)
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+        self._started = False
+
+    # ----------------------------------------------------------------- events
+
+    def wait_xids(self, timeout_ms: int) -> list[tuple[int, int]]:
+        """Wait up to ``timeout_ms`` for an XID event; the ``(gpu index, xid)`` pairs received (kept in
+        :attr:`xids` too). Returns at once with nothing when the GPUs gave no event set."""
+        nvml = self._nvml
+        if self._event_set is None:
+            return []
+        got: list[tuple[int, int]] = []
+        wait = timeout_ms
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait(self._event_set, wait)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) == nvml.NVML_ERROR_TIMEOUT:
+                    return got
+                raise
+            if int(data.eventType) & _XID_EVENT:
+                index = int(nvml.nvmlDeviceGetIndex(data.device))
+                xid = int(data.eventData)
+                self.xids.setdefault(index, []).append(xid)
+                got.append((index, xid))
+            wait = 0  # take what else is queued, without waiting again
+
+    # ----------------------------------------------------------------- reading
+
+    def _call(self, fn: Callable[..., _T], *args: Any) -> _T | None:
+        """One NVML query; ``None`` when the GPU does not support it."""
+        nvml = self._nvml
+        try:
+            return fn(*args)
+        except nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise _Lost from None
+            if code == nvml.NVML_ERROR_RESET_REQUIRED:
+                raise _ResetRequired from None
+            return None
+
+    def node_report(self, node: str) -> NodeReport:
+        """What this node's GPUs report now (NICs come from sysfs, not NVML).
+
+        Raises:
+            NotFoundError: ``node`` is not the node this source runs on.
+            NvmlUnavailableError: NVML cannot be initialised or cannot count the GPUs.
+        """
+        if node != self.node:
+            raise NotFoundError(
+                "node_report", f"node/{node}", f"NVML here reports {self.node}, not {node}", 404
+            )
+        self.start()
+        nvml = self._nvml
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailableError(f"NVML cannot count the GPUs: {exc}") from None
+        gpus = tuple(self._gpu(index) for index in range(count))
+        return NodeReport(node=node, link_gbps=0.0, nominal_link_gbps=0.0, gpus=gpus)
+
+    def _gpu(self, index: int) -> GpuReport:
+        nvml = self._nvml
+        uuid, bus = f"gpu-{index}", ""
+        try:
+            handle = self._call(nvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is None:
+                raise _Lost
+            uuid = _text(self._call(nvml.nvmlDeviceGetUUID, handle) or uuid)
+            pci = self._call(nvml.nvmlDeviceGetPciInfo, handle)
+            bus = _text(pci.busId) if pci is not None else ""
+            return self._read(index, handle, uuid, bus)
+        except _Lost:
+            return GpuReport(index=index, uuid=uuid, pci_bus_id=bus, healthy=False, xids=self._xids(index))
+        except _ResetRequired:
+            return GpuReport(
+                index=index, uuid=uuid, pci_bus_id=bus, reset_required=True, xids=self._xids(index)
+            )
+
+    def _xids(self, index: int) -> tuple[int, ...]:
+        return tuple(self.xids.get(index, ()))
+
+    def _read(self, index: int, handle: Any, uuid: str, bus: str) -> GpuReport:
+        nvml, call = self._nvml, self._call
+        unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        volatile = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_VOLATILE_ECC) or 0
+        aggregate = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_AGGREGATE_ECC) or 0
+        retired = call(
+            nvml.nvmlDeviceGetRetiredPages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        )
+        pending = call(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        remap = call(nvml.nvmlDeviceGetRemappedRows, handle)
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        mask = call(reasons_fn or nvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle) or 0
+        reasons = tuple(sorted(name for name, suffix, bit in _REASONS if mask & self._bit(suffix, bit)))
+        temperature = call(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+        slowdown = call(
+            nvml.nvmlDeviceGetTemperatureThreshold, handle, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        )
+        shutdown = call(
+            nvml.nvmlDeviceGetTemperatureThreshold, handle, nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+        )
+        reset_required = False
+        fields = call(nvml.nvmlDeviceGetFieldValues, handle, [nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+        if fields is not None and len(fields) and int(fields[0].nvmlReturn) == nvml.NVML_SUCCESS:
+            reset_required = int(fields[0].value.uiVal) in _RESET_ACTIONS
+        return GpuReport(
+            index=index,
+            uuid=uuid,
+            pci_bus_id=bus,
+            xids=self._xids(index),
+            ecc_uncorrectable=int(volatile),
+            ecc_uncorrectable_aggregate=int(aggregate),
+            retired_pages=len(retired) if retired is not None else 0,
+            retired_pages_pending=bool(pending),
+            remap_pending=bool(remap[2]) if remap is not None else False,
+            remap_failed=bool(remap[3]) if remap is not None else False,
+            throttle_reasons=reasons,
+            temperature_c=float(temperature) if temperature is not None else 0.0,
+            slowdown_temperature_c=float(slowdown) if slowdown else None,
+            shutdown_temperature_c=float(shutdown) if shutdown else None,
+            pcie_generation=int(call(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle) or 0),
+            pcie_max_generation=int(
+                call(
+                    getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None)
+                    or nvml.nvmlDeviceGetMaxPcieLinkGeneration,
+                    handle,
+                )
+                or 0
+            ),
+            pcie_width=int(call(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle) or 0),
+            pcie_max_width=int(call(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle) or 0),
+            nvlinks=self._links(handle),
+            reset_required=reset_required,
+        )
+
+    def _bit(self, suffix: str, bit: int) -> int:
+        """A clock event reason's bit, by the module's name for it where it has one."""
+        nvml = self._nvml
+        found: Any = getattr(nvml, f"nvmlClocksEventReason{suffix}", None)
+        if found is None:
+            found = getattr(nvml, f"nvmlClocksThrottleReason{suffix}", bit)
+        return int(found)
+
+    def _links(self, handle: Any) -> tuple[NvlinkReport, ...]:
+        nvml, call = self._nvml, self._call
+        links: list[NvlinkReport] = []
+        for link in range(self._nvlinks):
+            state = call(nvml.nvmlDeviceGetNvLinkState, handle, link)
+            if state is None:
+                continue  # the GPU has no such link
+            counters = [
+                call(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, counter) or 0
+                for counter in (
+                    nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+                    nvml.NVML_NVLINK_ERROR_DL_REPLAY,
+                    nvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+                )
+            ]
+            links.append(
+                NvlinkReport(
+                    link=link,
+                    active=int(state) == nvml.NVML_FEATURE_ENABLED,
+                    crc_errors=int(counters[0]),
+                    replay_errors=int(counters[1]),
+                    recovery_errors=int(counters[2]),
+                )
+            )
+        return tuple(links)

@@ -1,0 +1,157 @@
+"""A fake of the ``pynvml`` module: the same function names, constants and ``NVMLError`` codes, over
+GPUs a test describes. Its constants are read from the real module, so a renamed or renumbered
+constant in nvidia-ml-py shows here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml as real
+
+
+class NVMLError(Exception):
+    """Carries an NVML return code in ``value``, as pynvml's does."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    bus_id: str
+    lost: bool = False
+    volatile_ecc: int = 0
+    aggregate_ecc: int = 0
+    retired: int = 0
+    pending_retire: bool = False
+    remap: tuple[int, int, int, int] = (0, 0, 0, 0)
+    reasons: int = 0
+    temperature: int = 45
+    slowdown: int = 87
+    shutdown: int = 92
+    pcie: tuple[int, int, int, int] = (5, 5, 16, 16)
+    links: list[bool] = field(default_factory=lambda: [True] * 18)
+    link_errors: int = 0
+    recovery_action: int = 0
+
+
+def gpus(count: int = 8) -> list[FakeGpu]:
+    """``count`` healthy GPUs."""
+    return [
+        FakeGpu(uuid=f"GPU-fake-{i}", bus_id=f"00000000:{0x18 + 0x10 * i:02X}:00.0") for i in range(count)
+    ]
+
+
+class FakeNvml:
+    """Module-like: pass an instance where the agent takes the ``pynvml`` module."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, devices: list[FakeGpu] | None = None, init_error: int | None = None) -> None:
+        self.devices = devices if devices is not None else gpus()
+        self.init_error = init_error
+        self.pending_events: list[tuple[int, int]] = []
+        for name in dir(real):
+            if name.startswith(("NVML_", "nvmlClocks", "nvmlEventType")):
+                setattr(self, name, getattr(real, name))
+
+    def _dev(self, handle: int) -> FakeGpu:
+        gpu = self.devices[handle]
+        if gpu.lost:
+            raise NVMLError(real.NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if not 0 <= index < len(self.devices):
+            raise NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return index
+
+    def nvmlDeviceGetIndex(self, handle: int) -> int:
+        return handle
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return self.devices[handle].uuid
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        return SimpleNamespace(busId=self.devices[handle].bus_id.encode())
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
+        gpu = self._dev(handle)
+        return gpu.volatile_ecc if counter == real.NVML_VOLATILE_ECC else gpu.aggregate_ecc
+
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+        return list(range(self._dev(handle).retired))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        return int(self._dev(handle).pending_retire)
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        return self._dev(handle).remap
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return self._dev(handle).reasons
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        return self._dev(handle).temperature
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: int, which: int) -> int:
+        gpu = self._dev(handle)
+        return gpu.slowdown if which == real.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN else gpu.shutdown
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
+        return self._dev(handle).pcie[0]
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: int) -> int:
+        return self._dev(handle).pcie[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
+        return self._dev(handle).pcie[1]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
+        return self._dev(handle).pcie[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return self._dev(handle).pcie[3]
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        links = self._dev(handle).links
+        if link >= len(links):
+            raise NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return real.NVML_FEATURE_ENABLED if links[link] else real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
+        return self._dev(handle).link_errors if counter == real.NVML_NVLINK_ERROR_DL_CRC_FLIT else 0
+
+    def nvmlDeviceGetFieldValues(self, handle: int, fields: list[int]) -> list[Any]:
+        gpu = self._dev(handle)
+        value = SimpleNamespace(uiVal=gpu.recovery_action)
+        return [SimpleNamespace(fieldId=f, nvmlReturn=real.NVML_SUCCESS, value=value) for f in fields]
+
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: str) -> None:
+        pass
+
+    def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> Any:
+        if not self.pending_events:
+            raise NVMLError(real.NVML_ERROR_TIMEOUT)
+        index, xid = self.pending_events.pop(0)
+        return SimpleNamespace(device=index, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid)
+
+    def nvmlEventSetFree(self, event_set: str) -> None:
+        pass

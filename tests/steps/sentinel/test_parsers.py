@@ -1,0 +1,122 @@
+"""The kernel-log parser, the sysfs NIC reader and the NVML adapter over a fake pynvml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pynvml
+
+from steps.sentinel.kernel_log import KernelLog, normalise_pci, parse_lines
+from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
+from steps.sentinel.sysfs import read_nics
+from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
+
+LINES = [
+    # dmesg
+    "[ 1234.567890] NVRM: Xid (PCI:0000:1b:00): 79, pid=1901, name=python, GPU has fallen off the bus.",
+    # dmesg -T
+    "[Mon Mar  3 12:00:01 2025] NVRM: Xid (PCI:0000:2B:00): 48, pid=2, name=x, "
+    "An uncorrectable double bit error",
+    # journalctl -k
+    "Mar 03 12:00:02 gpu-7 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=3, Graphics Exception",
+    # /dev/kmsg record as read raw
+    "4,1021,5678901,-;NVRM: Xid (0000:4b:00): 154, GPU recovery action changed from 0x0 (None) "
+    "to 0x1 (GPU Reset Required)",
+    "Mar 03 12:00:03 gpu-7 kernel: nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, "
+    "Link 32 egress",
+    "Mar 03 12:00:04 gpu-7 kernel: NVRM: Xid (PCI:0000:1b:00): unreadable garbage",
+    "Mar 03 12:00:05 gpu-7 kernel: eth0: link up",
+]
+
+
+def test_every_log_format_parses_and_bad_lines_are_counted() -> None:
+    result = parse_lines(LINES)
+    assert [(x.kind, x.pci, x.code) for x in result.xids] == [
+        ("xid", "0000:1b:00", 79),
+        ("xid", "0000:2b:00", 48),
+        ("xid", "0000:3b:00", 13),
+        ("xid", "0000:4b:00", 154),
+        ("sxid", "0000:05:00", 12028),
+    ]
+    assert result.xids[0].message.endswith("GPU has fallen off the bus.")
+    assert result.bad_lines == 1
+
+
+def test_nvml_and_kernel_pci_addresses_meet() -> None:
+    assert normalise_pci("00000000:1B:00.0") == normalise_pci("PCI:0000:1b:00") == "0000:1b:00"
+    assert normalise_pci("nonsense") == ""
+
+
+def test_a_log_file_is_read_incrementally_and_a_partial_line_waits(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(LINES[0] + "\n" + LINES[2][:30])
+    reader = KernelLog(log)
+    assert [x.code for x in reader.read().xids] == [79]
+    with log.open("a") as handle:
+        handle.write(LINES[2][30:] + "\n")
+    assert [x.code for x in reader.read().xids] == [13]
+    assert [x.code for x in reader.xids] == [79, 13]
+
+
+def _tree(root: Path) -> None:
+    for dev, state, phys, rate in (
+        ("mlx5_0", "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)"),
+        ("mlx5_1", "1: DOWN", "3: Disabled", "400 Gb/sec (4X NDR)"),
+        ("mlx5_2", "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)"),
+    ):
+        port = root / "class/infiniband" / dev / "ports/1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "phys_state").write_text(phys + "\n")
+        (port / "rate").write_text(rate + "\n")
+    for name, oper, speed, device in (("eth0", "up", "100000", True), ("lo", "unknown", "", False)):
+        iface = root / "class/net" / name
+        iface.mkdir(parents=True)
+        (iface / "operstate").write_text(oper + "\n")
+        (iface / "speed").write_text(speed + "\n")
+        (iface / "type").write_text("1\n")
+        if device:
+            (iface / "device").mkdir()
+
+
+def test_sysfs_reads_ib_ports_and_physical_ethernet(tmp_path: Path) -> None:
+    _tree(tmp_path)
+    nics = {n.name: n for n in read_nics(tmp_path)}
+    assert set(nics) == {"mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "eth0"}
+    assert nics["mlx5_0/1"].up and nics["mlx5_0/1"].speed_gbps == 400
+    assert not nics["mlx5_1/1"].up and nics["mlx5_1/1"].phys_state == "Disabled"
+    assert nics["eth0"].kind == "ethernet" and nics["eth0"].speed_gbps == 100
+
+
+def test_nvml_adapter_reads_every_figure_the_probes_need() -> None:
+    devices = gpus(8)
+    devices[1].links[4] = False
+    devices[2].pcie = (4, 5, 8, 16)
+    devices[3].lost = True
+    devices[4].remap = (0, 1, 1, 0)
+    devices[5].reasons = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+    devices[6].recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    fake = FakeNvml(devices)
+    fake.pending_events = [(0, 79), (0, 13)]
+    source = NvmlSource(fake, "gpu-7")
+    source.start()
+    assert source.wait_xids(10) == [(0, 79), (0, 13)]
+    report = source.node_report("gpu-7")
+    gpu = report.gpus
+    assert gpu[0].xids == (79, 13) and gpu[0].pci_bus_id == "00000000:18:00.0"
+    assert [link.link for link in gpu[1].nvlinks if not link.active] == [4]
+    assert (gpu[2].pcie_generation, gpu[2].pcie_max_generation, gpu[2].pcie_width) == (4, 5, 8)
+    assert not gpu[3].healthy
+    assert gpu[4].remap_pending and not gpu[4].remap_failed
+    assert gpu[5].throttle_reasons == ("hw-thermal",)
+    assert gpu[6].reset_required
+
+
+def test_nvml_that_will_not_initialise_is_its_own_error() -> None:
+    source = NvmlSource(FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED), "gpu-7")
+    try:
+        source.node_report("gpu-7")
+    except NvmlUnavailableError as exc:
+        assert "did not initialise" in str(exc)
+    else:
+        raise AssertionError("expected NvmlUnavailableError")

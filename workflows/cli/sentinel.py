@@ -1,0 +1,185 @@
+"""``dsx sentinel``: the per-node health agent, its one-shot probe and the fault catalogue."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+
+OVERRIDES_OPTION = typer.Option(
+    None,
+    "--overrides",
+    envvar="DSX_SENTINEL_OVERRIDES",
+    help="A FaultOverrides file: this cluster's severities, actions and modes.",
+)
+KERNEL_LOG_OPTION = typer.Option(
+    None,
+    "--kernel-log",
+    envvar="DSX_SENTINEL_KERNEL_LOG",
+    help="Read XIDs from this file of dmesg or journalctl -k lines (default /dev/kmsg on a GPU node).",
+)
+SYSFS_OPTION = typer.Option(
+    None, "--sysfs", envvar="DSX_SENTINEL_SYSFS", help="Where the node's /sys is mounted (default /sys)."
+)
+SOURCE_OPTION = typer.Option(
+    "auto",
+    "--source",
+    help="auto (the simulated fleet's hardware where it has one, else NVML), nvml, cluster.",
+)
+EXPECTED_OPTION = typer.Option(
+    None, "--expected-gpus", help="GPUs the node should have (default its nvidia.com/gpu.count label)."
+)
+
+
+def _catalogue(overrides: Path | None) -> Any:
+    from steps.sentinel.catalogue import load_catalogue
+
+    return load_catalogue(overrides=overrides)
+
+
+def _catalogue_table(entries: list[Any]) -> None:
+    rows = [[e.check, e.code, e.severity, e.action, e.mode, e.source, e.description] for e in entries]
+    print_table(None, ["check", "code", "severity", "action", "mode", "source", "description"], rows)
+
+
+def _events_table(events: list[Any]) -> None:
+    rows = [
+        [e.check, e.entity, e.code or "-", "healthy" if e.healthy else e.severity, e.action, e.message]
+        for e in events
+    ]
+    print_table(None, ["check", "entity", "code", "state", "action", "message"], rows)
+
+
+def _source(value: str) -> Any:
+    from steps.errors import InputError
+
+    if value not in ("auto", "nvml", "cluster"):
+        raise InputError(f"--source {value!r}: expected auto, nvml or cluster")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sentinel`` command group."""
+    group = typer.Typer(
+        name="sentinel",
+        help="The per-node health agent: NVML, kernel log and sysfs probes, the fault catalogue.",
+        no_args_is_help=True,
+    )
+
+    @group.command("catalog")
+    def catalog_cmd(overrides: Path | None = OVERRIDES_OPTION, output: OutputFormat = OUTPUT_OPTION) -> None:
+        """Print the effective fault catalogue: check, code, severity, action and mode of every entry
+        (code * is the default for an XID or SXid the catalogue does not list)."""
+        emit(_catalogue(overrides).entries(), output, _catalogue_table)
+
+    @group.command("probe")
+    def probe_cmd(
+        node: str = typer.Option(
+            os.environ.get("DSX_NODE_NAME") or os.uname().nodename, "--node", help="This node's name."
+        ),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Probe a simulated node of this fleet instead of this machine."
+        ),
+        kernel_log: str | None = KERNEL_LOG_OPTION,
+        sysfs: str | None = SYSFS_OPTION,
+        expected: int | None = EXPECTED_OPTION,
+        overrides: Path | None = OVERRIDES_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Run every probe once on this node and print the readings. Exit 1 when one finds a degraded
+        or fatal fault (a machine without a GPU: NVML unavailable), 0 when all are healthy."""
+        from steps.sentinel.node import build_probes
+
+        catalogue = _catalogue(overrides)
+        port = None
+        if cluster is not None:
+            from steps.cluster import connect
+
+            port = connect(cluster)
+        probes, nvml = build_probes(
+            node, catalogue, port=port, kernel_log=kernel_log, sysfs=sysfs, expected_gpus=expected
+        )
+        events: list[Any] = []
+        try:
+            for name, probe in probes.probes():
+                try:
+                    events.extend(probe())
+                except OSError as exc:  # an unreadable kernel log or sysfs: said, not a traceback
+                    typer.echo(f"warning: probe {name}: {exc}", err=True)
+        finally:
+            if nvml is not None:
+                nvml.close()
+        emit(events, output, _events_table)
+        bad = [e for e in events if not e.healthy and e.severity != "info"]
+        if any(e.check == "nvml" for e in bad):
+            typer.echo("NVML is not available on this machine (no NVIDIA GPU or driver)", err=True)
+        if bad:
+            raise typer.Exit(1)
+
+    @group.command("agent")
+    def agent_cmd(
+        node: str = typer.Option(
+            os.environ.get("DSX_NODE_NAME") or "",
+            "--node",
+            help="The node this agent watches ($DSX_NODE_NAME).",
+        ),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
+        ),
+        once: bool = typer.Option(False, "--once", help="Run one pass, print what changed, exit."),
+        interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
+        debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
+        metrics_port: int = typer.Option(
+            9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."
+        ),
+        source: str = SOURCE_OPTION,
+        kernel_log: str | None = KERNEL_LOG_OPTION,
+        sysfs: str | None = SYSFS_OPTION,
+        expected: int | None = EXPECTED_OPTION,
+        overrides: Path | None = OVERRIDES_OPTION,
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint.
+        With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
+        from steps.cluster import connect
+        from steps.errors import InputError
+        from steps.sentinel.agent import serve
+        from steps.sentinel.node import build_sentinel
+
+        if not node:
+            raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
+        sentinel = build_sentinel(
+            connect(cluster),
+            node,
+            _catalogue(overrides),
+            source=_source(source),
+            kernel_log=kernel_log,
+            sysfs=sysfs,
+            expected_gpus=expected,
+            debounce=debounce,
+        )
+        if once:
+            result = sentinel.run_once()
+            emit(result.changed, output, _events_table)
+            if result.queued:
+                typer.echo(
+                    f"warning: {result.queued} writes not delivered (API server unreachable)", err=True
+                )
+            states = sentinel.agent.state.values()
+            if any(s.event is not None and s.event.severity != "info" for s in states):
+                raise typer.Exit(1)
+            return
+        if metrics_port:
+            serve(sentinel.agent, "0.0.0.0", metrics_port, interval)
+        stop = threading.Event()
+        try:
+            sentinel.agent.run(interval, stop, sentinel.wait, sentinel.after_pass)
+        except KeyboardInterrupt:
+            stop.set()
+
+    app.add_typer(group)
