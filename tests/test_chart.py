@@ -34,6 +34,7 @@ ACCOUNTS = {
     "dsx-bundle": "dsx-bundle",
     "dsx-drift": "dsx-drift",
 }
+SENTINEL_ACCOUNT = "dsx-sentinel"
 
 
 def _run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -186,7 +187,7 @@ def test_each_workflow_runs_as_its_own_service_account() -> None:
     workflows = _workflows(docs)
     assert {name: _spec(doc)["serviceAccountName"] for name, doc in workflows.items()} == ACCOUNTS
     assert sorted(d["metadata"]["name"] for d in _of(docs, "ServiceAccount")) == sorted(
-        [*ACCOUNTS.values(), "dsx-ranks"]
+        [*ACCOUNTS.values(), "dsx-ranks", SENTINEL_ACCOUNT]
     )
     renamed = _render(CHART, "serviceAccounts.names.certify=certifier", "serviceAccounts.names.ranks=ranker")
     assert _spec(_workflows(renamed)["dsx-certify"])["serviceAccountName"] == "certifier"
@@ -437,3 +438,263 @@ def test_rank_pod_defaults_follow_the_chart_version(fixture_chart: Path) -> None
         "shmSize": "16Gi",
         "tolerations": [],
     }
+
+
+# ------------------------------------------------------------------ the sentinel DaemonSet
+
+SENTINEL_GRANTS = [  # what steps/sentinel/agent.py calls through the cluster port, and nothing else
+    ("*", "", "nodes", "get"),
+    ("*", "", "nodes", "patch"),
+    ("*", "", "nodes/status", "patch"),
+    ("default", "", "events", "create"),
+]
+
+
+def _sentinel(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod spec, container) of the sentinel DaemonSet."""
+    (daemonset,) = [d for d in _of(docs, "DaemonSet") if d["metadata"]["name"] == "dsx-sentinel"]
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:
+    """Whether a pod with ``tolerations`` tolerates the taint ``key`` (no value) with ``effect``, as
+    Kubernetes' ``Toleration.ToleratesTaint`` decides."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != effect:
+            continue
+        if t.get("key", "") not in ("", key) or (not t.get("key") and t.get("operator") != "Exists"):
+            continue
+        if t.get("operator", "Equal") == "Exists" or t.get("value", "") == "":
+            return True
+    return False
+
+
+def _strict(definition: str) -> Any:
+    """A validator of one Kubernetes core/v1 definition (from the Argo schema), unknown fields refused."""
+    import jsonschema
+
+    schema = json.loads(shared_path("schemas", "argo-workflows.schema.json").read_text(encoding="utf-8"))
+    for d in schema["definitions"].values():
+        if "properties" in d:
+            d.setdefault("additionalProperties", False)
+    schema["definitions"]["io.k8s.apimachinery.pkg.util.intstr.IntOrString"] = {"type": ["integer", "string"]}
+    schema["definitions"]["io.k8s.apimachinery.pkg.api.resource.Quantity"] = {"type": ["integer", "string"]}
+    root = {"definitions": schema["definitions"], "$ref": f"#/definitions/io.k8s.api.core.v1.{definition}"}
+    return jsonschema.Draft202012Validator(root)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["sentinel.serviceMonitor.enabled=true", "sentinel.overrides.modes.thermal=observe"],
+        ["sentinel.kernelLog=/var/log/kern.log", "sentinel.supplementalGroups={4}", "imagePullSecrets={reg}"],
+        ["sentinel.kernelLog=", "sentinel.runtimeClassName=", "sentinel.namespace=dsx-system"],
+    ],
+    ids=["defaults", "monitor-and-overrides", "kernel-log-file", "no-kernel-log"],
+)
+def test_the_sentinel_lints_and_its_pod_is_valid_kubernetes(values: list[str]) -> None:
+    sets = [a for v in values for a in ("--set", v)]
+    linted = _run([helm_binary(), "lint", str(CHART), *sets])
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    docs = _render(CHART, *values)
+    pod, container = _sentinel(docs)
+    checks = [("Container", container), ("PodSecurityContext", pod["securityContext"])]
+    checks += [("Volume", v) for v in pod["volumes"]] + [("Toleration", t) for t in pod["tolerations"]]
+    for definition, obj in checks:
+        errors = [e.message for e in _strict(definition).iter_errors(obj)]
+        assert errors == [], (definition, errors)
+
+
+def test_the_sentinel_runs_on_gpu_nodes_only_and_keeps_running_on_a_node_it_tainted() -> None:
+    pod, container = _sentinel(_render(CHART))
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "affinity" not in pod
+    assert _tolerates(pod["tolerations"], "dsx.dev/unhealthy", "NoSchedule")
+    assert _tolerates(pod["tolerations"], "nvidia.com/gpu", "NoSchedule")
+    assert not _tolerates(pod["tolerations"], "node.kubernetes.io/out-of-service", "NoExecute")
+    # NVML from the host's driver through the NVIDIA runtime, every GPU visible, none taken from jobs.
+    assert pod["runtimeClassName"] == "nvidia"
+    assert _env(container)["NVIDIA_VISIBLE_DEVICES"] == "all"
+    for kind in ("requests", "limits"):
+        assert not [r for r in container["resources"][kind] if "gpu" in r], kind
+    assert container["resources"]["requests"].keys() >= {"cpu", "memory"}
+    assert container["resources"]["limits"].keys() >= {"cpu", "memory"}
+    custom, _ = _sentinel(
+        _render(
+            CHART,
+            "sentinel.runtimeClassName=nvidia-cdi",
+            "sentinel.nodeSelector.pool=train",
+            "sentinel.tolerations[0].key=dedicated",
+            "sentinel.tolerations[0].operator=Exists",
+        )
+    )
+    assert custom["runtimeClassName"] == "nvidia-cdi"
+    assert custom["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "train"}
+    assert _tolerates(custom["tolerations"], "dedicated", "NoSchedule")
+    assert _tolerates(custom["tolerations"], "dsx.dev/unhealthy", "NoSchedule")
+    off = _render(CHART, "sentinel.enabled=false")
+    assert not _of(off, "DaemonSet") and not _granted(off, SENTINEL_ACCOUNT)
+
+
+def test_the_sentinel_runs_the_agent_with_the_environment_it_reads() -> None:
+    from steps.cluster import vocabulary as vocab
+
+    pod, container = _sentinel(_render(CHART))
+    assert container["image"] == DEFAULT_IMAGE
+    assert container["command"] == ["dsx", "sentinel", "agent"]
+    assert "--metrics-port=9400" in container["args"]
+    (node,) = [e for e in container["env"] if e["name"] == vocab.ENV_NODE_NAME]
+    assert node["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    env = _env(container)
+    assert env[vocab.ENV_CLUSTER] == "kube"
+    assert env[vocab.ENV_SENTINEL_KERNEL_LOG] == "/dev/kmsg"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert env[vocab.ENV_SENTINEL_SYSFS] in mounts
+    named = {getattr(vocab, n) for n in dir(vocab) if n.startswith("ENV_")}
+    assert {n for n in env if n.startswith("DSX_")} <= named
+    assert pod["serviceAccountName"] == SENTINEL_ACCOUNT
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
+    (port,) = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("metrics", 9400)
+    overridden = _render(CHART, "sentinel.overrides.modes.thermal=observe")
+    _, container = _sentinel(overridden)
+    path = _env(container)[vocab.ENV_SENTINEL_OVERRIDES]
+    (config,) = [d for d in _of(overridden, "ConfigMap") if "overrides.yaml" in d.get("data", {})]
+    assert path == "/etc/dsx/sentinel/overrides.yaml"
+    from steps.sentinel.catalogue import FaultOverrides  # the file the agent loads, as it reads it
+
+    overrides = FaultOverrides.model_validate(yaml.safe_load(config["data"]["overrides.yaml"]))
+    assert overrides.modes == {"thermal": "observe"}
+
+
+def test_the_sentinel_mounts_only_what_it_reads_and_only_read_only() -> None:
+    for values, host_paths in [
+        ([], {"/sys", "/dev/kmsg"}),
+        (["sentinel.kernelLog=/var/log/kern.log"], {"/sys", "/var/log/kern.log"}),
+        (["sentinel.kernelLog="], {"/sys"}),
+    ]:
+        pod, container = _sentinel(_render(CHART, *values))
+        where = values or "defaults"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v} == host_paths, where
+        for mount in container["volumeMounts"]:
+            if "hostPath" in volumes[mount["name"]] or "configMap" in volumes[mount["name"]]:
+                assert mount.get("readOnly") is True, (where, mount)
+        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True, where
+        if "/dev/kmsg" in host_paths:
+            # The only way to open /dev/kmsg: the device cgroup of an unprivileged container refuses it.
+            assert context["privileged"] is True and pod["securityContext"]["runAsUser"] == 0
+        else:
+            assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert pod["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["securityContext"]["runAsUser"] == 65532, where
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", where
+    pod, _ = _sentinel(
+        _render(CHART, "sentinel.kernelLog=/var/log/kern.log", "sentinel.supplementalGroups={4}")
+    )
+    assert pod["securityContext"]["supplementalGroups"] == [4]
+
+
+def test_the_sentinel_account_may_do_exactly_what_the_agent_calls() -> None:
+    docs = _render(CHART)
+    assert _granted(docs, SENTINEL_ACCOUNT) == SENTINEL_GRANTS
+    moved = _render(CHART, "sentinel.namespace=dsx-system", "sentinel.serviceAccount=watcher")
+    pod, _ = _sentinel(moved)
+    assert pod["serviceAccountName"] == "watcher"
+    (daemonset,) = _of(moved, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == "dsx-system"
+    bindings = [
+        b
+        for b in _of(moved, "RoleBinding") + _of(moved, "ClusterRoleBinding")
+        if "sentinel" in b["metadata"]["name"]
+    ]
+    assert {(s["name"], s["namespace"]) for b in bindings for s in b["subjects"]} == {
+        ("watcher", "dsx-system")
+    }
+    assert _granted(moved, "watcher") == SENTINEL_GRANTS
+
+
+def _api_grant(method: str, path: str) -> tuple[str, str, str, str]:
+    """The RBAC (namespace or '*', group, resource, verb) a core/v1 request needs."""
+    parts = path.split("?")[0].strip("/").split("/")
+    assert parts[:2] == ["api", "v1"], path
+    rest = parts[2:]
+    namespace = "*"
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {"GET": "get" if named else "list", "POST": "create", "PUT": "update", "PATCH": "patch"}.get(
+        method, method.lower()
+    )
+    return namespace, "", resource, verb
+
+
+def test_every_call_the_agent_makes_is_granted_and_every_grant_is_used(tmp_path: Path) -> None:
+    """The agent as the DaemonSet runs it (NVML source, the kubernetes client) on a node that loses a
+    GPU (fatal: taint), then gets it back (condition cleared), then restarts: each request it sent to
+    the emulated API server needs a grant of the chart's sentinel account, and each grant was needed."""
+    from steps.cluster import RetryPolicy, load_fleet
+    from steps.cluster.kube import KubeCluster, load_api_client
+    from steps.sentinel.catalogue import load_catalogue
+    from steps.sentinel.node import build_sentinel
+    from tests.k8s_emulator import Emulator, write_kubeconfig
+    from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
+
+    devices = gpus(8)
+    devices[3].lost = True
+    with Emulator() as emulator:
+        emulator.seed(load_fleet("sim:nodes=2,gpu=h100,workloads=false").manifests())
+        api_client, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
+        port = KubeCluster(
+            api_client, retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0)
+        )
+
+        def agent() -> Any:
+            return build_sentinel(
+                port,
+                "node-01",
+                load_catalogue(),
+                source="nvml",
+                nvml_module=FakeNvml(devices),
+                sysfs="/nonexistent",
+            )
+
+        first = agent()
+        assert first.run_once().queued == 0
+        devices[3].lost = False
+        assert first.run_once().queued == 0
+        assert agent().run_once().queued == 0
+        node = port.get_node("node-01")
+        assert node.has_taint("dsx.dev/unhealthy", "NoSchedule")
+        assert node.condition("DsxGpuMissing").status == "False"
+        used = sorted({_api_grant(r.method, r.path) for r in emulator.requests})
+    assert used == SENTINEL_GRANTS
+
+
+def test_the_service_monitor_is_rendered_only_when_asked() -> None:
+    assert not _of(_render(CHART), "ServiceMonitor")
+    docs = _render(
+        CHART, "sentinel.serviceMonitor.enabled=true", "sentinel.serviceMonitor.labels.release=prom"
+    )
+    (monitor,) = _of(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    (service,) = [s for s in _of(docs, "Service") if s["metadata"]["name"] == "dsx-sentinel"]
+    assert service["spec"]["clusterIP"] == "None"
+    (daemonset,) = _of(docs, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert daemonset["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
