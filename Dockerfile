@@ -48,10 +48,13 @@ ENV PATH=/opt/dsx/bin:${PATH} \
     HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# What every step runs (python -m hera.workflows.runner -e steps...), and no torch.
-RUN python -c "import hera.workflows.runner, steps, workflows, recipes" \
+# What every step runs (python -m hera.workflows.runner -e steps...), what the sentinel DaemonSet runs
+# (dsx sentinel agent, with NVML's bindings and the Prometheus client), and no torch.
+RUN python -c "import hera.workflows.runner, steps, workflows, recipes, pynvml, prometheus_client" \
     && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)" \
-    && dsx version
+    && test -x /opt/dsx/bin/dsx \
+    && dsx version \
+    && dsx sentinel agent --help > /dev/null
 USER 65532:65532
 WORKDIR /tmp
 CMD ["dsx", "--help"]

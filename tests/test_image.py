@@ -5,14 +5,18 @@ against the commands that run in each image. Every script or container template 
 ``charts/dsx/files`` runs in the control image, whose ``python`` must be the interpreter dsx is installed
 in, whose entry modules must belong to packages it installs and import without torch; the rank pod's
 command, rendered by ``steps.readiness.jobs.render_group_job`` (so these tests follow the code), runs in the
-GPU image with its programs on ``PATH`` and its modules installed where torchrun starts its ranks. Both end
-as uid/gid 65532; names and versions agree across ``_base.py``, pyproject, the chart and the release.
+GPU image with its programs on ``PATH`` and its modules installed where torchrun starts its ranks. The
+chart's own pods (the sentinel DaemonSet, rendered with real helm) run a ``dsx`` command of the control
+image that exists with the flags they give, and the libraries the sentinel imports are dsx's
+dependencies. Both end as uid/gid 65532; names and versions agree across ``_base.py``, pyproject, the
+chart and the release.
 
 What a base image brings (its ``PATH``, its programs, whether it holds CUDA and torch) cannot be read from the
 Dockerfile: it is written once in ``BASE_IMAGES`` below, keyed by the exact pinned reference, so changing a
 base in the Dockerfile fails here until its entry is reviewed.
 """
 
+import ast
 import functools
 import json
 import re
@@ -32,7 +36,7 @@ from steps.readiness.jobs import JobSettings, render_group_job
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import RunRef
 from tests import dockerfile
-from tests.paths import CHART, REPO
+from tests.paths import CHART, REPO, helm_binary
 from workflows.templates import _base
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -393,6 +397,85 @@ def control_problems(df: dockerfile.Dockerfile) -> list[str]:
     return problems
 
 
+@functools.cache
+def _chart_pods() -> tuple[tuple[str, str, str], ...]:
+    """(where, container as JSON, image) of every container of a pod the chart itself runs (DaemonSets,
+    Deployments), rendered with real helm and every optional part on."""
+    done = subprocess.run(
+        [helm_binary(), "template", "dsx", str(CHART), "--set", "sentinel.serviceMonitor.enabled=true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = []
+    for doc in yaml.safe_load_all(done.stdout):
+        if not doc or doc["kind"] not in ("DaemonSet", "Deployment", "StatefulSet"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            where = f"{doc['kind']}/{doc['metadata']['name']}: container {container['name']}"
+            found.append((where, json.dumps(container), str(container.get("image"))))
+    return tuple(found)
+
+
+def _imports(paths: list[Path]) -> set[str]:
+    """Top-level names of every module these files import, at the top or inside a function."""
+    names: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def _dsx_command_problems(words: list[str], where: str) -> list[str]:
+    """``dsx SUBCOMMAND... --flag=...``: the subcommand exists and takes every flag given."""
+    command = [w for w in words[1:] if not w.startswith("-")]
+    flags = [w.split("=")[0] for w in words[1:] if w.startswith("--")]
+    done = subprocess.run(
+        [sys.executable, "-m", "workflows.cli", *command, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
+    if done.returncode != 0:
+        return [f"{where}: `dsx {' '.join(command)}` is not a dsx command: {done.stderr.strip()[-200:]}"]
+    return [f"{where}: `dsx {' '.join(command)}` takes no {f}" for f in flags if f not in done.stdout]
+
+
+def chart_pod_problems(
+    df: dockerfile.Dockerfile, pods: tuple[tuple[str, str, str], ...] | None = None
+) -> list[str]:
+    """The chart's own pods (the sentinel DaemonSet) run the control image, and what they run is there:
+    the program on its PATH, a dsx command that exists with the flags given, and every library the
+    sentinel's code imports installed with dsx (a dependency in pyproject, not a dev tool)."""
+    build = _build(df, CONTROL)
+    pods = _chart_pods() if pods is None else pods
+    problems = [] if pods else ["the chart runs no DaemonSet: the sentinel is missing"]
+    for where, text, image in pods:
+        container = json.loads(text)
+        if image != _base.DEFAULT_IMAGE:
+            problems.append(f"{where}: runs {image}, not the control image {_base.DEFAULT_IMAGE}")
+        programs, words = _words(container)
+        problems += _program_problems(build, CONTROL, programs, where)
+        if programs[:1] == ["dsx"]:
+            problems += _dsx_command_problems(words, where)
+    sentinel = [*sorted((REPO / "steps" / "sentinel").glob("*.py")), REPO / "workflows/cli/sentinel.py"]
+    for name in sorted(
+        _imports(sentinel) - set(sys.stdlib_module_names) - _project_packages() - {"__future__"}
+    ):
+        if not _distribution_of(name) & _dependencies():
+            problems.append(
+                f"the sentinel imports {name}, which no dependency of dsx provides "
+                f"({', '.join(sorted(_distribution_of(name))) or 'not installed'}): not in the control image"
+            )
+    return problems
+
+
 def gpu_problems(df: dockerfile.Dockerfile) -> list[str]:
     """The rank pod's command, its programs and its modules are in the GPU image, where torchrun runs them."""
     build = _build(df, GPU)
@@ -473,6 +556,26 @@ def test_the_rank_pods_command_and_its_torchrun_module_exist_in_the_gpu_image() 
     assert gpu_problems(_dockerfile()) == []
 
 
+def test_the_sentinel_daemonset_runs_a_dsx_command_of_the_control_image() -> None:
+    assert chart_pod_problems(_dockerfile()) == []
+
+
+def test_a_chart_pod_running_what_the_control_image_lacks_is_found() -> None:
+    df = _dockerfile()
+    base = {"image": _base.DEFAULT_IMAGE, "command": ["dsx", "sentinel", "agent"], "args": ["--interval=10"]}
+    cases = [
+        ({**base, "command": ["dcgmi", "diag"]}, "`dcgmi` is on no folder"),
+        ({**base, "command": ["dsx", "sentinel", "watch"]}, "`dsx sentinel watch` is not a dsx command"),
+        ({**base, "args": ["--poll=10"]}, "`dsx sentinel agent` takes no --poll"),
+        ({**base, "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4"}, "not the control image"),
+    ]
+    for container, expected in cases:
+        pod = (("DaemonSet/x: container c", json.dumps(container), container["image"]),)
+        problems = chart_pod_problems(df, pod)
+        assert any(expected in p for p in problems), (expected, problems)
+    assert chart_pod_problems(df, (("ok", json.dumps(base), base["image"]),)) == []
+
+
 def test_the_control_image_installs_no_torch_and_no_cuda() -> None:
     assert no_torch_problems(_dockerfile()) == []
 
@@ -550,6 +653,13 @@ MUTATIONS = [
         "",
         gpu_problems,
         "`all_reduce_perf` is on no folder",
+    ),
+    (
+        "dsx not proven in the control image",
+        "    && test -x /opt/dsx/bin/dsx \\\n",
+        "",
+        chart_pod_problems,
+        "`dsx` is on no folder",
     ),
     (
         "control on the pytorch base",
