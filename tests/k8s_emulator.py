@@ -676,6 +676,12 @@ class Emulator:
         with self._lock:
             self._faults.append(_Fault(count=count, status=0, method=method, path=path, delay=seconds))
 
+    def recover(self) -> None:
+        """The API server is back: every failure and delay :meth:`fail` and :meth:`slow` injected and not
+        yet spent ends now (conflicts and RBAC refusals stay)."""
+        with self._lock:
+            self._faults.clear()
+
     def conflict(self, count: int) -> None:
         """The next ``count`` writes naming a resourceVersion find the object changed by someone else."""
         with self._lock:

@@ -153,9 +153,8 @@ def test_api_outage_is_survived_and_every_write_replayed_in_order(ports) -> None
 
 
 def _heal(emulator: Emulator | None, hardware: SimCluster) -> None:
-    if emulator is not None:  # the API server is back: drop the failures still pending
-        with emulator._lock:
-            emulator._faults.clear()
+    if emulator is not None:  # the API server is back: the failures still pending end
+        emulator.recover()
     else:
         with hardware.store.transaction() as fleet:
             fleet.api.errors = 0
@@ -237,3 +236,39 @@ def test_cli_catalog_and_agent_once(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 1
     assert [e["code"] for e in json.loads(out)] == ["79"]
+
+
+def test_the_http_server_answers_healthz_and_metrics_over_a_real_socket() -> None:
+    import urllib.error
+    import urllib.request
+
+    from steps.sentinel.agent import serve
+
+    hardware = SimCluster(MemoryStore(load_fleet(f"sim:nodes=2,gpu=h100,faults={NODE}:xid=79@3")), retry=FAST)
+    sentinel = _sentinel(hardware, hardware)
+    server = serve(sentinel.agent, "127.0.0.1", 0, interval=1.0)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def get(path: str) -> tuple[int, str, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+    try:
+        assert get("/healthz")[:1] == (200,)  # no pass due yet: alive
+        sentinel.run_once()
+        status, kind, body = get("/healthz")
+        assert (status, body) == (200, "ok\n")
+        status, kind, body = get("/metrics")
+        assert status == 200 and kind.startswith("text/plain") and "version=" in kind
+        (line,) = [ln for ln in body.splitlines() if ln.startswith('dsx_sentinel_unhealthy{check="xid"')]
+        assert 'entity="GPU-' in line and 'severity="fatal"' in line and line.endswith(" 1.0")
+        assert "dsx_sentinel_api_up 1.0" in body
+        assert get("/nothing")[0] == 404
+        sentinel.agent.last_pass = 0.0  # the loop stalled: the kubelet's liveness probe sees 503
+        assert get("/healthz")[0::2] == (503, "stalled\n")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,36 @@
+"""``dsx sentinel probe`` on the machine the tests run on, in a new process as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli import dsx
+
+
+def _nvml_here() -> bool:
+    """Whether NVML initialises on this machine (an NVIDIA GPU and its driver)."""
+    code = "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept Exception:\n    raise SystemExit(1)\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, check=False).returncode == 0
+
+
+def test_probe_says_whether_nvml_is_there_and_never_fails_with_a_traceback(tmp_path: Path) -> None:
+    net = tmp_path / "sys" / "class" / "net" / "eth0"
+    net.mkdir(parents=True)
+    (net / "operstate").write_text("up\n")
+    (net / "speed").write_text("100000\n")
+    (net / "device").mkdir()  # a physical NIC (virtual ones have no device)
+    done = dsx("sentinel", "probe", "--node", "node-01", "--sysfs", str(tmp_path / "sys"), "-o", "json")
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr
+    events = json.loads(done.stdout)
+    assert ("nic", "eth0", True) in [(e["check"], e["entity"], e["healthy"]) for e in events]
+    unavailable = [e for e in events if e["check"] == "nvml" and not e["healthy"]]
+    if _nvml_here():
+        assert unavailable == []
+    else:  # no GPU here: said on stderr and as the nvml reading, exit 1 (the node is not healthy)
+        assert done.returncode == 1
+        assert "NVML is not available on this machine" in done.stderr
+        ((event,),) = [unavailable]
+        assert event["code"] == "nvml-unavailable" and event["severity"] == "degraded"
+        assert {e["check"] for e in events} == {"nvml", "nic"}
