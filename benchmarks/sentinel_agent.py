@@ -7,15 +7,21 @@ p99; 100,000 kernel-log lines parsed under 0.5 s.
 
 from __future__ import annotations
 
-import datetime as dt
-import resource
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+# The repository instead of this script's folder, whose bisect.py would shadow the standard library's
+# (statistics imports random, which imports bisect).
+sys.path.pop(0)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import datetime as dt
+import os
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
 
 from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
@@ -73,6 +79,60 @@ def taint_latency(events: int) -> list[float]:
     return latencies
 
 
+def _peak_rss_mb(args: list[str], env: dict[str, str], seconds: float) -> float:
+    """Run ``dsx sentinel agent ARGS`` for ``seconds`` (many passes), then its peak resident set in MB
+    (the kernel's VmHWM, read while it still runs)."""
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "workflows.cli", "sentinel", "agent", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    time.sleep(seconds)
+    status = Path(f"/proc/{agent.pid}/status")
+    fields = dict(line.split(":", 1) for line in status.read_text().splitlines()) if status.exists() else {}
+    agent.terminate()
+    _, err = agent.communicate(timeout=30)
+    if "VmHWM" in fields:
+        peak = int(fields["VmHWM"].split()[0]) / 1024
+    else:  # no /proc: the largest child this process has waited for
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert agent.returncode in (-15, 143), err[-2000:]  # it ran until stopped
+    return peak
+
+
+def agent_rss(seconds: float = 8.0) -> dict[str, float]:
+    """Peak RSS of the agent process as a DaemonSet runs it: the kubernetes client against an emulated
+    API server, the real pynvml (on a machine without a GPU it reports NVML unavailable, as a condition),
+    metrics served; and on a simulated node with a fatal fault."""
+    found: dict[str, float] = {}
+    spec = "sim:nodes=2,gpu=h100,workloads=false"
+    with Emulator() as emulator, tempfile.TemporaryDirectory() as folder:
+        emulator.seed(load_fleet(spec).manifests())
+        config = write_kubeconfig(Path(folder) / "kubeconfig", emulator.url)
+        found["kube + NVML"] = _peak_rss_mb(
+            ["--node", NODE, "--source", "nvml", "--interval", "0.2", "--metrics-port", "0"],
+            {"KUBECONFIG": str(config), "DSX_CLUSTER": "kube", "DSX_SENTINEL_SYSFS": "/sys"},
+            seconds,
+        )
+    found["simulated node"] = _peak_rss_mb(
+        [
+            "--cluster",
+            f"{spec},faults={NODE}:xid=79@3",
+            "--node",
+            NODE,
+            "--interval",
+            "0.2",
+            "--metrics-port",
+            "0",
+        ],
+        {},
+        seconds,
+    )
+    return found
+
+
 def parse_seconds(lines: int = 100_000) -> float:
     sample = [
         "[ 1234.567890] NVRM: Xid (PCI:0000:1b:00): 79, pid=1901, name=python, GPU has fallen off the bus.",
@@ -95,8 +155,8 @@ def main() -> None:
     latencies = sorted(taint_latency(events))
     p99 = latencies[int(0.99 * (len(latencies) - 1))]
     print(f"fatal reading -> taint, p99: {p99 * 1000:7.1f} ms over {events} events (target < 1000 ms)")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS (whole benchmark):  {rss:7.1f} MB (agent target < 80 MB)")
+    for where, rss in agent_rss().items():
+        print(f"agent peak RSS, {where + ':':15s}{rss:6.1f} MB (target < 80 MB)")
 
 
 if __name__ == "__main__":
