@@ -120,3 +120,34 @@ def test_nvml_that_will_not_initialise_is_its_own_error() -> None:
         assert "did not initialise" in str(exc)
     else:
         raise AssertionError("expected NvmlUnavailableError")
+
+
+def test_the_catalogue_gives_nvidias_immediate_action_for_the_xids_operators_meet() -> None:
+    from steps.sentinel.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    expected = {  # NVIDIA's resolution bucket (immediate action), as dsx acts on it
+        "13": ("info", "restart-app"),  # RESTART_APP
+        "31": ("info", "restart-app"),  # RESTART_APP
+        "43": ("info", "none"),  # IGNORE
+        "45": ("info", "none"),  # WORKFLOW_XID_45: follow the Xid beside it
+        "48": ("fatal", "reset-gpu"),  # WORKFLOW_XID_48
+        "63": ("info", "none"),  # IGNORE: a row remapped
+        "64": ("fatal", "reset-gpu"),  # RESET_GPU: remapping failed
+        "74": ("fatal", "reset-gpu"),  # WORKFLOW_NVLINK_ERR
+        "79": ("fatal", "reboot"),  # RESTART_BM: fallen off the bus
+        "92": ("info", "none"),  # IGNORE
+        "94": ("info", "restart-app"),  # RESTART_APP: contained to one application
+        "95": ("fatal", "reset-gpu"),  # RESET_GPU: uncontained
+        "119": ("fatal", "reset-gpu"),  # RESET_GPU
+        "120": ("fatal", "reset-gpu"),  # RESET_GPU
+        "162": ("fatal", "reset-gpu"),  # RESET_GPU (was missing: it got the default)
+    }
+    found = {code: (r.severity, r.action) for code in expected for r in [catalogue.rule("xid", code)]}
+    assert found == expected
+    reset = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    assert (catalogue.rule("xid", "154", reset).action, catalogue.rule("xid", "154", reset).severity) == (
+        "reset-gpu",
+        "fatal",
+    )
+    assert catalogue.rule("xid", "999").action == "contact-support"  # unlisted: the default
