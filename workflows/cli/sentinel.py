@@ -182,4 +182,4 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             stop.set()
 
-    app.add_typer(group)
+    app.add_typer(group, name="sentinel")
