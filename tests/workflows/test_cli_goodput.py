@@ -74,7 +74,7 @@ def test_the_checkpoint_interval_and_restart_cost_can_be_set(capsys: pytest.Capt
         (("--days", "nan"), "--days nan"),
         (("--days", "-3"), "--days -3"),
         (("--seeds", "0"), "--seeds"),
-        (("--checkpoint-minutes", "0"), "--checkpoint-minutes 0"),
+        (("--checkpoint-minutes", "0.05"), "--checkpoint-minutes 0.05"),
         (("--restart-minutes", "inf"), "--restart-minutes inf"),
         (("--nodes", "100000", "--days", "3650"), "over the limit"),
         (("--rates", "no-such-rates.yaml"), "no-such-rates.yaml: cannot read"),

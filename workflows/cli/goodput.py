@@ -133,12 +133,12 @@ def register(app: typer.Typer) -> None:
         slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
         by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
         from steps.errors import InputError
-        from steps.sentinel.goodput.rates import load_rates
+        from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
         from steps.sentinel.goodput.simulate import expected_faults, simulate
 
         _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
         if checkpoint_minutes is not None:
-            _finite(checkpoint_minutes, "--checkpoint-minutes", 0.0, 10_080, open_low=True)
+            _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
         if restart_minutes is not None:
             _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
         table = load_rates(rates)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from steps.models import Camel, read_model
 
 __all__ = [
+    "MIN_CHECKPOINT_MINUTES",
     "POLICIES",
     "Exposure",
     "FaultClass",
@@ -34,19 +35,24 @@ __all__ = [
 ]
 
 Policy = Literal["none", "taint", "remediate", "full"]
+#: The shortest checkpoint interval a table or a run may ask for (minutes).
+MIN_CHECKPOINT_MINUTES = 0.1
 #: The policies compared, each more complete than the one before.
 POLICIES: tuple[Policy, ...] = ("none", "taint", "remediate", "full")
 
 SeenBy = Literal["agent", "kubernetes", "job", "bisection"]
 
+#: A figure of the table: a finite number (``.inf`` would draw faults without end).
+Figure = Annotated[float, Field(allow_inf_nan=False)]
+
 
 class PerPolicy(Camel):
     """A time for each policy (minutes or hours, as the field holding it says)."""
 
-    none: float = Field(ge=0)
-    taint: float = Field(ge=0)
-    remediate: float = Field(ge=0)
-    full: float = Field(ge=0)
+    none: Figure = Field(ge=0)
+    taint: Figure = Field(ge=0)
+    remediate: Figure = Field(ge=0)
+    full: Figure = Field(ge=0)
 
     def of(self, policy: Policy) -> float:
         """The time under ``policy``."""
@@ -59,7 +65,7 @@ class Exposure(Camel):
 
     gpus: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
-    days: float = Field(gt=0)
+    days: Figure = Field(gt=0)
 
     @property
     def gpu_hours(self) -> float:
@@ -70,15 +76,15 @@ class Exposure(Camel):
 class JobSettings(Camel):
     """The synchronous training job: how often it checkpoints and what a restart costs."""
 
-    checkpoint_minutes: float = Field(gt=0)
-    restart_minutes: float = Field(ge=0)
+    checkpoint_minutes: Figure = Field(ge=MIN_CHECKPOINT_MINUTES)
+    restart_minutes: Figure = Field(ge=0)
 
 
 class Repairs(Camel):
     """Repairs that do not fix: without recertification the node returns and fails again."""
 
-    unfixed_fraction: float = Field(ge=0, le=1)
-    recurrence_hours: float = Field(gt=0)
+    unfixed_fraction: Figure = Field(ge=0, le=1)
+    recurrence_hours: Figure = Field(gt=0)
 
 
 class PolicySettings(Camel):
@@ -87,14 +93,15 @@ class PolicySettings(Camel):
     Attributes:
         recertify: a repaired node is tested before it returns (a repair that did not fix is caught).
         recertify_minutes: how long that test keeps the node out.
-        certify_every_hours: periodic certification of the whole job with bisection (finds slow nodes).
+        certify_every_hours: periodic certification of the whole job with bisection (finds slow nodes),
+            at most once an hour.
         certify_minutes: how long the job stands still for it (a restart follows).
     """
 
     recertify: bool = False
-    recertify_minutes: float = Field(0.0, ge=0)
-    certify_every_hours: float | None = Field(None, gt=0)
-    certify_minutes: float = Field(0.0, ge=0)
+    recertify_minutes: Figure = Field(0.0, ge=0)
+    certify_every_hours: Figure | None = Field(None, ge=1)
+    certify_minutes: Figure = Field(0.0, ge=0)
 
 
 class Policies(Camel):
@@ -131,13 +138,13 @@ class FaultClass(Camel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     category: str
-    count: float = Field(ge=0)
+    count: Figure = Field(ge=0)
     seen_by: SeenBy
     signals: str = ""
     at_fault: Literal["node", "none"]
     detect_minutes: PerPolicy | None = None
     repair_hours: PerPolicy | None = None
-    speed: float | None = Field(None, gt=0, lt=1)
+    speed: Figure | None = Field(None, gt=0, lt=1)
 
     @property
     def slow(self) -> bool:

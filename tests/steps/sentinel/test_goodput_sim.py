@@ -230,6 +230,19 @@ def _line(text: str, needle: str) -> int:
     [
         ("    speed: 0.85\n", "", "- name: silent-slow", "give its speed"),
         ("    count: 148\n", "    count: -1\n", "count: -1", "greater than or equal to 0"),
+        ("    count: 148\n", "    count: .inf\n", "count: .inf", "finite number"),
+        (
+            "certifyEveryHours: 72",
+            "certifyEveryHours: 0.001",
+            "certifyEveryHours",
+            "greater than or equal to 1",
+        ),
+        (
+            "checkpointMinutes: 15",
+            "checkpointMinutes: 0",
+            "checkpointMinutes",
+            "greater than or equal to 0.1",
+        ),
         (
             "{none: 60, taint: 2, remediate: 2, full: 2}",
             "{none: 60, taint: 2}",
