@@ -230,6 +230,23 @@ def _targets(tmp: Path) -> list[Target]:
             certify,
             cases=max(3, CASES // 6),
         ),
+        Target(
+            "goodput simulate --rates",
+            (catalogue / "goodput" / "fault-rates.yaml").read_bytes(),
+            [
+                "goodput",
+                "simulate",
+                "--nodes",
+                "64",
+                "--days",
+                "10",
+                "--seeds",
+                "1",
+                "--rates",
+                str(input_file),
+            ],
+            input_file,
+        ),
     ]
 
 
@@ -306,6 +323,7 @@ TARGET_NAMES = [
     "run --file",
     "run --file (argo submit)",
     "compile --check",
+    "goodput simulate --rates",
 ]
 
 

@@ -1,0 +1,71 @@
+"""The goodput simulation against the issue's targets: 54 days of the published fleet (2,048 nodes x 8
+GPUs) well under a second per policy and seed (target < 0.25 s); the 10,000-node fleet over 90 days under
+10 s for every policy over one seed; and the command as a user runs it. Prints each figure beside its
+target, and the faults each run simulated.
+
+    python benchmarks/goodput.py [REPEATS]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on the path, and benchmarks/bisect.py would hide the
+# standard library's bisect module from random.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from steps.sentinel.goodput.rates import POLICIES, load_rates  # noqa: E402
+from steps.sentinel.goodput.simulate import simulate, simulate_run  # noqa: E402
+
+
+def one_run_seconds(nodes: int, days: float, repeats: int) -> tuple[float, int]:
+    """The median seconds of one run (policy remediate, seed 0), and the faults it met."""
+    rates = load_rates()
+    times, faults = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run = simulate_run(rates, "remediate", nodes=nodes, gpus_per_node=8, days=days, seed=0)
+        times.append(time.perf_counter() - start)
+        faults = sum(run.faults.values())
+    return statistics.median(times), faults
+
+
+def every_policy_seconds(nodes: int, days: float) -> float:
+    rates = load_rates()
+    start = time.perf_counter()
+    simulate(rates, nodes=nodes, gpus_per_node=8, days=days, seed=0, seeds=1)
+    return time.perf_counter() - start
+
+
+def command_seconds() -> float:
+    """``dsx goodput simulate`` with its defaults (the published fleet, 5 seeds), start-up included."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "workflows.cli", "goodput", "simulate", "-o", "json"],
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    seconds, faults = one_run_seconds(2048, 54, repeats)
+    print(f"2,048 nodes, 54 days, one policy:     {seconds:7.3f} s, {faults} faults (target < 0.25 s)")
+    seconds, faults = one_run_seconds(10_000, 90, max(1, repeats // 2))
+    print(f"10,000 nodes, 90 days, one policy:    {seconds:7.3f} s, {faults} faults")
+    seconds = every_policy_seconds(10_000, 90)
+    print(f"10,000 nodes, 90 days, {len(POLICIES)} policies:    {seconds:7.3f} s (target < 10 s)")
+    command = command_seconds()
+    print(f"dsx goodput simulate (defaults):      {command:7.3f} s (5 seeds x {len(POLICIES)} policies)")
+
+
+if __name__ == "__main__":
+    main()

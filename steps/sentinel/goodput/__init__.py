@@ -1,0 +1,6 @@
+"""Goodput: what a fleet loses to faults and what each policy wins back.
+
+The fleet-lifetime simulation (:mod:`.simulate`) over a fault rate table (:mod:`.rates`, data in
+``recipes/goodput/``). It lives under the sentinel because goodput reads the sentinel's ledger of node
+states; like every part of the sentinel it imports only ``steps.cluster`` and the top-level helpers.
+"""

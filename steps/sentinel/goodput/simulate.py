@@ -1,0 +1,496 @@
+"""A fleet's lifetime under each policy: a deterministic discrete-event simulation of one synchronous
+training job across a GPU fleet, with faults drawn from a rate table.
+
+The model, in the words a reader checks it against:
+
+- The fleet has ``nodes`` x ``gpus_per_node`` GPUs for ``days``. One synchronous training job runs on
+  every node in service (it is elastic: it restarts on whatever nodes are in service).
+- Faults of each class strike as a Poisson process per GPU-hour (the class's count over the table's
+  exposure), on a node drawn uniformly; a fault that strikes a node already out of service is dropped.
+  Each seed draws the faults once and every policy meets the same ones, so policies differ only by what
+  they do about them.
+- A fault that fails the job (every class but the slow ones) stops it at once: the work since the last
+  checkpoint is lost (``rework``); the whole job waits while the fault is found (``detection``, the
+  class's time under the policy) and then restarts (``restart``). A fault during a restart fails the
+  restart. The node at fault is out of service from the fault until it is found, repaired and, where the
+  policy recertifies, retested (``repair``: its own GPUs only).
+- A repair does not fix the fault ``unfixedFraction`` of the time. With recertification the test
+  catches it and the node goes back for a second repair, which fixes it; without, the node returns and
+  the fault strikes again after a mean of ``recurrenceHours`` in service.
+- A slow node interrupts nothing: the job runs at the speed of its slowest node in service (``slow``:
+  the GPU-hours of the whole job that the lost speed costs). Only periodic certification with bisection
+  finds it; a policy that recertifies also finds it when the node is out for another repair.
+- Periodic certification stops the job at a checkpoint for ``certifyMinutes``, sends every slow node it
+  finds to repair, and restarts the job (all of it ``certification``). A certification due while the job
+  is down waits until it is back.
+- At the end of the period the job checkpoints: work not yet lost is kept.
+
+Every GPU-hour of the period is either useful or lost to one of :data:`LOSS_KINDS`; the report says both,
+per kind and per fault class (the certification cost belongs to no fault class).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+
+from steps.models import Frozen
+from steps.sentinel.goodput.rates import POLICIES, FaultRates, Policy
+
+__all__ = [
+    "LOSS_KINDS",
+    "PolicyResult",
+    "RunResult",
+    "SimulationReport",
+    "Spread",
+    "expected_faults",
+    "simulate",
+    "simulate_run",
+]
+
+#: Where lost GPU-hours go, in the order a report lists them.
+LOSS_KINDS = ("rework", "detection", "restart", "repair", "slow", "certification")
+
+_ARRIVAL, _RETURN, _SWEEP = 0, 1, 2
+_NO_CLASS = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    """A fault drawn for a seed: when, which class, which node, and whether its first repair fails."""
+
+    time: float
+    cls: int
+    node: int
+    unfixed: bool
+    recur_after: float
+
+
+@dataclass(slots=True)
+class _Slow:
+    speed: float
+    cls: int
+    unfixed: bool
+
+
+class Spread(Frozen):
+    """A figure over several seeds: mean, sample standard deviation, least and greatest."""
+
+    mean: float
+    stdev: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float], digits: int = 6) -> Spread:
+        """The spread of ``values`` (one or more)."""
+        stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+        return cls(
+            mean=round(statistics.fmean(values), digits),
+            stdev=round(stdev, digits),
+            min=round(min(values), digits),
+            max=round(max(values), digits),
+        )
+
+
+class RunResult(Frozen):
+    """One policy over one seed.
+
+    Attributes:
+        goodput: useful GPU-hours over the fleet's GPU-hours (a slow node's lost speed counts as lost).
+        effective_training_time: the fraction of the period the job trained and kept the work, as the
+            Llama 3 paper measures it (time at a slow node's speed counts as training time).
+        interruptions: faults that failed the job or its restart.
+        restarts: times the job came back (after faults and after periodic certification).
+        slow_nodes_found: slow nodes sent to repair.
+        faults: faults that struck a node in service, per class (recurrences included).
+    """
+
+    seed: int
+    goodput: float
+    effective_training_time: float
+    interruptions: int
+    restarts: int
+    slow_nodes_found: int
+    useful_gpu_hours: float
+    lost_gpu_hours: dict[str, float]
+    lost_by_class: dict[str, float]
+    faults: dict[str, int]
+
+
+class PolicyResult(Frozen):
+    """One policy over every seed: spreads, mean GPU-hours lost per kind and per class, and each run."""
+
+    policy: Policy
+    goodput: Spread
+    effective_training_time: Spread
+    interruptions: Spread
+    restarts: Spread
+    slow_nodes_found: Spread
+    useful_gpu_hours: float
+    lost_gpu_hours: dict[str, float]
+    lost_by_class: dict[str, float]
+    runs: list[RunResult]
+
+
+class SimulationReport(Frozen):
+    """The policies side by side on one fleet."""
+
+    rates: str
+    source: str
+    nodes: int
+    gpus_per_node: int
+    days: float
+    seeds: list[int]
+    checkpoint_minutes: float
+    restart_minutes: float
+    gpu_hours: float
+    expected_interruptions: float
+    expected_slow_nodes: float
+    policies: list[PolicyResult]
+
+
+def expected_faults(rates: FaultRates, nodes: int, gpus_per_node: int, days: float) -> dict[str, float]:
+    """Faults of each class the table expects on this fleet over ``days`` (before any recurrence)."""
+    gpu_hours = nodes * gpus_per_node * days * 24.0
+    return {fault.name: rates.per_gpu_hour(fault) * gpu_hours for fault in rates.classes}
+
+
+def _draw(rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed: int) -> list[_Fault]:
+    """The faults of one seed, every class from its own stream (adding a class leaves the others as
+    they were), in time order."""
+    faults: list[_Fault] = []
+    for index, fault in enumerate(rates.classes):
+        per_hour = rates.per_gpu_hour(fault) * nodes * gpus_per_node
+        if per_hour <= 0:
+            continue
+        rng = random.Random(f"dsx-goodput/{seed}/{fault.name}")
+        clock = 0.0
+        while True:
+            clock += rng.expovariate(per_hour)
+            if clock >= hours:
+                break
+            node = rng.randrange(nodes)
+            unfixed = rng.random() < rates.repairs.unfixed_fraction
+            recur = rng.expovariate(1.0 / rates.repairs.recurrence_hours)
+            faults.append(_Fault(clock, index, node, unfixed, recur))
+    faults.sort(key=lambda f: (f.time, f.cls, f.node))
+    return faults
+
+
+@dataclass
+class _Run:
+    """The state of one run: the clock, the job, the nodes out of service and the books."""
+
+    rates: FaultRates
+    policy: Policy
+    nodes: int
+    gpus: int
+    hours: float
+    checkpoint_h: float
+    restart_h: float
+    now: float = 0.0
+    out: set[int] = field(default_factory=set)
+    slow: dict[int, _Slow] = field(default_factory=dict)
+    detect_until: float = 0.0
+    resume_at: float = 0.0
+    down_kind: str = "detection"
+    restart_kind: str = "restart"
+    down_cls: int = _NO_CLASS
+    run_start: float = 0.0
+    unsaved_gpuh: float = 0.0
+    unsaved_h: float = 0.0
+    useful: float = 0.0
+    trained_h: float = 0.0
+    interruptions: int = 0
+    restarts: int = 0
+    slow_found: int = 0
+    events: list[tuple[float, int, int, int, _Fault | None]] = field(default_factory=list)
+    seq: int = 0
+    lost: dict[str, float] = field(default_factory=dict)
+    by_class: list[float] = field(default_factory=list)
+    struck: list[int] = field(default_factory=list)
+    recurring: dict[int, _Fault] = field(default_factory=dict)
+    """Nodes out for a repair that will not fix their fault, and that fault."""
+
+    def __post_init__(self) -> None:
+        self.lost = dict.fromkeys(LOSS_KINDS, 0.0)
+        self.by_class = [0.0] * len(self.rates.classes)
+        self.struck = [0] * len(self.rates.classes)
+
+    # -- the books ------------------------------------------------------------------------------
+
+    def _book(self, kind: str, cls: int, gpu_hours: float) -> None:
+        self.lost[kind] += gpu_hours
+        if cls != _NO_CLASS:
+            self.by_class[cls] += gpu_hours
+
+    def _speed(self) -> tuple[float, int]:
+        speed, cls = 1.0, _NO_CLASS
+        for node, slow in self.slow.items():
+            if node not in self.out and slow.speed < speed:
+                speed, cls = slow.speed, slow.cls
+        return speed, cls
+
+    def advance(self, until: float) -> None:
+        """Book every GPU-hour from the clock to ``until``; the state is constant in between, but for
+        the job coming back and its checkpoints, which are followed here."""
+        while self.now < until:
+            in_gpus = self.gpus * (self.nodes - len(self.out))
+            if self.now < self.resume_at:
+                if self.now < self.detect_until:
+                    end, kind = min(until, self.detect_until), self.down_kind
+                else:
+                    end, kind = min(until, self.resume_at), self.restart_kind
+                self._book(kind, self.down_cls, in_gpus * (end - self.now))
+                self.now = end
+                if self.now >= self.resume_at:
+                    self.run_start = self.resume_at
+                    self.restarts += 1
+                continue
+            speed, slow_cls = self._speed()
+            span = until - self.now
+            self._book("slow", slow_cls, (1.0 - speed) * in_gpus * span)
+            rate = speed * in_gpus
+            periods = math.floor((until - self.run_start) / self.checkpoint_h)
+            checkpoint = min(until, self.run_start + periods * self.checkpoint_h)
+            if checkpoint > self.now:
+                self.useful += self.unsaved_gpuh + rate * (checkpoint - self.now)
+                self.trained_h += self.unsaved_h + (checkpoint - self.now)
+                self.unsaved_gpuh, self.unsaved_h = rate * (until - checkpoint), until - checkpoint
+            else:
+                self.unsaved_gpuh += rate * span
+                self.unsaved_h += span
+            self.now = until
+
+    def _save(self) -> None:
+        self.useful += self.unsaved_gpuh
+        self.trained_h += self.unsaved_h
+        self.unsaved_gpuh = self.unsaved_h = 0.0
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def push(self, time: float, kind: int, node: int, fault: _Fault | None = None) -> None:
+        if time < self.hours:
+            heapq.heappush(self.events, (time, self.seq, kind, node, fault))
+            self.seq += 1
+
+    def _stop(self, duration_h: float, kind: str, restart_kind: str, cls: int) -> None:
+        """The job stands still for ``duration_h``, then restarts. Stopped while it runs or restarts (the
+        restart fails), it starts over; stopped while it already stands still, it waits the longer."""
+        until = self.now + duration_h
+        if self.now < self.detect_until and until <= self.detect_until:
+            return
+        self.detect_until, self.resume_at = until, until + self.restart_h
+        self.down_kind, self.restart_kind, self.down_cls = kind, restart_kind, cls
+
+    def _send_to_repair(self, node: int, cls: int, found_after_h: float, unfixed: bool) -> None:
+        """The node leaves service now, for ``found_after_h`` and its repairs; without recertification an
+        unfixed fault comes back (the caller schedules it)."""
+        settings = self.rates.policies.of(self.policy)
+        fault = self.rates.classes[cls]
+        assert fault.repair_hours is not None  # a node's fault always has repair hours (validated)
+        cycle = fault.repair_hours.of(self.policy)
+        if settings.recertify:
+            cycle += settings.recertify_minutes / 60.0
+        away = found_after_h + cycle * (2 if unfixed and settings.recertify else 1)
+        slow = self.slow.get(node)
+        if slow is not None and settings.recertify and cls != slow.cls:
+            # recertification finds the node's slowness too: it is repaired in the same visit
+            slow_fault = self.rates.classes[slow.cls]
+            assert slow_fault.repair_hours is not None
+            away += slow_fault.repair_hours.of(self.policy)
+            del self.slow[node]
+            self.slow_found += 1
+        self.out.add(node)
+        self._book("repair", cls, self.gpus * (min(self.now + away, self.hours) - self.now))
+        self.push(self.now + away, _RETURN, node)
+
+    def strike(self, fault: _Fault) -> None:
+        """A fault strikes a node (after :meth:`advance` to its time)."""
+        if fault.node in self.out:
+            return
+        kind = self.rates.classes[fault.cls]
+        if kind.slow:
+            if fault.node not in self.slow:
+                assert kind.speed is not None
+                self.slow[fault.node] = _Slow(kind.speed, fault.cls, fault.unfixed)
+                self.struck[fault.cls] += 1
+            return
+        self.struck[fault.cls] += 1
+        self.interruptions += 1
+        assert kind.detect_minutes is not None
+        found_after = kind.detect_minutes.of(self.policy) / 60.0
+        if self.now >= self.resume_at:  # the job was running: what it did since the checkpoint is lost
+            self._book("rework", fault.cls, self.unsaved_gpuh)
+            self.unsaved_gpuh = self.unsaved_h = 0.0
+        self._stop(found_after, "detection", "restart", fault.cls)
+        if kind.at_fault == "node":
+            self._send_to_repair(fault.node, fault.cls, found_after, fault.unfixed)
+            if fault.unfixed and not self.rates.policies.of(self.policy).recertify:
+                self.recurring[fault.node] = fault
+
+    def come_back(self, node: int) -> None:
+        """A repaired node returns to service; a fault its repair did not fix will strike again."""
+        self.out.discard(node)
+        again = self.recurring.pop(node, None)
+        if again is not None:
+            recurrence = _Fault(self.now + again.recur_after, again.cls, node, False, again.recur_after)
+            self.push(recurrence.time, _ARRIVAL, node, recurrence)
+
+    def certify(self) -> None:
+        """Periodic certification with bisection: the job stops at a checkpoint, every slow node in
+        service goes to repair, the job restarts."""
+        settings = self.rates.policies.of(self.policy)
+        if self.now < self.resume_at:  # the job is down: certify when it is back
+            self.push(self.resume_at, _SWEEP, -1)
+            return
+        self._save()
+        self._stop(settings.certify_minutes / 60.0, "certification", "certification", _NO_CLASS)
+        for node in sorted(self.slow):
+            if node in self.out:
+                continue
+            slow = self.slow[node]
+            self.slow_found += 1
+            if slow.unfixed and not settings.recertify:
+                slow.unfixed = False  # it comes back slow, and the next certification finds it again
+                self._send_to_repair(node, slow.cls, 0.0, False)
+            else:
+                del self.slow[node]
+                self._send_to_repair(node, slow.cls, 0.0, slow.unfixed)
+
+
+def simulate_run(
+    rates: FaultRates,
+    policy: Policy,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    days: float,
+    seed: int,
+    checkpoint_minutes: float | None = None,
+    restart_minutes: float | None = None,
+) -> RunResult:
+    """One policy over one seed (see the module's description of the model)."""
+    hours = days * 24.0
+    run = _Run(
+        rates=rates,
+        policy=policy,
+        nodes=nodes,
+        gpus=gpus_per_node,
+        hours=hours,
+        checkpoint_h=(checkpoint_minutes or rates.job.checkpoint_minutes) / 60.0,
+        restart_h=(rates.job.restart_minutes if restart_minutes is None else restart_minutes) / 60.0,
+    )
+    for drawn in _draw(rates, nodes, gpus_per_node, hours, seed):
+        run.push(drawn.time, _ARRIVAL, drawn.node, drawn)
+    every = rates.policies.of(policy).certify_every_hours
+    if every is not None:
+        for k in range(1, math.ceil(hours / every)):
+            run.push(k * every, _SWEEP, -1)
+    while run.events:
+        time, _, kind, node, fault = heapq.heappop(run.events)
+        run.advance(time)
+        if kind == _ARRIVAL:
+            assert fault is not None
+            run.strike(fault)
+        elif kind == _RETURN:
+            run.come_back(node)
+        else:
+            run.certify()
+    run.advance(hours)
+    run._save()
+    total = nodes * gpus_per_node * hours
+    names = [fault.name for fault in rates.classes]
+    return RunResult(
+        seed=seed,
+        goodput=round(run.useful / total, 6),
+        effective_training_time=round(run.trained_h / hours, 6),
+        interruptions=run.interruptions,
+        restarts=run.restarts,
+        slow_nodes_found=run.slow_found,
+        useful_gpu_hours=round(run.useful, 3),
+        lost_gpu_hours={kind: round(value, 3) for kind, value in run.lost.items()},
+        lost_by_class={name: round(value, 3) for name, value in zip(names, run.by_class, strict=True)},
+        faults=dict(zip(names, run.struck, strict=True)),
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return round(statistics.fmean(values), 3)
+
+
+def simulate(
+    rates: FaultRates,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    days: float,
+    seed: int = 0,
+    seeds: int = 1,
+    checkpoint_minutes: float | None = None,
+    restart_minutes: float | None = None,
+    label: str = "",
+) -> SimulationReport:
+    """Every policy over seeds ``seed`` .. ``seed + seeds - 1``, side by side.
+
+    Args:
+        rates: the rate table.
+        nodes: nodes in the fleet.
+        gpus_per_node: GPUs per node.
+        days: the period.
+        seed: the first seed.
+        seeds: how many seeds (each its own draw of faults, met by every policy).
+        checkpoint_minutes: the job's checkpoint interval (default: the table's).
+        restart_minutes: the job's restart cost (default: the table's).
+        label: how the report names the table (its file).
+    """
+    seed_list = list(range(seed, seed + seeds))
+    results: list[PolicyResult] = []
+    for policy in POLICIES:
+        runs = [
+            simulate_run(
+                rates,
+                policy,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                days=days,
+                seed=s,
+                checkpoint_minutes=checkpoint_minutes,
+                restart_minutes=restart_minutes,
+            )
+            for s in seed_list
+        ]
+        results.append(
+            PolicyResult(
+                policy=policy,
+                goodput=Spread.of([r.goodput for r in runs]),
+                effective_training_time=Spread.of([r.effective_training_time for r in runs]),
+                interruptions=Spread.of([float(r.interruptions) for r in runs], 3),
+                restarts=Spread.of([float(r.restarts) for r in runs], 3),
+                slow_nodes_found=Spread.of([float(r.slow_nodes_found) for r in runs], 3),
+                useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
+                lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},
+                lost_by_class={c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in rates.classes},
+                runs=runs,
+            )
+        )
+    expected = expected_faults(rates, nodes, gpus_per_node, days)
+    slow = {c.name for c in rates.classes if c.slow}
+    return SimulationReport(
+        rates=label or rates.name,
+        source=rates.source,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        days=days,
+        seeds=seed_list,
+        checkpoint_minutes=checkpoint_minutes or rates.job.checkpoint_minutes,
+        restart_minutes=rates.job.restart_minutes if restart_minutes is None else restart_minutes,
+        gpu_hours=nodes * gpus_per_node * days * 24.0,
+        expected_interruptions=round(sum(v for name, v in expected.items() if name not in slow), 3),
+        expected_slow_nodes=round(sum(v for name, v in expected.items() if name in slow), 3),
+        policies=results,
+    )

@@ -1,0 +1,277 @@
+"""The fleet-lifetime simulation: deterministic under a seed, every GPU-hour accounted for, the published
+run reproduced from its own rates, each policy's mechanism doing what it claims, and rate tables
+validated with the file and line of a mistake."""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from steps.errors import InputError
+from steps.sentinel.goodput.rates import POLICIES, FaultRates, default_rates_path, load_rates
+from steps.sentinel.goodput.simulate import LOSS_KINDS, SimulationReport, simulate, simulate_run
+
+PUBLISHED = {"nodes": 2048, "gpus_per_node": 8, "days": 54.0}
+SEEDS = 5
+
+
+@cache
+def shipped() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(default_rates_path().read_text(encoding="utf-8"))
+    return data
+
+
+def table(**changes: Any) -> FaultRates:
+    """The shipped table with top-level sections changed (``classes=[...]`` replaces the classes)."""
+    data = copy.deepcopy(shipped())
+    data.update(changes)
+    return FaultRates.model_validate(data)
+
+
+def one_class(name: str, **changes: Any) -> list[dict[str, Any]]:
+    fault = next(c for c in copy.deepcopy(shipped())["classes"] if c["name"] == name)
+    fault.update(changes)
+    return [fault]
+
+
+@cache
+def published() -> SimulationReport:
+    return simulate(load_rates(), seed=0, seeds=SEEDS, **PUBLISHED)
+
+
+def by_policy(report: SimulationReport) -> dict[str, Any]:
+    return {p.policy: p for p in report.policies}
+
+
+# -- the shipped table --------------------------------------------------------------------------
+
+
+def test_the_shipped_table_keeps_the_published_figures() -> None:
+    rates = load_rates()
+    counts = {c.name: c.count for c in rates.classes}
+    assert (rates.exposure.gpus, rates.exposure.gpus_per_node, rates.exposure.days) == (16384, 8, 54)
+    assert {k: counts[k] for k in ("gpu", "hbm3", "network", "gpu-sram", "gsp", "nic")} == {
+        "gpu": 148,
+        "hbm3": 72,
+        "network": 35,
+        "gpu-sram": 19,
+        "gsp": 17,
+        "nic": 7,
+    }
+    assert sum(c.count for c in rates.classes if not c.slow) == 419
+    assert [c.name for c in rates.classes if c.slow] == ["silent-slow"]
+    assert "arXiv:2407.21783" in rates.source
+
+
+# -- determinism and the books ------------------------------------------------------------------
+
+
+def test_a_seed_repeats_a_run_exactly_and_another_seed_changes_it() -> None:
+    rates = load_rates()
+    first = simulate(rates, nodes=256, gpus_per_node=8, days=30, seed=7, seeds=2)
+    again = simulate(rates, nodes=256, gpus_per_node=8, days=30, seed=7, seeds=2)
+    other = simulate(rates, nodes=256, gpus_per_node=8, days=30, seed=8, seeds=2)
+    assert first.model_dump_json() == again.model_dump_json()
+    assert first.policies[0].runs[0].faults != other.policies[0].runs[0].faults
+    # seed 8 is the second seed of the first report and the first of the other: the same run
+    assert first.policies[0].runs[1] == other.policies[0].runs[0]
+
+
+def test_every_policy_meets_the_same_faults_of_a_seed() -> None:
+    report = published()
+    # taint and none handle faults alike but for detection and repair times: the same faults strike
+    policies = by_policy(report)
+    assert [r.faults for r in policies["none"].runs] == [r.faults for r in policies["taint"].runs]
+
+
+def test_useful_and_lost_hours_add_up_to_the_fleets_hours_for_every_policy_and_seed() -> None:
+    report = published()
+    assert report.gpu_hours == 2048 * 8 * 54 * 24
+    for policy in report.policies:
+        for run in policy.runs:
+            lost = sum(run.lost_gpu_hours.values())
+            assert run.useful_gpu_hours + lost == pytest.approx(report.gpu_hours, rel=1e-9)
+            assert run.goodput == pytest.approx(run.useful_gpu_hours / report.gpu_hours, abs=1e-6)
+            assert set(run.lost_gpu_hours) == set(LOSS_KINDS)
+            # every loss but the certification's belongs to a fault class
+            by_class = sum(run.lost_by_class.values()) + run.lost_gpu_hours["certification"]
+            assert by_class == pytest.approx(lost, rel=1e-9)
+            assert min(run.lost_gpu_hours.values()) >= 0
+            assert 0 < run.goodput <= run.effective_training_time <= 1
+
+
+# -- the published run --------------------------------------------------------------------------
+
+
+def test_the_published_rates_give_about_one_interruption_every_three_hours() -> None:
+    report = published()
+    assert report.expected_interruptions == pytest.approx(419)
+    # full never returns an unfixed node, so its interruptions are the faults drawn: Poisson(419)
+    full = by_policy(report)["full"]
+    band = 3 * math.sqrt(419 / SEEDS)
+    assert 419 - band <= full.interruptions.mean <= 419 + band
+    assert 2.8 <= 54 * 24 / full.interruptions.mean <= 3.4
+    # policies without recertification see the repairs that did not fix fail again
+    none = by_policy(report)["none"]
+    assert none.interruptions.mean > full.interruptions.mean
+
+
+def test_automated_recovery_keeps_effective_training_time_around_ninety_percent() -> None:
+    policies = by_policy(published())
+    for name in ("remediate", "full"):
+        assert 0.85 <= policies[name].effective_training_time.mean <= 0.95, name
+    assert policies["none"].effective_training_time.mean < 0.8
+
+
+def test_each_more_complete_policy_is_no_worse_on_average_and_the_spread_is_reported() -> None:
+    policies = by_policy(published())
+    goodput = [policies[name].goodput.mean for name in POLICIES]
+    assert goodput == sorted(goodput)
+    assert goodput[-1] - goodput[0] > 0.2
+    for policy in policies.values():
+        spread = policy.goodput
+        assert len(policy.runs) == SEEDS and spread.stdev > 0
+        assert spread.min <= spread.mean <= spread.max
+        assert spread.min == min(r.goodput for r in policy.runs)
+
+
+# -- the mechanisms -----------------------------------------------------------------------------
+
+
+def test_no_faults_no_losses_but_the_cost_of_periodic_certification() -> None:
+    rates = table(classes=one_class("gpu", count=0))
+    for policy in POLICIES:
+        run = simulate_run(rates, policy, nodes=16, gpus_per_node=8, days=10, seed=0)
+        assert run.interruptions == 0
+        if policy == "full":  # every 72 h the job stands 20 min for certification and 10 for a restart
+            assert run.lost_gpu_hours["certification"] == pytest.approx(3 * 0.5 * 16 * 8)
+            assert run.restarts == 3
+        else:
+            assert run.goodput == 1.0 and run.effective_training_time == 1.0 and run.restarts == 0
+
+
+def test_a_silent_slow_node_drags_the_job_at_its_speed_until_bisection_finds_it() -> None:
+    # one node, slowed within minutes: the job runs at 85% of its speed for the whole period
+    rates = table(classes=one_class("silent-slow", count=1e7))
+    alone = simulate_run(rates, "remediate", nodes=1, gpus_per_node=8, days=30, seed=0)
+    assert alone.goodput == pytest.approx(0.85, abs=0.002) and alone.effective_training_time == 1.0
+
+    rates = table(classes=one_class("silent-slow", count=40))
+    runs = {p: simulate_run(rates, p, nodes=512, gpus_per_node=8, days=30, seed=1) for p in POLICIES}
+    for policy in ("none", "taint", "remediate"):
+        run = runs[policy]
+        assert run.interruptions == 0 and run.slow_nodes_found == 0 and run.faults["silent-slow"] > 1
+        assert run.lost_gpu_hours["slow"] > 0.1 * 512 * 8 * 30 * 24
+        assert run.effective_training_time == 1.0
+    full = runs["full"]
+    assert 0 < full.slow_nodes_found <= full.faults["silent-slow"]
+    assert full.lost_gpu_hours["slow"] < runs["remediate"].lost_gpu_hours["slow"] / 2
+    assert full.goodput > runs["remediate"].goodput
+
+
+def test_recertification_catches_a_repair_that_did_not_fix() -> None:
+    repairs = {"unfixedFraction": 1.0, "recurrenceHours": 6}
+    rates = table(classes=one_class("gpu", count=1480), repairs=repairs)
+    remediate = simulate_run(rates, "remediate", nodes=64, gpus_per_node=8, days=30, seed=3)
+    full = simulate_run(rates, "full", nodes=64, gpus_per_node=8, days=30, seed=3)
+    # without recertification every repaired node returns broken and fails the job once more
+    assert remediate.interruptions > 1.5 * remediate.faults["gpu"] / 2
+    assert full.interruptions == full.faults["gpu"]
+    assert full.lost_gpu_hours["repair"] > remediate.lost_gpu_hours["repair"]
+
+
+def test_the_agent_saves_the_detection_time_of_the_faults_it_sees() -> None:
+    rates = table(classes=one_class("gpu", count=1480))
+    none = simulate_run(rates, "none", nodes=64, gpus_per_node=8, days=30, seed=2)
+    taint = simulate_run(rates, "taint", nodes=64, gpus_per_node=8, days=30, seed=2)
+    assert none.faults == taint.faults
+    # 60 min to find the node by hand, 2 min for the agent: the job waits 30 times less
+    ratio = none.lost_gpu_hours["detection"] / taint.lost_gpu_hours["detection"]
+    assert 20 < ratio < 40
+
+
+def test_a_shorter_checkpoint_interval_loses_less_work() -> None:
+    rates = load_rates()
+    kwargs: dict[str, Any] = {"nodes": 512, "gpus_per_node": 8, "days": 30, "seed": 4}
+    often = simulate_run(rates, "remediate", checkpoint_minutes=5, **kwargs)
+    seldom = simulate_run(rates, "remediate", checkpoint_minutes=60, **kwargs)
+    assert often.lost_gpu_hours["rework"] < seldom.lost_gpu_hours["rework"] / 4
+    # never more than one interval of the whole fleet per interruption
+    assert seldom.lost_gpu_hours["rework"] <= seldom.interruptions * 1.0 * 512 * 8
+
+
+def test_expected_faults_scale_with_the_fleet_and_the_period() -> None:
+    small = simulate(load_rates(), nodes=512, gpus_per_node=8, days=27, seeds=1)
+    assert small.expected_interruptions == pytest.approx(419 / 8, abs=1e-3)
+    assert small.expected_slow_nodes == pytest.approx(3.7 / 8, abs=1e-3)
+
+
+# -- the rate table as input --------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "rates.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _line(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle", "message"),
+    [
+        ("    speed: 0.85\n", "", "- name: silent-slow", "give its speed"),
+        ("    count: 148\n", "    count: -1\n", "count: -1", "greater than or equal to 0"),
+        ("    count: 148\n", "    count: .inf\n", "count: .inf", "finite number"),
+        (
+            "certifyEveryHours: 72",
+            "certifyEveryHours: 0.001",
+            "certifyEveryHours",
+            "greater than or equal to 1",
+        ),
+        (
+            "checkpointMinutes: 15",
+            "checkpointMinutes: 0",
+            "checkpointMinutes",
+            "greater than or equal to 0.1",
+        ),
+        (
+            "{none: 60, taint: 2, remediate: 2, full: 2}",
+            "{none: 60, taint: 2}",
+            "{none: 60, taint: 2}",
+            "remediate",
+        ),
+        ("  - name: hbm3\n", "  - name: gpu\n", "classes:", "'gpu' is listed twice"),
+        (
+            "seenBy: job\n    atFault: none\n    detectMinutes: {none: 10",
+            "seenBy: agent\n    atFault: none\n    detectMinutes: {none: 10",
+            "- name: software",
+            "seenBy must be job",
+        ),
+    ],
+)
+def test_a_mistake_in_a_rate_table_names_the_file_and_line(
+    tmp_path: Path, old: str, new: str, needle: str, message: str
+) -> None:
+    text = default_rates_path().read_text(encoding="utf-8")
+    assert old in text
+    text = text.replace(old, new, 1)
+    path = _write(tmp_path, text)
+    with pytest.raises(InputError) as caught:
+        load_rates(path)
+    error = str(caught.value)
+    assert error.startswith(f"{path}:{_line(text, needle)}: not a FaultRates: ")
+    assert message in error
+
+
+def test_a_missing_rate_table_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"nothing\.yaml: cannot read"):
+        load_rates(tmp_path / "nothing.yaml")

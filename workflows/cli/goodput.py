@@ -1,0 +1,165 @@
+"""``dsx goodput simulate``: a fleet's lifetime under each policy, side by side."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
+
+if TYPE_CHECKING:
+    from steps.sentinel.goodput.simulate import SimulationReport, Spread
+
+__all__ = ["register"]
+
+_MAX_NODES = 100_000
+_MAX_GPUS_PER_NODE = 64
+_MAX_DAYS = 3_650
+_MAX_SEEDS = 100
+#: Faults one command may simulate (expected faults per run x seeds x policies): a few seconds of work.
+_MAX_FAULTS = 2_000_000
+
+
+def _percent(spread: Spread) -> str:
+    return (
+        f"{spread.mean * 100:.1f}% ±{spread.stdev * 100:.1f} ({spread.min * 100:.1f}-{spread.max * 100:.1f})"
+    )
+
+
+def _count(spread: Spread) -> str:
+    return f"{spread.mean:,.1f} ±{spread.stdev:.1f} ({spread.min:,.0f}-{spread.max:,.0f})"
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+
+
+def _table(report: SimulationReport) -> None:
+    out = console()
+    every = report.days * 24 / report.expected_interruptions if report.expected_interruptions else math.inf
+    out.print(
+        f"{report.nodes:,} nodes x {report.gpus_per_node} GPUs over {report.days:g} days, "
+        f"{report.gpu_hours:,.0f} GPU-hours; {_seeds(report.seeds)}; rates {report.rates}"
+    )
+    out.print(
+        f"the rate table expects {report.expected_interruptions:,.1f} interruptions "
+        f"(one every {every:.1f} h) and {report.expected_slow_nodes:,.1f} silent slow nodes; "
+        f"checkpoint every {report.checkpoint_minutes:g} min, restart {report.restart_minutes:g} min"
+    )
+    policies = report.policies
+    total = report.gpu_hours
+    rows: list[list[str]] = [
+        ["goodput", *(_percent(p.goodput) for p in policies)],
+        ["effective training time", *(_percent(p.effective_training_time) for p in policies)],
+        ["interruptions", *(_count(p.interruptions) for p in policies)],
+        ["job restarts", *(_count(p.restarts) for p in policies)],
+        ["slow nodes found", *(_count(p.slow_nodes_found) for p in policies)],
+    ]
+    kinds = list(policies[0].lost_gpu_hours)
+    for kind in kinds:
+        rows.append(
+            [f"lost: {kind}", *(f"{p.lost_gpu_hours[kind]:,.0f}" for p in policies)],
+        )
+    rows.append(
+        [
+            "lost GPU-hours",
+            *(
+                f"{sum(p.lost_gpu_hours.values()):,.0f} ({sum(p.lost_gpu_hours.values()) / total:.1%})"
+                for p in policies
+            ),
+        ]
+    )
+    rows.append(["useful GPU-hours", *(f"{p.useful_gpu_hours:,.0f}" for p in policies)])
+    print_table(
+        "policies side by side (mean ±stdev (min-max) over seeds)", ["", *(p.policy for p in policies)], rows
+    )
+    names = list(policies[0].lost_by_class)
+    by_class = [
+        [name, *(f"{p.lost_by_class[name]:,.0f}" for p in policies)]
+        for name in names
+        if any(p.lost_by_class[name] for p in policies)
+    ]
+    print_table("GPU-hours lost by fault class (mean)", ["class", *(p.policy for p in policies)], by_class)
+
+
+def _finite(value: float, option: str, low: float, high: float, *, open_low: bool = False) -> float:
+    """``value`` when finite and within bounds, else an input error naming the option."""
+    from steps.errors import InputError
+
+    below = value <= low if open_low else value < low
+    if not math.isfinite(value) or below or value > high:
+        bound = f"more than {low:g}" if open_low else f"at least {low:g}"
+        raise InputError(f"{option} {value:g}: must be a number {bound} and at most {high:g}")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``goodput`` command group."""
+    group = typer.Typer(
+        name="goodput",
+        help="Goodput: what a fleet loses to faults, and what each policy wins back.",
+        no_args_is_help=True,
+    )
+
+    @group.command("simulate")
+    def simulate_cmd(
+        nodes: int = typer.Option(2048, "--nodes", min=1, max=_MAX_NODES, help="Nodes in the fleet."),
+        gpus_per_node: int = typer.Option(
+            8, "--gpus-per-node", min=1, max=_MAX_GPUS_PER_NODE, help="GPUs per node."
+        ),
+        days: float = typer.Option(54.0, "--days", help=f"The period, in days (up to {_MAX_DAYS})."),
+        seed: int = typer.Option(0, "--seed", min=0, help="The first seed."),
+        seeds: int = typer.Option(
+            5, "--seeds", min=1, max=_MAX_SEEDS, help="Seeds to average over (seed, seed+1, ...)."
+        ),
+        rates: Path | None = typer.Option(
+            None, "--rates", help="A FaultRates file (default: the shipped table, from the Llama 3 405B run)."
+        ),
+        checkpoint_minutes: float | None = typer.Option(
+            None, "--checkpoint-minutes", help="The job's checkpoint interval (default: the table's)."
+        ),
+        restart_minutes: float | None = typer.Option(
+            None, "--restart-minutes", help="What a restart of the job costs (default: the table's)."
+        ),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Simulate one synchronous training job across the fleet over the period, with faults drawn
+        from the rate table, under each policy: none (a fault is found when the job fails), taint (the
+        agent taints the node; repair by hand), remediate (agent and automated repair), full
+        (remediation, recertification and periodic certification with bisection, which finds silent
+        slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
+        by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
+        from steps.errors import InputError
+        from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
+        from steps.sentinel.goodput.simulate import expected_faults, simulate
+
+        _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
+        if checkpoint_minutes is not None:
+            _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
+        if restart_minutes is not None:
+            _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
+        table = load_rates(rates)
+        faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * seeds * 4
+        if faults > _MAX_FAULTS:
+            raise InputError(
+                f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
+                f"{seeds} seed(s) is about {faults:,.0f} simulated faults, over the limit of "
+                f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
+            )
+        report = simulate(
+            table,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            days=days,
+            seed=seed,
+            seeds=seeds,
+            checkpoint_minutes=checkpoint_minutes,
+            restart_minutes=restart_minutes,
+            label=str(rates) if rates is not None else f"{table.name} (shipped)",
+        )
+        emit(report, output, _table)
+
+    app.add_typer(group, name="goodput")
