@@ -8,20 +8,14 @@ target, and the faults each run simulated.
 
 from __future__ import annotations
 
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on the path, and benchmarks/bisect.py would hide the
-# standard library's bisect module from random.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-
-from steps.sentinel.goodput.rates import POLICIES, load_rates  # noqa: E402
-from steps.sentinel.goodput.simulate import simulate, simulate_run  # noqa: E402
+from steps.sentinel.goodput.rates import POLICIES, load_rates
+from steps.sentinel.goodput.simulate import simulate, simulate_run
 
 
 def one_run_seconds(nodes: int, days: float, repeats: int) -> tuple[float, int]:

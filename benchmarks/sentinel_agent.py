@@ -7,21 +7,17 @@ p99; 100,000 kernel-log lines parsed under 0.5 s.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# The repository instead of this script's folder, whose bisect.py would shadow the standard library's
-# (statistics imports random, which imports bisect).
-sys.path.pop(0)
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import datetime as dt
 import os
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the tests' emulator
 
 from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab

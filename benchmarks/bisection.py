@@ -10,28 +10,21 @@ and testing every node beside a known-good partner (N tests; one round when N pa
 Goals (the issue's acceptance): no false result; halving within 2.5x the bound in tests at 3% noise;
 auto within 1.1x the node-seconds of the better of halving and pairs, in every scenario.
 
-    python benchmarks/bisect.py [--quick] [--scenarios N] [--free NODES]
+    python benchmarks/bisection.py [--quick] [--scenarios N] [--free NODES]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import math
+import random
+import statistics
+import time
 
-# Run as a script, this file's folder comes first on the path, and its name would hide the standard
-# library's bisect module from random and statistics.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import math  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-from steps.cluster.fabric import FabricModel, FabricSettings  # noqa: E402
-from steps.cluster.health import NodeReport  # noqa: E402
-from steps.readiness.bisect import bisect  # noqa: E402
-from steps.readiness.bisect.probes import fabric_test  # noqa: E402
+from steps.cluster.fabric import FabricModel, FabricSettings
+from steps.cluster.health import NodeReport
+from steps.readiness.bisect import bisect
+from steps.readiness.bisect.probes import fabric_test
 
 NOMINAL = 3200.0
 NOISE = 0.03
