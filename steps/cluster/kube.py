@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from steps.cluster import vocabulary as vocab
-from steps.cluster.base import PortBase
+from steps.cluster.base import PODS, PortBase
 from steps.cluster.errors import ApiStatusError, ClusterConfigError
 from steps.cluster.port import Propagation
 from steps.cluster.resources import Resource
@@ -299,8 +299,6 @@ class KubeCluster(PortBase):
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
     def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
-        from steps.cluster.base import PODS
-
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **_delete_options(grace_seconds, uid)}
         path = PODS.object_path(name, namespace)
         return self._send("DELETE", path, body=body, missing_ok=True) is not None
@@ -308,8 +306,6 @@ class KubeCluster(PortBase):
     def _evict(
         self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
     ) -> tuple[int, str]:
-        from steps.cluster.base import PODS
-
         body: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
