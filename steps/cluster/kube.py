@@ -226,14 +226,7 @@ class KubeCluster(PortBase):
         if status == 404 and missing_ok:
             return None
         message = _message(data, status)
-        if status in _RETRYABLE:
-            raise TransientError(
-                status,
-                f"the API answered {status}: {message}",
-                sent=status != 429,
-                retry_after=_retry_after(data),
-            )
-        raise ApiStatusError(status, message)
+        raise _status_error(status, message, data)
 
     # ----------------------------------------------------------------- primitives
 
@@ -322,14 +315,20 @@ class KubeCluster(PortBase):
             return status, message
         if status == 500 and "PodDisruptionBudget" in message:
             return status, message
-        if status in _RETRYABLE:
-            raise TransientError(
-                status,
-                f"the API answered {status}: {message}",
-                sent=status != 429,
-                retry_after=_retry_after(data),
-            )
-        raise ApiStatusError(status, message)
+        raise _status_error(status, message, data)
+
+
+def _status_error(status: int, message: str, data: Any) -> TransientError | ApiStatusError:
+    """The error for an answer that is not a success: transient for a status that may go away (429 was
+    refused before the server acted, so it is safe to send again), else final."""
+    if status in _RETRYABLE:
+        return TransientError(
+            status,
+            f"the API answered {status}: {message}",
+            sent=status != 429,
+            retry_after=_retry_after(data),
+        )
+    return ApiStatusError(status, message)
 
 
 def _delete_options(grace_seconds: int | None, uid: str | None) -> dict[str, Any]:
