@@ -12,16 +12,16 @@ from typing import Any
 
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import CordonRefusedError
-from steps.cluster.port import Condition, Node, Taint, TaintEffect
+from steps.cluster.node import Condition, Node, Taint, TaintEffect
 
 __all__ = [
-    "annotations_patch",
     "condition_after",
     "cordon_patch",
     "format_micro_time",
     "format_time",
     "lease_expired",
     "lease_spec",
+    "metadata_map_patch",
     "parse_time",
     "taints_with",
     "taints_without",
@@ -114,8 +114,9 @@ def uncordon_patch(node: Node, by: str, force: bool) -> dict[str, Any] | None:
     return {**clear, "spec": {"unschedulable": None}}
 
 
-def annotations_patch(current: Mapping[str, str], wanted: Mapping[str, str | None]) -> dict[str, str | None]:
-    """The entries of ``wanted`` that change ``current`` (``None`` removes a key that is there)."""
+def metadata_map_patch(current: Mapping[str, str], wanted: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The merge patch of a metadata map (a node's labels or annotations): the entries of ``wanted`` that
+    change ``current`` (``None`` removes a key that is there), sorted; empty when nothing changes."""
     return {
         k: v
         for k, v in sorted(wanted.items())

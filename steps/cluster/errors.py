@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from steps.errors import DsxError, InputError
 
 if TYPE_CHECKING:
-    from steps.cluster.port import Cordon
+    from steps.cluster.node import Cordon
 
 
 class ClusterError(DsxError):
@@ -63,7 +63,7 @@ class CordonRefusedError(DsxError):
     Attributes:
         call: ``cordon`` or ``uncordon``.
         target: ``node/NAME``.
-        cordon: the :class:`~steps.cluster.port.Cordon` the node carries.
+        cordon: the :class:`~steps.cluster.node.Cordon` the node carries.
         resource_version: the node's ``resourceVersion`` when the refusal was decided.
     """
 

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from steps.cluster import vocabulary as vocab
-from steps.cluster.base import PortBase
+from steps.cluster.base import PODS, PortBase
 from steps.cluster.errors import ApiStatusError, ClusterConfigError
 from steps.cluster.port import Propagation
 from steps.cluster.resources import Resource
@@ -226,14 +226,7 @@ class KubeCluster(PortBase):
         if status == 404 and missing_ok:
             return None
         message = _message(data, status)
-        if status in _RETRYABLE:
-            raise TransientError(
-                status,
-                f"the API answered {status}: {message}",
-                sent=status != 429,
-                retry_after=_retry_after(data),
-            )
-        raise ApiStatusError(status, message)
+        raise _status_error(status, message, data)
 
     # ----------------------------------------------------------------- primitives
 
@@ -299,8 +292,6 @@ class KubeCluster(PortBase):
         return self._send("DELETE", res.object_path(name, namespace), body=body, missing_ok=True) is not None
 
     def _delete_pod(self, namespace: str, name: str, grace_seconds: int | None, uid: str | None) -> bool:
-        from steps.cluster.base import PODS
-
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **_delete_options(grace_seconds, uid)}
         path = PODS.object_path(name, namespace)
         return self._send("DELETE", path, body=body, missing_ok=True) is not None
@@ -308,8 +299,6 @@ class KubeCluster(PortBase):
     def _evict(
         self, namespace: str, name: str, grace_seconds: int | None, uid: str | None
     ) -> tuple[int, str]:
-        from steps.cluster.base import PODS
-
         body: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -326,14 +315,20 @@ class KubeCluster(PortBase):
             return status, message
         if status == 500 and "PodDisruptionBudget" in message:
             return status, message
-        if status in _RETRYABLE:
-            raise TransientError(
-                status,
-                f"the API answered {status}: {message}",
-                sent=status != 429,
-                retry_after=_retry_after(data),
-            )
-        raise ApiStatusError(status, message)
+        raise _status_error(status, message, data)
+
+
+def _status_error(status: int, message: str, data: Any) -> TransientError | ApiStatusError:
+    """The error for an answer that is not a success: transient for a status that may go away (429 was
+    refused before the server acted, so it is safe to send again), else final."""
+    if status in _RETRYABLE:
+        return TransientError(
+            status,
+            f"the API answered {status}: {message}",
+            sent=status != 429,
+            retry_after=_retry_after(data),
+        )
+    return ApiStatusError(status, message)
 
 
 def _delete_options(grace_seconds: int | None, uid: str | None) -> dict[str, Any]:

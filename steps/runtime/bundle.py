@@ -170,57 +170,59 @@ def _join(*parts: str) -> str:
     return "/".join(cleaned)
 
 
-def _render_argocd(result: RecipeResult, repo_url: str, revision: str, repo_path: str) -> dict[str, str]:
-    files: dict[str, str] = {}
-    for component in result.components:
-        values_path = _join(repo_path, component.name, "values.yaml")
-        sources: list[dict[str, Any]] = [
+def _argocd_application(
+    component: ResolvedComponent, repo_url: str, revision: str, repo_path: str
+) -> dict[str, Any]:
+    """One Application per component: its chart at the pinned version, its values (and extra manifests)
+    from the bundle's repository, synced in the wave of its tier."""
+    values_path = _join(repo_path, component.name, "values.yaml")
+    sources: list[dict[str, Any]] = [
+        {
+            "repoURL": _argocd_helm_repo(component),
+            "chart": component.chart,
+            "targetRevision": component.version,
+            "helm": {"releaseName": component.release, "valueFiles": [f"$values/{values_path}"]},
+        },
+        {"repoURL": repo_url, "targetRevision": revision, "ref": "values"},
+    ]
+    if component.manifests:
+        sources.append(
             {
-                "repoURL": _argocd_helm_repo(component),
-                "chart": component.chart,
-                "targetRevision": component.version,
-                "helm": {"releaseName": component.release, "valueFiles": [f"$values/{values_path}"]},
+                "repoURL": repo_url,
+                "targetRevision": revision,
+                "path": _join(repo_path, component.name, "manifests"),
+            }
+        )
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {
+            "name": component.name,
+            "namespace": "argocd",
+            "annotations": {"argocd.argoproj.io/sync-wave": str(component.tier)},
+            "labels": {"app.kubernetes.io/part-of": "dsx-runtime"},
+            "finalizers": ["resources-finalizer.argocd.argoproj.io"],
+        },
+        "spec": {
+            "project": "default",
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": component.namespace},
+            "sources": sources,
+            "syncPolicy": {
+                "automated": {"prune": True, "selfHeal": True},
+                "syncOptions": [
+                    "CreateNamespace=true",
+                    "ServerSideApply=true",
+                    "SkipDryRunOnMissingResource=true",
+                ],
+                "retry": {"limit": 5, "backoff": {"duration": "30s", "factor": 2, "maxDuration": "10m"}},
             },
-            {"repoURL": repo_url, "targetRevision": revision, "ref": "values"},
-        ]
-        if component.manifests:
-            sources.append(
-                {
-                    "repoURL": repo_url,
-                    "targetRevision": revision,
-                    "path": _join(repo_path, component.name, "manifests"),
-                }
-            )
-        application = {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Application",
-            "metadata": {
-                "name": component.name,
-                "namespace": "argocd",
-                "annotations": {"argocd.argoproj.io/sync-wave": str(component.tier)},
-                "labels": {"app.kubernetes.io/part-of": "dsx-runtime"},
-                "finalizers": ["resources-finalizer.argocd.argoproj.io"],
-            },
-            "spec": {
-                "project": "default",
-                "destination": {"server": "https://kubernetes.default.svc", "namespace": component.namespace},
-                "sources": sources,
-                "syncPolicy": {
-                    "automated": {"prune": True, "selfHeal": True},
-                    "syncOptions": [
-                        "CreateNamespace=true",
-                        "ServerSideApply=true",
-                        "SkipDryRunOnMissingResource=true",
-                    ],
-                    "retry": {"limit": 5, "backoff": {"duration": "30s", "factor": 2, "maxDuration": "10m"}},
-                },
-            },
-        }
-        files[f"applications/{component.name}.yaml"] = _yaml_file(application, result.digest)
-        files[f"{component.name}/values.yaml"] = _yaml_file(component.values, result.digest)
-        for manifest in component.manifests:
-            files[f"{component.name}/manifests/{manifest.name}"] = manifest.content
-    root_app = {
+        },
+    }
+
+
+def _argocd_root_app(result: RecipeResult, repo_url: str, revision: str, repo_path: str) -> dict[str, Any]:
+    """The app of apps: one Application that syncs the folder of component Applications."""
+    return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Application",
         "metadata": {
@@ -240,7 +242,19 @@ def _render_argocd(result: RecipeResult, repo_url: str, revision: str, repo_path
             "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
         },
     }
-    files["app-of-apps.yaml"] = _yaml_file(root_app, result.digest)
+
+
+def _render_argocd(result: RecipeResult, repo_url: str, revision: str, repo_path: str) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for component in result.components:
+        application = _argocd_application(component, repo_url, revision, repo_path)
+        files[f"applications/{component.name}.yaml"] = _yaml_file(application, result.digest)
+        files[f"{component.name}/values.yaml"] = _yaml_file(component.values, result.digest)
+        for manifest in component.manifests:
+            files[f"{component.name}/manifests/{manifest.name}"] = manifest.content
+    files["app-of-apps.yaml"] = _yaml_file(
+        _argocd_root_app(result, repo_url, revision, repo_path), result.digest
+    )
     files["README.md"] = _readme(
         result,
         "Argo CD",
@@ -268,75 +282,77 @@ def _source_name(repository: str) -> str:
     return name
 
 
+def _flux_source(repository: str, name: str) -> dict[str, Any]:
+    """The HelmRepository for one chart source (``type: oci`` for an ``oci://`` registry)."""
+    spec: dict[str, Any] = {"interval": "1h", "url": repository}
+    if repository.startswith("oci://"):
+        spec["type"] = "oci"
+    return {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "HelmRepository",
+        "metadata": {"name": name, "namespace": "flux-system"},
+        "spec": spec,
+    }
+
+
+def _flux_release(component: ResolvedComponent, source: str) -> dict[str, Any]:
+    """The HelmRelease of one component: its chart at the pinned version from ``source``, its values, and
+    ``dependsOn`` mirroring the recipe's dependency graph."""
+    release: dict[str, Any] = {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {
+            "name": component.name,
+            "namespace": "flux-system",
+            "labels": {"app.kubernetes.io/part-of": "dsx-runtime"},
+        },
+        "spec": {
+            "interval": "10m",
+            "releaseName": component.release,
+            "targetNamespace": component.namespace,
+            "storageNamespace": component.namespace,
+            "chart": {
+                "spec": {
+                    "chart": component.chart,
+                    "version": component.version,
+                    "sourceRef": {"kind": "HelmRepository", "name": source, "namespace": "flux-system"},
+                    "interval": "1h",
+                }
+            },
+            "install": {"createNamespace": True, "crds": "CreateReplace", "remediation": {"retries": 3}},
+            "upgrade": {"crds": "CreateReplace", "remediation": {"retries": 3}},
+            "values": component.values,
+        },
+    }
+    if component.dependsOn:
+        release["spec"]["dependsOn"] = [{"name": dep} for dep in component.dependsOn]
+    return release
+
+
+def _kustomization(resources: list[str]) -> dict[str, Any]:
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": resources}
+
+
 def _render_flux(result: RecipeResult) -> dict[str, str]:
     files: dict[str, str] = {}
     sources: dict[str, str] = {}
     for component in result.components:
         sources.setdefault(component.repository, _source_name(component.repository))
     for repository, name in sorted(sources.items(), key=lambda item: item[1]):
-        spec: dict[str, Any] = {"interval": "1h", "url": repository}
-        if repository.startswith("oci://"):
-            spec["type"] = "oci"
-        document = {
-            "apiVersion": "source.toolkit.fluxcd.io/v1",
-            "kind": "HelmRepository",
-            "metadata": {"name": name, "namespace": "flux-system"},
-            "spec": spec,
-        }
-        files[f"sources/{name}.yaml"] = _yaml_file(document, result.digest)
+        files[f"sources/{name}.yaml"] = _yaml_file(_flux_source(repository, name), result.digest)
     manifest_paths: list[str] = []
     for component in result.components:
-        release: dict[str, Any] = {
-            "apiVersion": "helm.toolkit.fluxcd.io/v2",
-            "kind": "HelmRelease",
-            "metadata": {
-                "name": component.name,
-                "namespace": "flux-system",
-                "labels": {"app.kubernetes.io/part-of": "dsx-runtime"},
-            },
-            "spec": {
-                "interval": "10m",
-                "releaseName": component.release,
-                "targetNamespace": component.namespace,
-                "storageNamespace": component.namespace,
-                "chart": {
-                    "spec": {
-                        "chart": component.chart,
-                        "version": component.version,
-                        "sourceRef": {
-                            "kind": "HelmRepository",
-                            "name": sources[component.repository],
-                            "namespace": "flux-system",
-                        },
-                        "interval": "1h",
-                    }
-                },
-                "install": {"createNamespace": True, "crds": "CreateReplace", "remediation": {"retries": 3}},
-                "upgrade": {"crds": "CreateReplace", "remediation": {"retries": 3}},
-                "values": component.values,
-            },
-        }
-        if component.dependsOn:
-            release["spec"]["dependsOn"] = [{"name": dep} for dep in component.dependsOn]
+        release = _flux_release(component, sources[component.repository])
         files[f"releases/{component.name}.yaml"] = _yaml_file(release, result.digest)
         for manifest in component.manifests:
             path = f"manifests/{component.name}/{manifest.name}"
             files[path] = manifest.content
             manifest_paths.append(path.removeprefix("manifests/"))
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": sorted(p for p in files if p.startswith(("sources/", "releases/"))),
-    }
-    files["kustomization.yaml"] = _yaml_file(kustomization, result.digest)
+    listed = sorted(p for p in files if p.startswith(("sources/", "releases/")))
+    files["kustomization.yaml"] = _yaml_file(_kustomization(listed), result.digest)
     if manifest_paths:
         files["manifests/kustomization.yaml"] = _yaml_file(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": sorted(manifest_paths),
-            },
-            result.digest,
+            _kustomization(sorted(manifest_paths)), result.digest
         )
     files["README.md"] = _readme(
         result,

@@ -23,7 +23,7 @@ from steps.cluster import vocabulary as vocab
 from steps.models import Strict
 from steps.runtime.names import PARTS, SCOPES
 from steps.runtime.resolve import RecipeResult, ResolvedComponent
-from steps.runtime.snapshot import Snapshot
+from steps.runtime.snapshot import ReleaseSnapshot, Snapshot
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -303,108 +303,111 @@ def _split_image(reference: str) -> tuple[str, str]:
     return repository, digest or tag
 
 
+def _component_finding(
+    component: ResolvedComponent, field: str, expected: str, actual: str, severity: Severity, message: str
+) -> Finding:
+    return Finding(
+        scope="component",
+        subject=component.name,
+        field=field,
+        expected=expected,
+        actual=actual,
+        severity=severity,
+        message=message,
+    )
+
+
 def _version_finding(component: ResolvedComponent, actual: str) -> Finding | None:
     expected = component.version
     if actual.lstrip("v") == expected.lstrip("v"):
         return None
     have, wanted = version_key(actual), version_key(expected)
     newer = have is not None and wanted is not None and have > wanted
-    return Finding(
-        scope="component",
-        subject=component.name,
-        field="chartVersion",
-        expected=expected,
-        actual=actual,
-        severity="warning" if newer else "critical",
-        message=f"{component.chart} {actual} is {'newer than' if newer else 'not'} the pinned {expected}",
+    return _component_finding(
+        component,
+        "chartVersion",
+        expected,
+        actual,
+        "warning" if newer else "critical",
+        f"{component.chart} {actual} is {'newer than' if newer else 'not'} the pinned {expected}",
     )
+
+
+def _find_release(
+    component: ResolvedComponent, snapshot: Snapshot
+) -> tuple[ReleaseSnapshot | None, list[Finding]]:
+    """The component's Helm release: the one in the recipe's namespace, else one of its name elsewhere
+    (a warning), else none (critical)."""
+    candidates = [r for r in snapshot.releases if r.name == component.release]
+    release = next((r for r in candidates if r.namespace == component.namespace), None)
+    if release is not None:
+        return release, []
+    if candidates:
+        moved = candidates[0]
+        message = (
+            f"release {moved.name} runs in {moved.namespace}, the recipe puts it in {component.namespace}"
+        )
+        return moved, [
+            _component_finding(
+                component, "namespace", component.namespace, moved.namespace, "warning", message
+            )
+        ]
+    expected = f"{component.chart} {component.version} in {component.namespace}"
+    message = f"no Helm release {component.release} in {component.namespace}"
+    return None, [_component_finding(component, "release", expected, "(absent)", "critical", message)]
+
+
+def _release_findings(component: ResolvedComponent, release: ReleaseSnapshot) -> list[Finding]:
+    """The release's chart, version and status against the recipe's pin."""
+    findings: list[Finding] = []
+    if release.chart and release.chart != component.chart:
+        message = f"release {release.name} runs chart {release.chart}, not {component.chart}"
+        findings.append(
+            _component_finding(component, "chart", component.chart, release.chart, "critical", message)
+        )
+    version = _version_finding(component, release.version)
+    if version is not None:
+        findings.append(version)
+    if release.status and release.status != "deployed":
+        message = f"release {release.name} is {release.status}"
+        findings.append(
+            _component_finding(component, "status", "deployed", release.status, "critical", message)
+        )
+    return findings
+
+
+def _image_findings(
+    component: ResolvedComponent, release: ReleaseSnapshot, snapshot: Snapshot
+) -> list[Finding]:
+    """Each image the recipe pins against the tags that workloads in the release's namespace run."""
+    running: dict[str, set[str]] = {}
+    for image in snapshot.images:
+        if image.namespace == release.namespace:
+            repository, tag = _split_image(image.image)
+            running.setdefault(repository, set()).add(tag)
+    findings: list[Finding] = []
+    for role, reference in sorted(component.images.items()):
+        repository, tag = _split_image(reference)
+        tags = running.get(repository)
+        if tags is None:
+            actual, message = "(not running)", f"no workload in {release.namespace} runs {repository}"
+        elif tags != {tag}:
+            actual = ", ".join(f"{repository}:{t}" for t in sorted(tags))
+            message = f"{role} image runs {', '.join(sorted(tags))}, the recipe pins {tag}"
+        else:
+            continue
+        findings.append(_component_finding(component, f"image.{role}", reference, actual, "warning", message))
+    return findings
 
 
 def _component_findings(snapshot: Snapshot, recipe: RecipeResult) -> list[Finding]:
     findings: list[Finding] = []
     for component in recipe.components:
-        candidates = [r for r in snapshot.releases if r.name == component.release]
-        release = next((r for r in candidates if r.namespace == component.namespace), None)
-        if release is None and candidates:
-            release = candidates[0]
-            findings.append(
-                Finding(
-                    scope="component",
-                    subject=component.name,
-                    field="namespace",
-                    expected=component.namespace,
-                    actual=release.namespace,
-                    severity="warning",
-                    message=f"release {release.name} runs in {release.namespace}, the recipe puts it in "
-                    f"{component.namespace}",
-                )
-            )
-        if release is None:
-            findings.append(
-                Finding(
-                    scope="component",
-                    subject=component.name,
-                    field="release",
-                    expected=f"{component.chart} {component.version} in {component.namespace}",
-                    actual="(absent)",
-                    severity="critical",
-                    message=f"no Helm release {component.release} in {component.namespace}",
-                )
-            )
-            continue
-        if release.chart and release.chart != component.chart:
-            findings.append(
-                Finding(
-                    scope="component",
-                    subject=component.name,
-                    field="chart",
-                    expected=component.chart,
-                    actual=release.chart,
-                    severity="critical",
-                    message=f"release {release.name} runs chart {release.chart}, not {component.chart}",
-                )
-            )
-        version = _version_finding(component, release.version)
-        if version is not None:
-            findings.append(version)
-        if release.status and release.status != "deployed":
-            findings.append(
-                Finding(
-                    scope="component",
-                    subject=component.name,
-                    field="status",
-                    expected="deployed",
-                    actual=release.status,
-                    severity="critical",
-                    message=f"release {release.name} is {release.status}",
-                )
-            )
-        running: dict[str, set[str]] = {}
-        for image in snapshot.images:
-            if image.namespace == release.namespace:
-                repository, tag = _split_image(image.image)
-                running.setdefault(repository, set()).add(tag)
-        for role, reference in sorted(component.images.items()):
-            repository, tag = _split_image(reference)
-            tags = running.get(repository)
-            if tags is None:
-                actual, message = "(not running)", f"no workload in {release.namespace} runs {repository}"
-            elif tags != {tag}:
-                actual = ", ".join(f"{repository}:{t}" for t in sorted(tags))
-                message = f"{role} image runs {', '.join(sorted(tags))}, the recipe pins {tag}"
-            else:
-                continue
-            findings.append(
-                Finding(
-                    scope="component",
-                    subject=component.name,
-                    field=f"image.{role}",
-                    expected=reference,
-                    actual=actual,
-                    severity="warning",
-                    message=message,
-                )
-            )
+        release, found = _find_release(component, snapshot)
+        findings += found
+        if release is not None:
+            findings += _release_findings(component, release)
+            findings += _image_findings(component, release, snapshot)
     return findings
 
 

@@ -324,6 +324,67 @@ def _apply_scheduling(
                 provenance[f"{name}.values.{path}"] = f"{source} (scheduling.system.{kind})"
 
 
+_SECTIONS = ("constraints", "thresholds", "scheduling", "fabric")
+"""The sections every overlay may set, deep-merged in overlay order."""
+
+
+def _merge_overlays(
+    catalogue: Catalogue, overlays: list[Overlay], provenance: Provenance
+) -> tuple[dict[str, _State], dict[str, dict[str, Any]]]:
+    """Apply the overlays from the least to the most specific: each component's state, and the merged
+    sections (constraints, thresholds, scheduling, fabric), recording who set what in ``provenance``."""
+    states: dict[str, _State] = {}
+    sections: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
+    for overlay in overlays:
+        for ref in overlay.componentRefs:
+            state = states.get(ref.name)
+            if state is None:
+                state = _new_state(catalogue, ref.name, provenance)
+                states[ref.name] = state
+            _apply_ref(state, ref, overlay.name, provenance)
+        given = (overlay.constraints, overlay.thresholds, overlay.scheduling, overlay.fabric)
+        for section, value in zip(_SECTIONS, given, strict=True):
+            deep_merge(sections[section], value, overlay.name, provenance, section)
+    return states, sections
+
+
+def _check_dependencies(
+    enabled: dict[str, _State], states: dict[str, _State], overlays: list[Overlay], provenance: Provenance
+) -> None:
+    """Every dependsOn target of an enabled component is enabled too; else name the overlay that set it."""
+    by_name = {o.name: o for o in overlays}
+    for name in sorted(enabled):
+        for dep in enabled[name].depends_on:
+            if dep in enabled:
+                continue
+            source = provenance.get(f"{name}.dependsOn", "")
+            where = by_name[source].where("componentRefs", name, "dependsOn") if source in by_name else source
+            reason = "is disabled in this recipe" if dep in states else "is not in this recipe"
+            raise InputError(f"{where}: component {name}: dependsOn target {dep!r} {reason}")
+
+
+def _resolved_component(catalogue: Catalogue, name: str, state: _State, tier: int) -> ResolvedComponent:
+    """One component as the recipe pins it: the catalogue's chart with the overlays' version, values,
+    images and manifests."""
+    spec = catalogue.components[name]
+    images = {role: str(image) for role, image in sorted(state.images.items()) if image is not None}
+    shipped = catalogue.manifests.get(name, {})
+    return ResolvedComponent(
+        name=name,
+        repository=spec.repository,
+        chart=spec.chart,
+        version=state.version,
+        namespace=state.namespace,
+        release=spec.release or name,
+        tier=tier,
+        dependsOn=sorted(state.depends_on),
+        images=images,
+        values=state.values,
+        manifests=[Manifest(name=m, content=shipped[m]) for m in state.manifests],
+        nodeFacts=dict(spec.nodeFacts),
+    )
+
+
 def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
     """Resolve the recipe for ``query`` from ``catalogue``.
 
@@ -339,60 +400,14 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
         )
     rank = {o.name: index for index, o in enumerate(overlays)}
     provenance: Provenance = {}
-    states: dict[str, _State] = {}
-    constraints: dict[str, Any] = {}
-    thresholds: dict[str, Any] = {}
-    scheduling: dict[str, Any] = {}
-    fabric: dict[str, Any] = {}
-    for overlay in overlays:
-        for ref in overlay.componentRefs:
-            state = states.get(ref.name)
-            if state is None:
-                state = _new_state(catalogue, ref.name, provenance)
-                states[ref.name] = state
-            _apply_ref(state, ref, overlay.name, provenance)
-        deep_merge(constraints, overlay.constraints, overlay.name, provenance, "constraints")
-        deep_merge(thresholds, overlay.thresholds, overlay.name, provenance, "thresholds")
-        deep_merge(scheduling, overlay.scheduling, overlay.name, provenance, "scheduling")
-        deep_merge(fabric, overlay.fabric, overlay.name, provenance, "fabric")
-    _apply_scheduling(catalogue, states, scheduling, provenance, rank)
+    states, sections = _merge_overlays(catalogue, overlays, provenance)
+    _apply_scheduling(catalogue, states, sections["scheduling"], provenance, rank)
 
     enabled = {name: state for name, state in states.items() if state.enabled}
-    by_name = {o.name: o for o in overlays}
-    for name in sorted(enabled):
-        for dep in enabled[name].depends_on:
-            if dep in enabled:
-                continue
-            source = provenance.get(f"{name}.dependsOn", "")
-            where = by_name[source].where("componentRefs", name, "dependsOn") if source in by_name else source
-            reason = "is disabled in this recipe" if dep in states else "is not in this recipe"
-            raise InputError(f"{where}: component {name}: dependsOn target {dep!r} {reason}")
+    _check_dependencies(enabled, states, overlays, provenance)
     deployment_order, tiers = order({name: state.depends_on for name, state in enabled.items()})
     tier_of = {name: index for index, level in enumerate(tiers) for name in level}
-
-    components: list[ResolvedComponent] = []
-    for name in deployment_order:
-        state = enabled[name]
-        spec = catalogue.components[name]
-        images = {role: str(image) for role, image in sorted(state.images.items()) if image is not None}
-        shipped = catalogue.manifests.get(name, {})
-        components.append(
-            ResolvedComponent(
-                name=name,
-                repository=spec.repository,
-                chart=spec.chart,
-                version=state.version,
-                namespace=state.namespace,
-                release=spec.release or name,
-                tier=tier_of[name],
-                dependsOn=sorted(state.depends_on),
-                images=images,
-                values=state.values,
-                manifests=[Manifest(name=m, content=shipped[m]) for m in state.manifests],
-                nodeFacts=dict(spec.nodeFacts),
-            )
-        )
-    kept = {*enabled, "constraints", "thresholds", "scheduling", "fabric"}
+    kept = {*enabled, *_SECTIONS}
     result = RecipeResult(
         criteria=query.as_dict(),
         appliedOverlays=[
@@ -404,12 +419,12 @@ def resolve(catalogue: Catalogue, query: Criteria) -> RecipeResult:
             )
             for o in overlays
         ],
-        components=components,
+        components=[_resolved_component(catalogue, n, enabled[n], tier_of[n]) for n in deployment_order],
         deploymentOrder=deployment_order,
         tiers=tiers,
-        constraints=constraints,
-        thresholds=thresholds,
-        fabric=fabric,
+        constraints=sections["constraints"],
+        thresholds=sections["thresholds"],
+        fabric=sections["fabric"],
         provenance={k: v for k, v in sorted(provenance.items()) if k.split(".", 1)[0] in kept},
     )
     result.digest = compute_digest(result)

@@ -17,6 +17,7 @@ from steps.runtime import graph
 from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
 from steps.runtime.catalogue import load_catalogue
 from steps.runtime.criteria import parse_criteria
+from steps.runtime.names import ANY, FIELDS
 from steps.runtime.resolve import RecipeResult, resolve
 from steps.runtime.yamlio import dump_yaml
 
@@ -70,25 +71,18 @@ def _resolve(
     service: str, accelerator: str, os_: str, intent: str, platform: str, nodes: str, recipes: str
 ) -> RecipeResult:
     query = parse_criteria(
-        {
-            "service": service,
-            "accelerator": accelerator,
-            "os": os_,
-            "intent": intent,
-            "platform": platform,
-            "nodes": nodes,
-        }
+        dict(zip(FIELDS, (service, accelerator, os_, intent, platform, nodes), strict=True))
     )
     return resolve(load_catalogue(Path(recipes) if recipes else None), query)
 
 
 def resolve_recipe(
-    service: str = "any",
-    accelerator: str = "any",
-    os: str = "any",  # the criterion, named as on the command line
-    intent: str = "any",
-    platform: str = "any",
-    nodes: str = "any",
+    service: str = ANY,
+    accelerator: str = ANY,
+    os: str = ANY,  # the criterion, named as on the command line
+    intent: str = ANY,
+    platform: str = ANY,
+    nodes: str = ANY,
     recipes: str = "",
 ) -> RecipeSummary:
     """Resolve the recipe and write it with its dependency graph under ``$DSX_OUTPUT_DIR/recipe``.
@@ -127,12 +121,12 @@ def bundle_recipe(
     repo_url: str = "",
     revision: str = "main",
     repo_path: str = ".",
-    service: str = "any",
-    accelerator: str = "any",
-    os: str = "any",  # the criterion, named as on the command line
-    intent: str = "any",
-    platform: str = "any",
-    nodes: str = "any",
+    service: str = ANY,
+    accelerator: str = ANY,
+    os: str = ANY,  # the criterion, named as on the command line
+    intent: str = ANY,
+    platform: str = ANY,
+    nodes: str = ANY,
     recipes: str = "",
 ) -> BundleSummary:
     """Resolve the recipe and write its bundle to ``$DSX_OUTPUT_DIR/bundle`` (atomically, with checksums)."""
@@ -168,12 +162,12 @@ def detect_drift(
     cluster: str = "",
     scope: str = "all",
     label: str = "",
-    service: str = "any",
-    accelerator: str = "any",
-    os: str = "any",  # the criterion, named as on the command line
-    intent: str = "any",
-    platform: str = "any",
-    nodes: str = "any",
+    service: str = ANY,
+    accelerator: str = ANY,
+    os: str = ANY,  # the criterion, named as on the command line
+    intent: str = ANY,
+    platform: str = ANY,
+    nodes: str = ANY,
     recipes: str = "",
 ) -> DriftSummary:
     """Snapshot the cluster, compare it with the recipe, write ``snapshot.json`` and ``drift.json``

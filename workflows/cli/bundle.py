@@ -15,6 +15,7 @@ from workflows.cli.recipe import (
     PLATFORM,
     RECIPES,
     SERVICE,
+    criteria_flags,
     recipe_from_file_or_flags,
 )
 
@@ -29,9 +30,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("bundle")
     def bundle_cmd(
-        fmt: str = typer.Option(
-            ..., "--format", "-f", help=f"{', '.join(BUNDLE_FORMATS[:-1])} or {BUNDLE_FORMATS[-1]}."
-        ),
+        fmt: str = typer.Option(..., "--format", "-f", help=_FORMATS_HELP),
         out: Path = typer.Option(..., "--out", help="Bundle folder (replaced atomically if it is a bundle)."),
         recipes: Path | None = RECIPES,
         service: str = SERVICE,
@@ -57,14 +56,7 @@ def register(app: typer.Typer) -> None:
         from steps.runtime.bundle import render_bundle, write_bundle
 
         result = recipe_from_file_or_flags(
-            recipe_file,
-            recipes,
-            service=service,
-            accelerator=accelerator,
-            os=os_,
-            intent=intent,
-            platform=platform,
-            nodes=nodes,
+            recipe_file, recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes)
         )
         files = render_bundle(result, fmt, repo_url=repo_url, revision=revision, repo_path=repo_path)
         write_bundle(files, out)

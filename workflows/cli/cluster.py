@@ -88,6 +88,81 @@ def _parse_taint(text: str) -> tuple[str, str, str, bool]:
     return key, value, effect, remove
 
 
+_NODE = typer.Argument(..., help="Node name.")
+
+
+def nodes_cmd(
+    selector: str | None = typer.Option(
+        None, "--selector", "-l", help="Label selector, e.g. topology.dsx.dev/rack=rack-01."
+    ),
+    cluster: str | None = CLUSTER_OPTION,
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """List nodes with their GPUs, rack, certification, state and taints."""
+    found = _port(cluster, kubeconfig, context).list_nodes(selector)
+    emit(found, output, _nodes_table)
+
+
+def cordon_cmd(
+    node: str = _NODE,
+    reason: str = typer.Option("cordoned by hand", "--reason", help="Why, recorded on the node."),
+    by: str = BY_OPTION,
+    force: bool = typer.Option(
+        False, "--force", help="Take over a cordon another owner made (the output says whose)."
+    ),
+    cluster: str | None = CLUSTER_OPTION,
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Cordon a node for an owner (--by), recording who, why, when, and whether it was cordoned
+    before. A node another owner cordoned is refused (exit 2) unless --force."""
+    result = _port(cluster, kubeconfig, context).cordon(node, reason, by=by, force=force)
+    emit(result, output, _cordon_result)
+
+
+def uncordon_cmd(
+    node: str = _NODE,
+    by: str = BY_OPTION,
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Release a cordon that is not this owner's: another owner's, or one made outside dsx.",
+    ),
+    cluster: str | None = CLUSTER_OPTION,
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Release an owner's (--by) cordon and clear dsx's cordon annotations. Someone else's cordon
+    (another owner's, kubectl's, or one there before dsx) is refused (exit 2) unless --force."""
+    result = _port(cluster, kubeconfig, context).uncordon(node, by=by, force=force)
+    emit(result, output, _cordon_result)
+
+
+def taint_cmd(
+    node: str = _NODE,
+    taint: str = typer.Argument(
+        DEFAULT_TAINT, help="KEY[=VALUE]:EFFECT; a trailing '-' removes it (as kubectl taint)."
+    ),
+    remove: bool = typer.Option(False, "--remove", help="Remove the taint instead of adding it."),
+    cluster: str | None = CLUSTER_OPTION,
+    kubeconfig: str | None = KUBECONFIG_OPTION,
+    context: str | None = CONTEXT_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Add a taint to a node (default dsx.dev/unhealthy:NoSchedule), or remove it."""
+    key, value, effect, trailing_dash = _parse_taint(taint)
+    port = _port(cluster, kubeconfig, context)
+    if remove or trailing_dash:
+        result = port.remove_taint(node, key, effect)
+    else:
+        result = port.add_taint(node, key, value, effect)
+    emit(result, output, lambda n: _nodes_table([n]))
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``cluster`` command group."""
     group = typer.Typer(
@@ -95,77 +170,8 @@ def register(app: typer.Typer) -> None:
         help="List nodes and cordon, uncordon or taint them, on a real cluster or a simulated fleet.",
         no_args_is_help=True,
     )
-
-    @group.command("nodes")
-    def nodes_cmd(
-        selector: str | None = typer.Option(
-            None, "--selector", "-l", help="Label selector, e.g. topology.dsx.dev/rack=rack-01."
-        ),
-        cluster: str | None = CLUSTER_OPTION,
-        kubeconfig: str | None = KUBECONFIG_OPTION,
-        context: str | None = CONTEXT_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """List nodes with their GPUs, rack, certification, state and taints."""
-        found = _port(cluster, kubeconfig, context).list_nodes(selector)
-        emit(found, output, _nodes_table)
-
-    @group.command("cordon")
-    def cordon_cmd(
-        node: str = typer.Argument(..., help="Node name."),
-        reason: str = typer.Option("cordoned by hand", "--reason", help="Why, recorded on the node."),
-        by: str = BY_OPTION,
-        force: bool = typer.Option(
-            False, "--force", help="Take over a cordon another owner made (the output says whose)."
-        ),
-        cluster: str | None = CLUSTER_OPTION,
-        kubeconfig: str | None = KUBECONFIG_OPTION,
-        context: str | None = CONTEXT_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Cordon a node for an owner (--by), recording who, why, when, and whether it was cordoned
-        before. A node another owner cordoned is refused (exit 2) unless --force."""
-        result = _port(cluster, kubeconfig, context).cordon(node, reason, by=by, force=force)
-        emit(result, output, _cordon_result)
-
-    @group.command("uncordon")
-    def uncordon_cmd(
-        node: str = typer.Argument(..., help="Node name."),
-        by: str = BY_OPTION,
-        force: bool = typer.Option(
-            False,
-            "--force",
-            help="Release a cordon that is not this owner's: another owner's, or one made outside dsx.",
-        ),
-        cluster: str | None = CLUSTER_OPTION,
-        kubeconfig: str | None = KUBECONFIG_OPTION,
-        context: str | None = CONTEXT_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Release an owner's (--by) cordon and clear dsx's cordon annotations. Someone else's cordon
-        (another owner's, kubectl's, or one there before dsx) is refused (exit 2) unless --force."""
-        result = _port(cluster, kubeconfig, context).uncordon(node, by=by, force=force)
-        emit(result, output, _cordon_result)
-
-    @group.command("taint")
-    def taint_cmd(
-        node: str = typer.Argument(..., help="Node name."),
-        taint: str = typer.Argument(
-            DEFAULT_TAINT, help="KEY[=VALUE]:EFFECT; a trailing '-' removes it (as kubectl taint)."
-        ),
-        remove: bool = typer.Option(False, "--remove", help="Remove the taint instead of adding it."),
-        cluster: str | None = CLUSTER_OPTION,
-        kubeconfig: str | None = KUBECONFIG_OPTION,
-        context: str | None = CONTEXT_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Add a taint to a node (default dsx.dev/unhealthy:NoSchedule), or remove it."""
-        key, value, effect, trailing_dash = _parse_taint(taint)
-        port = _port(cluster, kubeconfig, context)
-        if remove or trailing_dash:
-            result = port.remove_taint(node, key, effect)
-        else:
-            result = port.add_taint(node, key, value, effect)
-        emit(result, output, lambda n: _nodes_table([n]))
-
+    group.command("nodes")(nodes_cmd)
+    group.command("cordon")(cordon_cmd)
+    group.command("uncordon")(uncordon_cmd)
+    group.command("taint")(taint_cmd)
     app.add_typer(group, name="cluster")

@@ -19,6 +19,7 @@ from workflows.cli.recipe import (
     PLATFORM,
     RECIPES,
     SERVICE,
+    criteria_flags,
     recipe_from_file_or_flags,
 )
 
@@ -31,12 +32,8 @@ __all__ = ["FailOn", "Scope", "register"]
 _TABLE_ROWS = 50
 
 
-class Scope(enum.StrEnum):
-    """What ``dsx drift`` compares (:data:`steps.runtime.names.SCOPES`; a test keeps them equal)."""
-
-    all = "all"
-    nodes = "nodes"
-    components = "components"
+Scope = enum.StrEnum("Scope", [(scope, scope) for scope in SCOPES])
+"""What ``dsx drift`` compares: the drift scopes of :data:`steps.runtime.names.SCOPES`, the default first."""
 
 
 class FailOn(enum.StrEnum):
@@ -142,7 +139,7 @@ def register(app: typer.Typer) -> None:
         recipe_file: Path | None = typer.Option(
             None, "--recipe", help="Compare with this resolved recipe (RecipeResult) instead of resolving."
         ),
-        scope: Scope = typer.Option(Scope.all, "--scope", help="Compare nodes, components or both."),
+        scope: Scope = typer.Option(next(iter(Scope)), "--scope", help="Compare nodes, components or both."),
         fail_on: FailOn = typer.Option(FailOn.warning, "--fail-on", help="Least severity that exits 1."),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
@@ -154,14 +151,7 @@ def register(app: typer.Typer) -> None:
         if (snapshot_file is None) == (cluster is None):
             raise InputError("dsx drift: give exactly one of --snapshot FILE and --cluster SPEC")
         recipe = recipe_from_file_or_flags(
-            recipe_file,
-            recipes,
-            service=service,
-            accelerator=accelerator,
-            os=os_,
-            intent=intent,
-            platform=platform,
-            nodes=nodes,
+            recipe_file, recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes)
         )
         if snapshot_file is not None:
             snapshot = read_snapshot(snapshot_file)

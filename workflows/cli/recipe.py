@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from steps.runtime.names import ALLOWED, ANY
+from steps.runtime.names import ALLOWED, ANY, FIELDS
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 from workflows.cli.output import console as output_console
 
@@ -29,7 +29,9 @@ __all__ = [
     "RECIPES",
     "SERVICE",
     "GraphFormat",
+    "criteria_flags",
     "criteria_from_flags",
+    "recipe_from_file_or_flags",
     "register",
     "resolve_from_flags",
 ]
@@ -59,6 +61,13 @@ def criteria_from_flags(**flags: Any) -> Criteria:
     from steps.runtime.criteria import parse_criteria
 
     return parse_criteria(flags, "--")
+
+
+def criteria_flags(
+    service: str, accelerator: str, os_: str, intent: str, platform: str, nodes: str
+) -> dict[str, str]:
+    """The criteria flags of a command, named as the criteria are (``--os`` arrives as ``os_``)."""
+    return dict(zip(FIELDS, (service, accelerator, os_, intent, platform, nodes), strict=True))
 
 
 def resolve_from_flags(recipes: Path | None, **flags: Any) -> RecipeResult:
@@ -120,6 +129,130 @@ def _print_result(result: Any) -> None:
     )
 
 
+def resolve_cmd(
+    recipes: Path | None = RECIPES,
+    service: str = SERVICE,
+    accelerator: str = ACCELERATOR,
+    os_: str = OS,
+    intent: str = INTENT,
+    platform: str = PLATFORM,
+    nodes: str = NODES,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Resolve the recipe for the criteria: components, pinned versions, order, overlays, digest."""
+    result = resolve_from_flags(recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes))
+    emit(result, output, _print_result)
+
+
+def _graph_table(data: dict[str, Any]) -> None:
+    print_table(
+        "dependency graph",
+        ["tier", "component", "version", "depends on"],
+        [[n["tier"], n["name"], n["version"], ", ".join(n["dependsOn"]) or "-"] for n in data["nodes"]],
+    )
+
+
+def graph_cmd(
+    recipes: Path | None = RECIPES,
+    service: str = SERVICE,
+    accelerator: str = ACCELERATOR,
+    os_: str = OS,
+    intent: str = INTENT,
+    platform: str = PLATFORM,
+    nodes: str = NODES,
+    output: GraphFormat = typer.Option(GraphFormat.table, "--output", "-o", help="Output format."),
+) -> None:
+    """Show the dependency graph of the resolved recipe (dot and mermaid for drawings)."""
+    import json
+
+    from steps.runtime import graph
+
+    result = resolve_from_flags(recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes))
+    dependency_graph = graph.DependencyGraph(
+        {c.name: c.dependsOn for c in result.components}, {c.name: c.version for c in result.components}
+    )
+    if output is GraphFormat.dot:
+        sys.stdout.write(graph.to_dot(dependency_graph, result.tiers))
+    elif output is GraphFormat.mermaid:
+        sys.stdout.write(graph.to_mermaid(dependency_graph, result.tiers))
+    else:
+        data = json.loads(graph.to_json(dependency_graph, result.deploymentOrder, result.tiers))
+        emit(data, OutputFormat(output.value), _graph_table)
+
+
+def _list_components(catalogue: Any, output: OutputFormat) -> None:
+    rows = [
+        {
+            "name": name,
+            "chart": spec.chart,
+            "repository": spec.repository,
+            "defaultVersion": spec.defaultVersion,
+            "namespace": spec.namespace,
+            "dependsOn": list(spec.dependsOn),
+        }
+        for name, spec in sorted(catalogue.components.items())
+    ]
+    emit(
+        rows,
+        output,
+        lambda d: print_table(
+            "components",
+            ["component", "chart", "repository", "default version", "namespace"],
+            [[r["name"], r["chart"], r["repository"], r["defaultVersion"], r["namespace"]] for r in d],
+        ),
+    )
+
+
+def _overlays_table(data: list[dict[str, Any]]) -> None:
+    print_table(
+        "overlays",
+        ["overlay", "specificity", "criteria", "base", "file"],
+        [
+            [
+                r["name"] + (" (abstract)" if r["abstract"] else ""),
+                r["specificity"],
+                ", ".join(f"{k}={v}" for k, v in r["criteria"].items()) or "(all)",
+                r["base"] or "-",
+                r["file"],
+            ]
+            for r in data
+        ],
+    )
+
+
+def _list_overlays(catalogue: Any, output: OutputFormat) -> None:
+    overlays = sorted(catalogue.overlays.values(), key=lambda o: (o.specificity, o.name))
+    data = [
+        {
+            "name": o.name,
+            "specificity": o.specificity,
+            "criteria": o.criteria.pinned(),
+            "base": o.base,
+            "abstract": o.abstract,
+            "file": o.file,
+            "components": [r.name for r in o.componentRefs],
+            "description": o.description,
+        }
+        for o in overlays
+    ]
+    emit(data, output, _overlays_table)
+
+
+def list_cmd(
+    recipes: Path | None = RECIPES,
+    components: bool = typer.Option(False, "--components", help="List the registry's components instead."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """List the catalogue's overlays (criteria, specificity, base) or its components."""
+    from steps.runtime.catalogue import load_catalogue
+
+    catalogue = load_catalogue(recipes)
+    if components:
+        _list_components(catalogue, output)
+    else:
+        _list_overlays(catalogue, output)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``recipe`` command group."""
     recipe_app = typer.Typer(
@@ -127,145 +260,7 @@ def register(app: typer.Typer) -> None:
         help="Resolve runtime recipes: pinned components, their dependency graph, the catalogue.",
         no_args_is_help=True,
     )
-
-    @recipe_app.command("resolve")
-    def resolve_cmd(
-        recipes: Path | None = RECIPES,
-        service: str = SERVICE,
-        accelerator: str = ACCELERATOR,
-        os_: str = OS,
-        intent: str = INTENT,
-        platform: str = PLATFORM,
-        nodes: str = NODES,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Resolve the recipe for the criteria: components, pinned versions, order, overlays, digest."""
-        result = resolve_from_flags(
-            recipes,
-            service=service,
-            accelerator=accelerator,
-            os=os_,
-            intent=intent,
-            platform=platform,
-            nodes=nodes,
-        )
-        emit(result, output, _print_result)
-
-    @recipe_app.command("graph")
-    def graph_cmd(
-        recipes: Path | None = RECIPES,
-        service: str = SERVICE,
-        accelerator: str = ACCELERATOR,
-        os_: str = OS,
-        intent: str = INTENT,
-        platform: str = PLATFORM,
-        nodes: str = NODES,
-        output: GraphFormat = typer.Option(GraphFormat.table, "--output", "-o", help="Output format."),
-    ) -> None:
-        """Show the dependency graph of the resolved recipe (dot and mermaid for drawings)."""
-        import json
-
-        from steps.runtime import graph
-
-        result = resolve_from_flags(
-            recipes,
-            service=service,
-            accelerator=accelerator,
-            os=os_,
-            intent=intent,
-            platform=platform,
-            nodes=nodes,
-        )
-        dependency_graph = graph.DependencyGraph(
-            {c.name: c.dependsOn for c in result.components}, {c.name: c.version for c in result.components}
-        )
-        if output is GraphFormat.dot:
-            sys.stdout.write(graph.to_dot(dependency_graph, result.tiers))
-        elif output is GraphFormat.mermaid:
-            sys.stdout.write(graph.to_mermaid(dependency_graph, result.tiers))
-        else:
-            data = json.loads(graph.to_json(dependency_graph, result.deploymentOrder, result.tiers))
-            emit(
-                data,
-                OutputFormat(output.value),
-                lambda d: print_table(
-                    "dependency graph",
-                    ["tier", "component", "version", "depends on"],
-                    [
-                        [n["tier"], n["name"], n["version"], ", ".join(n["dependsOn"]) or "-"]
-                        for n in d["nodes"]
-                    ],
-                ),
-            )
-
-    @recipe_app.command("list")
-    def list_cmd(
-        recipes: Path | None = RECIPES,
-        components: bool = typer.Option(
-            False, "--components", help="List the registry's components instead."
-        ),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """List the catalogue's overlays (criteria, specificity, base) or its components."""
-        from steps.runtime.catalogue import load_catalogue
-
-        catalogue = load_catalogue(recipes)
-        if components:
-            rows = [
-                {
-                    "name": name,
-                    "chart": spec.chart,
-                    "repository": spec.repository,
-                    "defaultVersion": spec.defaultVersion,
-                    "namespace": spec.namespace,
-                    "dependsOn": list(spec.dependsOn),
-                }
-                for name, spec in sorted(catalogue.components.items())
-            ]
-            emit(
-                rows,
-                output,
-                lambda d: print_table(
-                    "components",
-                    ["component", "chart", "repository", "default version", "namespace"],
-                    [
-                        [r["name"], r["chart"], r["repository"], r["defaultVersion"], r["namespace"]]
-                        for r in d
-                    ],
-                ),
-            )
-            return
-        overlays = sorted(catalogue.overlays.values(), key=lambda o: (o.specificity, o.name))
-        data = [
-            {
-                "name": o.name,
-                "specificity": o.specificity,
-                "criteria": o.criteria.pinned(),
-                "base": o.base,
-                "abstract": o.abstract,
-                "file": o.file,
-                "components": [r.name for r in o.componentRefs],
-                "description": o.description,
-            }
-            for o in overlays
-        ]
-        emit(
-            data,
-            output,
-            lambda d: print_table(
-                "overlays",
-                ["overlay", "specificity", "criteria", "base", "file"],
-                [
-                    [
-                        r["name"] + (" (abstract)" if r["abstract"] else ""),
-                        r["specificity"],
-                        ", ".join(f"{k}={v}" for k, v in r["criteria"].items()) or "(all)",
-                        r["base"] or "-",
-                        r["file"],
-                    ]
-                    for r in d
-                ],
-            ),
-        )
-
+    recipe_app.command("resolve")(resolve_cmd)
+    recipe_app.command("graph")(graph_cmd)
+    recipe_app.command("list")(list_cmd)
     app.add_typer(recipe_app, name="recipe")

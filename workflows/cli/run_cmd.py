@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import shlex
@@ -70,7 +71,7 @@ def _check_types(path: Path, raw: Any, doc: dict[str, Any], index: int) -> None:
         problem = _manifest_problem(doc)
     if problem is not None:
         loc, message = problem
-        line = line_of(raw, loc) or getattr(raw, "line", None)
+        line = line_of(raw, loc)
         where = f"--file {path}:{line}" if line else f"--file {path}"
         field = ".".join(str(part) for part in loc) or "(document)"
         raise InputError(f"{where}: {doc.get('kind')} (document {index + 1}): {field}: {message}")
@@ -233,107 +234,117 @@ def _check_approvals(
             )
 
 
+_NAME = typer.Argument(
+    ..., metavar="NAME", help="The workflow's name (metadata.name, with or without 'dsx-')."
+)
+_LOCAL = typer.Option(False, "--local", help="Run on this machine instead of submitting to Argo.")
+_PARAMETER = typer.Option(
+    [], "--parameter", "-p", metavar="KEY=VALUE", help="A workflow parameter (repeatable)."
+)
+_FILE = typer.Option(
+    None,
+    "--file",
+    "-f",
+    metavar="PATH",
+    help="Run a workflow from this YAML file; its WorkflowTemplates join the library.",
+)
+_ENTRY = typer.Option(
+    None, "--entry", metavar="TEMPLATE", help="Run this template instead of the entrypoint."
+)
+_OUT = typer.Option(
+    None, "--out", metavar="DIR", help="Run folder (default ./dsx-runs/<workflow>-<time>-<id>)."
+)
+_APPROVE = typer.Option(
+    [],
+    "--approve",
+    metavar="NAME",
+    help="Resume this suspend step (task, step or template name) at once (repeatable).",
+)
+_DRY_RUN = typer.Option(False, "--dry-run", help="Show the plan (parameters, templates) and exit.")
+_CLUSTER = typer.Option(
+    None,
+    "--cluster",
+    metavar="SPEC",
+    help="Cluster for the steps: sim:..., a fleet file, state:PATH, kube "
+    f"(default with --local: the simulated fleet {DEFAULT_LOCAL_FLEET}).",
+)
+_KUBECONFIG = typer.Option(None, "--kubeconfig", metavar="PATH", help="Kubeconfig of a real cluster.")
+_CONTEXT = typer.Option(None, "--context", metavar="CONTEXT", help="Kubeconfig context of a real cluster.")
+_NAMESPACE = typer.Option(
+    None,
+    "--namespace",
+    "-n",
+    metavar="NAMESPACE",
+    help="Without --local: the namespace dsx is installed in, for the printed argo submit "
+    f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}).",
+)
+_ARTIFACT_REPOSITORY = typer.Option(
+    ArtifactRepository.local,
+    "--artifact-repository",
+    case_sensitive=False,
+    help="local: output artifacts are kept in the run folder, standing for a configured repository "
+    "(a warning names the steps a cluster without one would fail); none: play a cluster without "
+    "one, as a default Argo install is, where those steps end Error.",
+)
+_ALLOW_HOST_COMMANDS = typer.Option(
+    False,
+    "--allow-host-commands",
+    help="With --local: run container and script templates that are not dsx's own steps (those of "
+    "a --file workflow) as processes of this machine, as you, their images ignored; without it such "
+    "a run is refused before it starts.",
+)
+
+
+def run_cmd(
+    name: str = _NAME,
+    local: bool = _LOCAL,
+    parameter: list[str] = _PARAMETER,
+    file: Path | None = _FILE,
+    entry: str | None = _ENTRY,
+    out: Path | None = _OUT,
+    approve: list[str] = _APPROVE,
+    dry_run: bool = _DRY_RUN,
+    cluster: str | None = _CLUSTER,
+    kubeconfig: str | None = _KUBECONFIG,
+    context: str | None = _CONTEXT,
+    namespace: str | None = _NAMESPACE,
+    artifact_repository: ArtifactRepository = _ARTIFACT_REPOSITORY,
+    allow_host_commands: bool = _ALLOW_HOST_COMMANDS,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded.
+
+    A local run stopped by Ctrl-C or SIGTERM ends Failed ("Stopped with strategy 'Terminate'", as
+    argo terminate), keeps its run folder and workflow.json, and exits 130 (SIGINT) or 143 (SIGTERM).
+    """
+    try:
+        request = _Request(
+            name=name,
+            local=local,
+            params=_parameters(parameter),
+            file=file,
+            entry=entry,
+            out=out,
+            approve=approve,
+            dry_run=dry_run,
+            cluster=cluster,
+            kubeconfig=kubeconfig,
+            context=context,
+            namespace=namespace,
+            artifact_repository=artifact_repository.value,
+            allow_host_commands=allow_host_commands,
+            output=output,
+        )
+        code = _run(request)
+    except DsxError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``run`` command."""
-
-    @app.command("run")
-    def run_cmd(
-        name: str = typer.Argument(
-            ..., metavar="NAME", help="The workflow's name (metadata.name, with or without 'dsx-')."
-        ),
-        local: bool = typer.Option(
-            False, "--local", help="Run on this machine instead of submitting to Argo."
-        ),
-        parameter: list[str] = typer.Option(
-            [], "--parameter", "-p", metavar="KEY=VALUE", help="A workflow parameter (repeatable)."
-        ),
-        file: Path | None = typer.Option(
-            None,
-            "--file",
-            "-f",
-            metavar="PATH",
-            help="Run a workflow from this YAML file; its WorkflowTemplates join the library.",
-        ),
-        entry: str | None = typer.Option(
-            None, "--entry", metavar="TEMPLATE", help="Run this template instead of the entrypoint."
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", metavar="DIR", help="Run folder (default ./dsx-runs/<workflow>-<time>-<id>)."
-        ),
-        approve: list[str] = typer.Option(
-            [],
-            "--approve",
-            metavar="NAME",
-            help="Resume this suspend step (task, step or template name) at once (repeatable).",
-        ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Show the plan (parameters, templates) and exit."
-        ),
-        cluster: str | None = typer.Option(
-            None,
-            "--cluster",
-            metavar="SPEC",
-            help="Cluster for the steps: sim:..., a fleet file, state:PATH, kube "
-            f"(default with --local: the simulated fleet {DEFAULT_LOCAL_FLEET}).",
-        ),
-        kubeconfig: str | None = typer.Option(
-            None, "--kubeconfig", metavar="PATH", help="Kubeconfig of a real cluster."
-        ),
-        context: str | None = typer.Option(
-            None, "--context", metavar="CONTEXT", help="Kubeconfig context of a real cluster."
-        ),
-        namespace: str | None = typer.Option(
-            None,
-            "--namespace",
-            "-n",
-            metavar="NAMESPACE",
-            help="Without --local: the namespace dsx is installed in, for the printed argo submit "
-            f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}).",
-        ),
-        artifact_repository: ArtifactRepository = typer.Option(
-            ArtifactRepository.local,
-            "--artifact-repository",
-            case_sensitive=False,
-            help="local: output artifacts are kept in the run folder, standing for a configured repository "
-            "(a warning names the steps a cluster without one would fail); none: play a cluster without "
-            "one, as a default Argo install is, where those steps end Error.",
-        ),
-        allow_host_commands: bool = typer.Option(
-            False,
-            "--allow-host-commands",
-            help="With --local: run container and script templates that are not dsx's own steps (those of "
-            "a --file workflow) as processes of this machine, as you, their images ignored; without it such "
-            "a run is refused before it starts.",
-        ),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded.
-
-        A local run stopped by Ctrl-C or SIGTERM ends Failed ("Stopped with strategy 'Terminate'", as
-        argo terminate), keeps its run folder and workflow.json, and exits 130 (SIGINT) or 143 (SIGTERM).
-        """
-        try:
-            code = _run(
-                name,
-                local,
-                parameter,
-                file,
-                entry,
-                out,
-                approve,
-                dry_run,
-                cluster,
-                kubeconfig,
-                context,
-                output,
-                namespace,
-                artifact_repository=artifact_repository.value,
-                allow_host_commands=allow_host_commands,
-            )
-        except DsxError as exc:
-            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(2) from None
-        raise typer.Exit(code)
+    app.command("run")(run_cmd)
 
 
 #: dsx workflows whose parameters their first step would refuse: checked before anything runs, so a
@@ -379,34 +390,39 @@ def _check_parameters(chosen: dict[str, Any], params: dict[str, str]) -> None:
     )
 
 
-def _run(
-    name: str,
-    local: bool,
-    parameter: list[str],
-    file: Path | None,
-    entry: str | None,
-    out: Path | None,
-    approve: list[str],
-    dry_run: bool,
-    cluster: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    output: OutputFormat,
-    namespace: str | None = None,
-    artifact_repository: str = "local",
-    allow_host_commands: bool = False,
-) -> int:
-    params = _parameters(parameter)
-    check_out_dir(out, "--out")
-    if file is not None:
-        docs = _load_file(file)
-        where = str(file)
-    else:
-        from workflows.compiler import compiled_documents
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What ``dsx run`` was asked to do: the options of the command, the parameters parsed."""
 
-        docs = list(compiled_documents().values())
-        where = "dsx's workflows"
-    chosen = _pick(name, docs, where)
+    name: str
+    local: bool
+    params: dict[str, str]
+    file: Path | None
+    entry: str | None
+    out: Path | None
+    approve: list[str]
+    dry_run: bool
+    cluster: str | None
+    kubeconfig: str | None
+    context: str | None
+    namespace: str | None
+    artifact_repository: str
+    allow_host_commands: bool
+    output: OutputFormat
+
+
+def _documents(file: Path | None) -> tuple[list[dict[str, Any]], str]:
+    """The documents to pick the workflow from (the file's, else dsx's compiled ones) and where they are."""
+    if file is not None:
+        return _load_file(file), str(file)
+    from workflows.compiler import compiled_documents
+
+    return list(compiled_documents().values()), "dsx's workflows"
+
+
+def _library(chosen: dict[str, Any], docs: list[dict[str, Any]], file: Path | None) -> list[dict[str, Any]]:
+    """The WorkflowTemplates the chosen workflow may call: the other documents', and dsx's own when a
+    file's ``templateRef`` names one the file does not hold."""
     library = [
         d
         for d in docs
@@ -422,66 +438,93 @@ def _run(
                 for d in compiled_documents().values()
                 if d.get("kind") == "WorkflowTemplate" and not _names(d) & present
             ]
-    _check_approvals(chosen, library, params, entry, approve)
-    if file is None:
-        _check_parameters(chosen, params)
-    if not local and not dry_run:
+    return library
+
+
+def _local_cluster(request: _Request) -> str | None:
+    """The cluster the steps of a local run act on: the one asked for, else the simulated fleet (a
+    rehearsal on this machine never reaches a real cluster unless asked to)."""
+    from steps.cluster import vocabulary as vocab
+
+    if request.cluster is not None or request.kubeconfig is not None or os.environ.get(vocab.ENV_CLUSTER):
+        return request.cluster
+    typer.echo(
+        f"no --cluster given: steps act on a simulated fleet ({DEFAULT_LOCAL_FLEET}); "
+        "use --cluster kube (or --kubeconfig) for a real one",
+        err=True,
+    )
+    return DEFAULT_LOCAL_FLEET
+
+
+def _run(request: _Request) -> int:
+    check_out_dir(request.out, "--out")
+    docs, where = _documents(request.file)
+    chosen = _pick(request.name, docs, where)
+    library = _library(chosen, docs, request.file)
+    _check_approvals(chosen, library, request.params, request.entry, request.approve)
+    if request.file is None:
+        _check_parameters(chosen, request.params)
+    if not request.local and not request.dry_run:
         typer.echo(
             "dsx run submits nothing by itself: on a cluster, Argo runs the workflow. Submit it with the "
             "command below, or add --local to run it on this machine.",
             err=True,
         )
-        typer.echo(_submit_hint(chosen, params, file, namespace))
+        typer.echo(_submit_hint(chosen, request.params, request.file, request.namespace))
         return 2
-
-    from steps.cluster import vocabulary as vocab
-    from workflows import runner
-    from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
-
     if chosen.get("kind") == "CronWorkflow":
         chosen = _scheduled_run(chosen)
+    if request.dry_run:
+        from workflows import runner
+        from workflows.runner.report import plan_text
 
-    if not dry_run:
-        _check_step_environment(cluster)
-    if cluster is None and kubeconfig is None and not os.environ.get(vocab.ENV_CLUSTER) and not dry_run:
-        # A rehearsal on this machine never reaches a real cluster unless asked to.
-        cluster = DEFAULT_LOCAL_FLEET
-        typer.echo(
-            f"no --cluster given: steps act on a simulated fleet ({cluster}); "
-            "use --cluster kube (or --kubeconfig) for a real one",
-            err=True,
-        )
-
-    if dry_run:
-        plan = runner.plan(chosen, library, params, entry)
-        emit(plan.to_dict(), output, lambda _: print(plan_text(plan), end=""))
+        plan = runner.plan(chosen, library, request.params, request.entry)
+        emit(plan.to_dict(), request.output, lambda _: print(plan_text(plan), end=""))
         return 0
+    _check_step_environment(request.cluster)
+    return _run_locally(request, chosen, library, _local_cluster(request))
+
+
+def _warn(warning: str) -> None:
+    typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+
+
+def _run_locally(
+    request: _Request, chosen: dict[str, Any], library: list[dict[str, Any]], cluster: str | None
+) -> int:
+    """Run the workflow on this machine, reporting progress; its exit code (0 only if it Succeeded)."""
+    from workflows import runner
+    from workflows.runner.report import LineReporter, LiveReporter, result_text
+
+    output = request.output
     reporter: Any
     if output is OutputFormat.table and sys.stdout.isatty():
         reporter = LiveReporter()
     else:
         reporter = LineReporter(sys.stdout if output is OutputFormat.table else sys.stderr)
     options = runner.RunOptions(
-        out_dir=out,
-        approve=approve,
+        out_dir=request.out,
+        approve=request.approve,
         cluster=cluster,
-        kubeconfig=kubeconfig,
-        context=context,
-        entrypoint=entry,
+        kubeconfig=request.kubeconfig,
+        context=request.context,
+        entrypoint=request.entry,
         on_update=reporter.update,
-        artifact_repository=artifact_repository,
-        allow_host_commands=allow_host_commands,
+        artifact_repository=request.artifact_repository,
+        allow_host_commands=request.allow_host_commands,
     )
-    runner.validate(chosen, library, entry)
-    printed = runner.warnings(chosen, library, entry, artifact_repository, allow_host_commands)
+    runner.validate(chosen, library, request.entry)
+    printed = runner.warnings(
+        chosen, library, request.entry, request.artifact_repository, request.allow_host_commands
+    )
     for warning in printed:
-        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+        _warn(warning)
     with reporter:
-        result = runner.run(chosen, library, params, options)
+        result = runner.run(chosen, library, request.params, options)
     if isinstance(reporter, LineReporter) and output is OutputFormat.table:
         sys.stdout.write("\n")
     for warning in result.warnings:
         if warning not in printed:
-            typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+            _warn(warning)
     emit(result.to_dict(), output, lambda _: print(result_text(result), end=""))
     return result.exit_code
