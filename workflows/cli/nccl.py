@@ -179,7 +179,7 @@ def sweep_cmd(
         raise InputError(f"--scope {scope!r}: use node or multi-node")
     check_out_dir(out_dir, "--out-dir")
     if torchrun:
-        from steps.readiness import sweep
+        from steps.readiness.ranks import sweep
 
         args = [
             "--backend",
