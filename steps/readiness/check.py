@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -52,6 +52,17 @@ class Checked(Generic[Result]):
     evidence: list[str]
     out_dir: str
     elapsed_s: float
+
+    def judged(self) -> dict[str, Any]:
+        """Everything but the result, by field name: what every check's outcome model holds."""
+        return {
+            "subject": self.subject,
+            "status": self.status,
+            "verdicts": self.verdicts,
+            "evidence": self.evidence,
+            "out_dir": self.out_dir,
+            "elapsed_s": self.elapsed_s,
+        }
 
 
 def _read(

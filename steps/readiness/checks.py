@@ -77,16 +77,21 @@ class SweepRequest(Model):
     out_dir: str | None = None
 
 
-class SweepOutcome(Model):
-    """A judged sweep: the run (absent when the ranks failed or hung), verdicts and evidence."""
+class CheckOutcome(Model):
+    """A judged check: its status (the worst of its verdicts), verdicts, evidence and where it is kept."""
 
     subject: Subject
     status: VerdictStatus
-    run: CollectiveRun | None = None
     verdicts: list[Verdict]
     evidence: list[str]
     out_dir: str
     elapsed_s: float
+
+
+class SweepOutcome(CheckOutcome):
+    """A judged sweep, with its run (absent when the ranks failed or hung, or wrote no run)."""
+
+    run: CollectiveRun | None = None
 
 
 class GroupRun(Model):
@@ -125,16 +130,10 @@ class SmokeRequest(Model):
     out_dir: str | None = None
 
 
-class SmokeOutcome(Model):
-    """A judged smoke run."""
+class SmokeOutcome(CheckOutcome):
+    """A judged smoke run, with rank 0's result (absent when the ranks failed or hung)."""
 
-    subject: Subject
-    status: VerdictStatus
     result: SmokeResult | None = None
-    verdicts: list[Verdict]
-    evidence: list[str]
-    out_dir: str
-    elapsed_s: float
 
 
 def _thresholds(raw: dict[str, Any] | None) -> Thresholds:
@@ -234,29 +233,13 @@ def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
 def run_sweep(request: SweepRequest, launcher: Launcher) -> SweepOutcome:
     """Run the all-reduce sweep of ``request`` with ``launcher`` and judge it."""
     done = check.run(allreduce_sweep_check(request), launcher)
-    return SweepOutcome(
-        subject=done.subject,
-        status=done.status,
-        run=done.result,
-        verdicts=done.verdicts,
-        evidence=done.evidence,
-        out_dir=done.out_dir,
-        elapsed_s=done.elapsed_s,
-    )
+    return SweepOutcome(run=done.result, **done.judged())
 
 
 def run_smoke(request: SmokeRequest, launcher: Launcher) -> SmokeOutcome:
     """Run the training smoke run of ``request`` with ``launcher`` and judge it."""
     done = check.run(training_smoke_check(request), launcher)
-    return SmokeOutcome(
-        subject=done.subject,
-        status=done.status,
-        result=done.result,
-        verdicts=done.verdicts,
-        evidence=done.evidence,
-        out_dir=done.out_dir,
-        elapsed_s=done.elapsed_s,
-    )
+    return SmokeOutcome(result=done.result, **done.judged())
 
 
 def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:

@@ -1,5 +1,9 @@
 """The local launcher: N rank processes on this machine, with the variables torchrun would set.
 
+:class:`LocalLauncher` is the :class:`~steps.readiness.launchers.base.Launcher` a check runs with;
+:func:`launch_local` starts and waits for the processes; :func:`local_injections` turns the simulated
+fleet's faults into injected faults of the rank that stands for a node.
+
 Ranks are forked from a warm server that has imported torch once (:mod:`steps.forkserver`), or,
 with ``method="spawn"``, started as fresh interpreters. Either way the launcher never hangs: when a
 rank fails, the others get a short grace period to exit on their own, then are killed; when the run
