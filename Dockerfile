@@ -147,7 +147,7 @@ ENV PATH=/opt/nccl-tests/bin:${PATH} \
 # What a rank pod runs, found and linked: python -m steps.readiness..., torchrun, all_reduce_perf, NCCL in
 # torch, and every library the nccl-tests programs and the fabric plugin load.
 RUN for tool in python torchrun all_reduce_perf; do command -v "$tool" || exit 1; done \
-    && python -c "import torch.distributed as d, steps.readiness.sweep, steps.readiness.smoke; assert d.is_nccl_available()" \
+    && python -c "import torch.distributed as d, steps.readiness.ranks.sweep, steps.readiness.ranks.smoke; assert d.is_nccl_available()" \
     && for binary in /opt/nccl-tests/bin/*_perf /opt/dsx-efa/lib/*.so; do \
          [ -e "$binary" ] || continue; \
          ldd "$binary" > /tmp/ldd.txt && ! grep -F "not found" /tmp/ldd.txt || exit 1; \

@@ -1,7 +1,7 @@
 """The sweep's own overhead against a bare torch.distributed all_reduce loop on the same sizes.
 
 Both run in the same rank processes, interleaved (sweep, bare, bare, sweep...), over gloo between
-local processes: the sweep's own timed loop (``steps.readiness.sweep.timed_loop``, with its
+local processes: the sweep's own timed loop (``steps.readiness.ranks.sweep.timed_loop``, with its
 per-iteration bookkeeping: outside/inside timing and the phase marker) against
 ``for _ in range(iters): dist.all_reduce(buf)``. Each round gives a ratio per size; the figure is the
 median ratio over rounds, which a busy machine's outliers do not move. Goal: under 3%.
@@ -25,8 +25,8 @@ def _rank() -> None:
     import torch
     import torch.distributed as dist
 
-    from steps.readiness.rankenv import PhaseMarker
-    from steps.readiness.sweep import timed_loop
+    from steps.readiness.ranks.rankenv import PhaseMarker
+    from steps.readiness.ranks.sweep import timed_loop
 
     torch.set_num_threads(1)
     rounds = int(os.environ["BENCH_ROUNDS"])
@@ -91,7 +91,7 @@ def _bookkeeping_s(phase: object, timed_loop: object) -> float:
 
 
 def main() -> None:
-    from steps.readiness.launch import launch_local
+    from steps.readiness.launchers.local import launch_local
 
     ranks = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     rounds = sys.argv[2] if len(sys.argv) > 2 else "15"

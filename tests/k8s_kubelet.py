@@ -38,9 +38,9 @@ start delay, never starting (ImagePullBackOff), every pod failing. Programs are 
 container's command (:meth:`Kubelet.register`); built in: ``sleep S``, ``true``, ``false``, and dsx's
 rank pods (:func:`rank_pod_program`). Pods with no matching program run until deleted.
 
-The rank-pod program is a test double of ``python -m steps.readiness.rankpod``: when every pod of its
-Job runs, it plays the whole group on this machine (the group's module through the local launcher,
-one gloo rank per pod) and publishes the result as rank 0 would, through the kubernetes client.
+The rank-pod program is a test double of ``python -m steps.readiness.launchers.rankpod``: when every
+pod of its Job runs, it plays the whole group on this machine (the group's module through the local
+launcher, one gloo rank per pod) and publishes the result as rank 0 would, through the kubernetes client.
 """
 
 from __future__ import annotations
@@ -839,8 +839,8 @@ def _container_status(container: dict[str, Any], state: dict[str, Any], ready: b
 
 # ----------------------------------------------------------------------------------------- rank pods
 
-#: The container command of dsx's rank pods (``python -m steps.readiness.rankpod``).
-RANK_POD_COMMAND = ("python", "-m", "steps.readiness.rankpod")
+#: The container command of dsx's rank pods (``python -m steps.readiness.launchers.rankpod``).
+RANK_POD_COMMAND = ("python", "-m", "steps.readiness.launchers.rankpod")
 #: Keys of the state ConfigMap rank 0 publishes into: the result file's text and the run's exit code.
 STATE_RESULT = "result.json"
 STATE_EXIT_CODE = "exit-code"
@@ -978,7 +978,7 @@ def _group_args(args: list[str], out: Path) -> list[str]:
 
 
 def rank_pod_program(process: PodProcess) -> int:
-    """A test double of ``python -m steps.readiness.rankpod`` (not the real program).
+    """A test double of ``python -m steps.readiness.launchers.rankpod`` (not the real program).
 
     Every pod of the group waits until all ``--nnodes`` pods run. Then index 0 checks what torchrun
     needs (rank 0's address is ``HOSTNAME.SUBDOMAIN`` of index 0's pod and a headless Service of that
@@ -1014,7 +1014,7 @@ def rank_pod_program(process: PodProcess) -> int:
 
 def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[int, str]:
     """Run the group's module on this machine: ``(exit code, rank 0's result file text)``."""
-    from steps.readiness.launch import launch_local
+    from steps.readiness.launchers.local import launch_local
 
     problem = _rendezvous_error(process, args)
     folder = Path(tempfile.mkdtemp(prefix=f"{process.name}-", dir=process.kubelet.work_dir))

@@ -71,6 +71,16 @@ def test_the_import_contracts_hold_on_the_tree() -> None:
             "import steps.readiness.models",
             "the steps' parts never import each other",
         ),
+        (
+            "steps/readiness/ranks/sweep.py",
+            "from steps.cluster import ClusterPort",
+            "rank programs touch neither the cluster nor their launchers",
+        ),
+        (
+            "steps/readiness/ranks/rankenv.py",
+            "import steps.readiness.launchers.local",
+            "rank programs touch neither the cluster nor their launchers",
+        ),
     ],
 )
 def test_an_import_against_the_arrows_breaks_its_contract(

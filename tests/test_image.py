@@ -4,8 +4,9 @@ No image is built or pulled here: the tests read the Dockerfile (``tests/dockerf
 against the commands that run in each image. Every script or container template in
 ``charts/dsx/files`` runs in the control image, whose ``python`` must be the interpreter dsx is installed
 in, whose entry modules must belong to packages it installs and import without torch; the rank pod's
-command, rendered by ``steps.readiness.jobs.render_group_job`` (so these tests follow the code), runs in the
-GPU image with its programs on ``PATH`` and its modules installed where torchrun starts its ranks. The
+command, rendered by ``steps.readiness.launchers.jobspec.render_group_job`` (so these tests follow the
+code), runs in the GPU image with its programs on ``PATH`` and its modules installed where torchrun
+starts its ranks. The
 chart's own pods (the sentinel DaemonSet, rendered with real helm) run a ``dsx`` command of the control
 image that exists with the flags they give, and the libraries the sentinel imports are dsx's
 dependencies. Both end as uid/gid 65532; names and versions agree across ``_base.py``, pyproject, the
@@ -32,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from steps.readiness.jobs import JobSettings, render_group_job
+from steps.readiness.launchers.jobspec import JobSettings, render_group_job
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import RunRef
 from tests import dockerfile
@@ -205,7 +206,7 @@ def _rank_pods() -> list[tuple[str, dict[str, Any]]]:
     """(torchrun module, rank container) of a rendered group job for each module the group tests run."""
     subject = Subject(kind="group", name="rack-00", members=["node-00", "node-01"])
     found = []
-    for module in ("steps.readiness.sweep", "steps.readiness.smoke"):
+    for module in ("steps.readiness.ranks.sweep", "steps.readiness.ranks.smoke"):
         group = render_group_job(
             "allreduce-sweep", subject, module, ["--out", "/tmp/dsx-out/result.json"], _job_settings(), 600
         )
@@ -790,7 +791,7 @@ def test_the_build_context_holds_what_copy_needs_and_leaves_out_the_rest() -> No
         for p in ([REPO / source] if (REPO / source).is_file() else (REPO / source).rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     )
-    assert "recipes/registry.yaml" in needed and "steps/readiness/jobs.py" in needed
+    assert "recipes/registry.yaml" in needed and "steps/readiness/launchers/job.py" in needed
     assert [p for p in needed if _ignored(p, patterns)] == []
     for junk in (
         ".git/config",

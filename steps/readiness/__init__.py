@@ -1,0 +1,48 @@
+"""Readiness: is this cluster fit for production? NCCL sweeps, a training smoke run, verdicts, labels.
+
+The part in four kinds of module, each kind knowing only the kinds above it::
+
+    ranks/          code that runs inside one rank process, started by torchrun or the local launcher
+      rankenv         the rank's place (RANK, WORLD_SIZE, its node), its process group, the marks
+                      (phase, first error) it leaves for its launcher
+      inject          faults injected on purpose into one rank (2:delay=20ms, 1:fail, 1:hang ...)
+      sweep           the all-reduce sweep program; rank 0 writes a CollectiveRun
+      smoke           the DDP training smoke run program; rank 0 writes a SmokeResult
+    launchers/      where the ranks of a check run; every launcher has one run(test, subject, program,
+                    timeout_s) -> Launched
+      base            RankProgram, Launched, the Launcher protocol
+      local           N processes on this machine (LocalLauncher, launch_local); the faults through
+                      which a local rank plays a simulated node (local_injections)
+      job             an Indexed Job on the cluster (JobLauncher): create, wait on two clocks, clean up
+      jobspec         the Job's manifests and settings (render_group_job, settings_for)
+      rankpod         the entry point of a Job's pod: torchrun as a child, rank 0 publishing
+      profiles        what a rank pod needs to reach the fabric (recipe and operator profiles)
+    check           the one check path, run(check, launcher) -> Checked: launch, read rank 0's
+                    result, judge it, build the outcome
+    checks          the two checks made from it: the all-reduce sweep and the training smoke run
+                    (requests, outcomes, run_sweep / run_smoke with any launcher, the local runs)
+
+    judgement and data (flat: every other module and the workflows import them)
+      models          CollectiveRun, Subject, Verdict: what every step exchanges
+      thresholds      the recipe's thresholds in this part's model
+      judge           every verdict, built by judge.verdict: collective runs, smoke runs, relative mode
+      nccl_tests      the nccl-tests log parser; nccl_rows, its result rows read column by column
+      table           a CollectiveRun printed in the nccl-tests layout
+      sizes           message sizes (1KiB, 8GiB) read and written
+
+    the certification pipeline (flat: the compiled YAML names steps.readiness.certify:STEP)
+      certify         the dsx-certify workflow's steps: plan, keep_recipe, node_check, group_check,
+                      smoke_check, report, gate, release
+      planning        the plan: options, nodes, groups, launcher, recipe criteria
+      node_marks      what a run writes on its nodes: the Lease that holds each, its verdict label
+      outcomes        where checks leave their outcomes for later steps: ConfigMaps of the run
+      report          the certification report (JSON, Markdown) and each node's result
+      plots           bus bandwidth and step-time plots
+      evidence        the folder a step writes its evidence to
+
+Why flat for judgement, data and pipeline: they are what the workflows, the CLI and the tests import,
+and the compiled templates name the pipeline's steps by module path; a subpackage would only lengthen
+those paths. ``ranks`` and ``launchers`` are packages because their rules differ from the rest: a rank
+never touches the cluster (an import-linter contract in ``pyproject.toml``), and a launcher never reads
+what it runs.
+"""

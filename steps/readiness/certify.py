@@ -23,28 +23,23 @@ Where the group tests run:
   collectives in proportion to the bandwidth it lost), and every output labels them as injected. The
   measurements are real: the straggler is found by timing, not by reading the fault.
 * ``job``: on the cluster, as an Indexed Job with a headless Service for rendezvous, pinned to exactly
-  the group's nodes (see :mod:`steps.readiness.jobs`).
+  the group's nodes (see :mod:`steps.readiness.launchers.job`).
 
 ``auto`` picks ``local`` for a simulated fleet (its nodes cannot run pods) and ``job`` otherwise.
 """
 
 import json
-import re
-import sys
-from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from steps.cluster import ClusterPort, Node, connect
+from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
-from steps.cluster.base import lease_name
-from steps.cluster.health import health_source
-from steps.cluster.selectors import parse_selector
 from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import input_error
 from steps.readiness.checks import (
+    SMOKE_TEST,
     GroupRun,
     RelativeRequest,
     SmokeOutcome,
@@ -53,17 +48,30 @@ from steps.readiness.checks import (
     SweepRequest,
     judge_groups_relative,
     run_allreduce_sweep,
+    run_smoke,
+    run_sweep,
     run_training_smoke,
 )
 from steps.readiness.evidence import output_dir
+from steps.readiness.judge import verdict
+from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject, Verdict, dump_json
-from steps.readiness.outcomes import (
-    LOCAL_RUN_NAME,
-    CheckResult,
-    OutcomeStore,
-    RunRef,
-    check_result,
-    keep_report,
+from steps.readiness.node_marks import label_verdicts, release_held, release_nodes, take_nodes
+from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
+from steps.readiness.planning import (
+    ACCELERATORS,
+    AUTO,
+    LAUNCHERS,
+    PLAN_OUTPUTS,
+    RECIPE_INTENT,
+    WHOLE,
+    CertifyOptions,
+    CertifyPlan,
+    Exclusion,
+    check_options,
+    make_plan,
+    now,
+    plan_outputs,
 )
 from steps.readiness.report import (
     INCOMPLETE_TEST,
@@ -72,7 +80,7 @@ from steps.readiness.report import (
     node_results,
     render_markdown,
 )
-from steps.readiness.sizes import parse_size, size_series
+from steps.readiness.sizes import size_series
 from steps.readiness.thresholds import Thresholds, group_timeout, load_thresholds
 
 __all__ = [
@@ -81,6 +89,7 @@ __all__ = [
     "LAUNCHERS",
     "PLAN_OUTPUTS",
     "RECIPE_INTENT",
+    "WHOLE",
     "CertifyOptions",
     "CertifyPlan",
     "CertifySummary",
@@ -91,7 +100,6 @@ __all__ = [
     "group_members",
     "keep_recipe",
     "load_plan",
-    "local_injections",
     "node_check",
     "plan",
     "release",
@@ -99,114 +107,12 @@ __all__ = [
     "smoke_check",
 ]
 
-Launcher = Literal["local", "job"]
-LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
-"""Where group tests run (the ``launcher`` option; ``auto`` picks one, see the module's notes)."""
-
-AUTO = "auto"
-"""The value of an option that the plan works out itself (launcher, recipe criteria, message sizes)."""
-
-RECIPE_INTENT = "training"
-"""The recipe intent certification judges against: its tests are collectives and a training run."""
-
-PLAN_OUTPUTS: tuple[str, ...] = (
-    "nodes",
-    "groups",
-    "whole",
-    "run",
-    "launcher",
-    "service",
-    "accelerator",
-    "os",
-)
-"""The plan's output parameters for the workflow, each a file under ``$DSX_OUTPUT_DIR/params``."""
-
-#: GPU Feature Discovery product names (``nvidia.com/gpu.product``) to the recipe's accelerator names.
-#: Longest match first: ``GB200`` must not read as ``B200``.
-ACCELERATORS: tuple[tuple[str, str], ...] = (
-    ("GB200", "gb200"),
-    ("B200", "b200"),
-    ("H200", "h200"),
-    ("H100", "h100"),
-    ("A100", "a100"),
-)
-
-#: A local rank standing for a node whose links give a quarter of their nominal bandwidth is delayed
-#: by this much per collective for each multiple of the bandwidth it lost (a quarter: 3 x 10 ms), up to
-#: the cap, so that a badly degraded node still finishes within the group test's timeout.
-LOCAL_DELAY_PER_LOST_MULTIPLE_S = 0.010
-LOCAL_DELAY_CAP_S = 0.100
-#: Ranks per node in a local single-node check (two stand for the node's GPUs over NVLink).
-LOCAL_RANKS_PER_NODE = 2
 #: Launch and rendezvous time counted into every healthy-run estimate, seconds.
 LAUNCH_OVERHEAD_S = 20.0
 #: Bus bandwidth assumed for a healthy run when the recipe has no absolute figure (gloo on CPU), GB/s.
 FALLBACK_BUSBW_GBPS = 0.2
-#: Name of the group of every node; the groups of the group label are tested before it.
-WHOLE = "all"
-#: How long a run's hold on its nodes lasts if the run dies without releasing it (the checks' outer bound).
-LEASE_TTL_S = 8 * 3600
 #: How many node verdicts the gate's summary names one by one; the report has them all.
 SUMMARY_NODES = 50
-
-
-class CertifyOptions(Model):
-    """What the operator chose when submitting the workflow."""
-
-    selector: str = Field(default="", description="label selector of the nodes to certify (all when empty)")
-    group_label: str = Field(default=vocab.LABEL_RACK, description="node label that forms the groups")
-    launcher: Literal["auto", "local", "job"] = "auto"
-    accelerator: str = Field(default=AUTO, description="recipe accelerator; auto: from GPU labels")
-    service: str = Field(default=AUTO, description="recipe service; auto: local for local runs, else any")
-    os: str = Field(default=AUTO, description="recipe os; auto: from the nodes' OS image")
-    min_bytes: str = Field(default=AUTO, description="smallest message; auto: 64KiB local, 1MiB job")
-    max_bytes: str = Field(default=AUTO, description="largest message; auto: 4MiB local, 8GiB job")
-    iters: int = Field(default=20, ge=1)
-    namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
-    image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
-
-
-class Exclusion(Model):
-    """A selected node that cannot take part, and why."""
-
-    node: str
-    reason: str
-
-
-class CertifyPlan(Model):
-    """The nodes and groups to certify, how, and the recipe criteria they imply."""
-
-    options: CertifyOptions
-    launcher: Launcher
-    nodes: list[str]
-    excluded: list[Exclusion] = Field(default_factory=list, description="not ready: they fail certification")
-    ignored: list[str] = Field(
-        default_factory=list,
-        description="selected by the selector but without GPUs: not certified, untouched",
-    )
-    groups: list[Subject] = Field(
-        description="one group per value of the group label (disjoint), then the whole set (last)"
-    )
-    gpus_per_node: int
-    min_bytes: int
-    max_bytes: int
-    criteria: dict[str, str] = Field(description="service, accelerator and os for the recipe")
-    injected: dict[str, list[str]] = Field(
-        default_factory=dict, description="local runs: faults the simulated fleet plays, per node"
-    )
-    started_at: str
-    run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
-
-    def group(self, name: str) -> Subject:
-        """The planned group ``name``.
-
-        Raises:
-            InputError: the plan has no such group.
-        """
-        found = next((g for g in self.groups if g.name == name), None)
-        if found is None:
-            raise InputError(f"group {name!r} is not in the plan ({', '.join(g.name for g in self.groups)})")
-        return found
 
 
 class CertifySummary(Model):
@@ -229,170 +135,6 @@ class CertifySummary(Model):
     recipe_digest: str | None
     report: str = Field(default="", description="the ConfigMap that keeps the report")
     report_files: list[str]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _accelerator(nodes: list[Node]) -> str:
-    products = sorted({n.gpu_product for n in nodes})
-    found: set[str] = set()
-    for product in products:
-        name = next((acc for key, acc in ACCELERATORS if key in product.upper()), None)
-        if name is None:
-            holder = next(n.name for n in nodes if n.gpu_product == product)
-            raise InputError(
-                f"node {holder}: GPU product {product or '(no nvidia.com/gpu.product label)'!r} is not one "
-                f"dsx knows ({', '.join(acc for _, acc in ACCELERATORS)}); pass accelerator explicitly"
-            )
-        found.add(name)
-    if len(found) != 1:
-        raise InputError(
-            f"the selected nodes mix accelerators {sorted(found)}: certify each kind with its own selector"
-        )
-    return found.pop()
-
-
-#: Node label prefixes each managed Kubernetes service puts on its nodes, to the recipe's service names.
-SERVICE_LABELS: tuple[tuple[str, str], ...] = (
-    ("eks.amazonaws.com/", "eks"),
-    ("cloud.google.com/gke-", "gke"),
-    ("kubernetes.azure.com/", "aks"),
-)
-
-
-def _service(nodes: list[Node]) -> str:
-    """The managed service the nodes run on, from the labels it puts on them; ``any`` when unknown or
-    mixed. It selects the recipe's fabric (EFA on EKS...), so rank pods ask for the right devices."""
-    found = {
-        next((name for prefix, name in SERVICE_LABELS if any(k.startswith(prefix) for k in n.labels)), "any")
-        for n in nodes
-    }
-    return found.pop() if len(found) == 1 else "any"
-
-
-def _os(nodes: list[Node]) -> str:
-    images = {n.node_info.os_image.lower() for n in nodes}
-    if images and all("ubuntu" in i for i in images):
-        return "ubuntu"
-    if images and all("red hat" in i or "rhel" in i for i in images):
-        return "rhel"
-    return "any"
-
-
-def _delay_ms(lost_multiples: float) -> int:
-    return round(min(lost_multiples * LOCAL_DELAY_PER_LOST_MULTIPLE_S, LOCAL_DELAY_CAP_S) * 1000)
-
-
-def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["node", "group"]) -> list[str]:
-    """The injected faults that make a local rank play ``node`` as the simulated fleet has it.
-
-    A group test feels the node's scale-out links (``slow-nic``; ``hang``; ``flaky-nic``, played as a
-    failure every time so that a local run repeats); a single-node test feels its NVLink (``slow-nvlink``)
-    and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
-    """
-    source = health_source(port)
-    if source is None:
-        return []
-    health = source.node_report(node)
-    specs: list[str] = []
-    if scope == "group":
-        if health.link_hangs or health.link_failure_rate > 0:
-            specs.append(f"{rank}:{'hang' if health.link_hangs else 'fail'}")
-        elif health.link_gbps < health.nominal_link_gbps:
-            lost = health.nominal_link_gbps / max(health.link_gbps, 1e-9) - 1
-            specs.append(f"{rank}:delay={_delay_ms(lost)}ms")
-    else:
-        if any(not gpu.healthy for gpu in health.gpus):
-            specs.append(f"{rank}:fail")
-        else:
-            slowest = min(
-                (g.nvlink_gbps / g.nominal_nvlink_gbps for g in health.gpus if g.nominal_nvlink_gbps > 0),
-                default=1.0,
-            )
-            if slowest < 1.0:
-                lost = 1 / max(slowest, 1e-9) - 1
-                specs.append(f"{rank + 1}:delay={_delay_ms(lost)}ms")
-    return specs
-
-
-def _holder(run: RunRef) -> str:
-    """Who holds a node's Lease while this run certifies it: the Workflow, by namespace, name and uid."""
-    return f"dsx-certify/{run.namespace}/{run.name}/{run.uid}"
-
-
-def _holder_alive(port: ClusterPort, holder: str) -> bool:
-    """Whether the certification run that holds a Lease still exists (a killed run's hold is stale).
-
-    A holder that is not a certification Workflow (remediation, a local run without a Workflow object)
-    counts as alive: its Lease's own expiry decides.
-    """
-    parts = holder.split("/")
-    if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == LOCAL_RUN_NAME:
-        return True
-    workflow = port.get_object("argoproj.io/v1alpha1", "Workflow", parts[2], parts[1])
-    return workflow is not None and (workflow.get("metadata") or {}).get("uid") == parts[3]
-
-
-def _take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
-    """Take every node's Lease for this run, or none: two certifications of one node measure each other.
-
-    Raises:
-        InputError: a node is held by another certification (or remediation) that is still running.
-    """
-    holder = _holder(run)
-    taken: list[str] = []
-    for name in names:
-        if port.acquire_lock(name, holder, LEASE_TTL_S):
-            taken.append(name)
-            continue
-        lease = port.get_object("coordination.k8s.io/v1", "Lease", lease_name(name), port.namespace) or {}
-        other = str((lease.get("spec") or {}).get("holderIdentity") or "")
-        if other and not _holder_alive(port, other):
-            port.release_lock(name, other)
-            if port.acquire_lock(name, holder, LEASE_TTL_S):
-                taken.append(name)
-                continue
-        for done in taken:
-            port.release_lock(done, holder)
-        raise InputError(
-            f"node {name} is held by {other or 'another run'} (Lease {port.namespace}/{lease_name(name)}): "
-            "two certifications of one node would measure each other; wait for it to end or stop it"
-        )
-
-
-def _release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
-    holder = _holder(run)
-    for name in names:
-        port.release_lock(name, holder)
-
-
-def check_options(**values: Any) -> CertifyOptions:
-    """The operator's options, checked before anything runs: types, the selector's syntax, the message
-    sizes and their order. The plan step calls it first; ``dsx run`` calls it before a local run starts,
-    so a typo is refused up front (exit 2) rather than failing the run's first step.
-
-    Raises:
-        InputError: an option is malformed, naming it.
-    """
-    try:
-        options = CertifyOptions(**values)
-    except ValidationError as exc:
-        raise input_error(exc, "certify option") from None
-    parse_selector(options.selector or None)
-    if not re.fullmatch(
-        r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
-    ):
-        raise InputError(f"certify option: group_label: {options.group_label!r} is not a node label key")
-    sizes = [
-        parse_size(v, name)
-        for v, name in ((options.min_bytes, "min-bytes"), (options.max_bytes, "max-bytes"))
-        if v != AUTO
-    ]
-    if len(sizes) == 2 and sizes[0] > sizes[1]:
-        raise InputError(f"min-bytes {sizes[0]} is larger than max-bytes {sizes[1]}")
-    return options
 
 
 def plan(
@@ -425,114 +167,27 @@ def plan(
         InputError: an option is malformed, no node matches, a node is being certified by another run,
             or the accelerator cannot be told from the nodes' labels.
     """
-    options = check_options(
-        selector=selector,
-        group_label=group_label,
-        launcher=launcher,
-        accelerator=accelerator,
-        service=service,
-        os=os,
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        iters=iters,
-        namespace=namespace,
-        image=image,
-    )
+    given = dict(locals())  # the parameters, by name: the options are those CertifyOptions names
+    options = check_options(**{name: given[name] for name in CertifyOptions.model_fields})
     port = connect()
     try:
-        given = workflow_name or workflow_uid
         run = (
             RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
-            if given
+            if workflow_name or workflow_uid
             else RunRef.local(port.namespace)
         )
     except ValidationError as exc:
         raise input_error(exc, "certify workflow") from None
-    selected = port.list_nodes(options.selector or None)
-    managed = [n for n in selected if n.managed]
-    with_gpus = [n for n in managed if n.gpu_count > 0]
-    ignored = sorted(n.name for n in managed if n.gpu_count <= 0)
-    if not with_gpus:
-        what = f"selector {options.selector!r}" if options.selector else "the cluster"
-        why = "managed node with GPUs" if managed else "managed node"
-        raise InputError(f"no node to certify: {what} matches no {why}")
-    ready = [n for n in with_gpus if n.ready]
-    excluded = [Exclusion(node=n.name, reason="node is not Ready") for n in with_gpus if not n.ready]
-    if not ready:
-        raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
-    chosen: Launcher
-    if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
-        chosen = "local" if health_source(port) is not None else "job"
-    else:
-        chosen = options.launcher
-    if chosen == "local":
-        accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
-        service = "local" if options.service == AUTO else options.service
-        gpus = LOCAL_RANKS_PER_NODE
-        default_min, default_max = "64KiB", "4MiB"
-    else:
-        accelerator = _accelerator(ready) if options.accelerator == AUTO else options.accelerator
-        service = _service(ready) if options.service == AUTO else options.service
-        gpus = min(n.gpu_count for n in ready)
-        default_min, default_max = "1MiB", "8GiB"
-    os_name = _os(ready) if options.os == AUTO else options.os
-    smallest = parse_size(default_min if options.min_bytes == AUTO else options.min_bytes, "min-bytes")
-    largest = parse_size(default_max if options.max_bytes == AUTO else options.max_bytes, "max-bytes")
-    if smallest > largest:
-        raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
-    names = sorted(n.name for n in ready)
-    groups: list[Subject] = []
-    by_label: dict[str, list[str]] = {}
-    for node in ready:
-        value = node.labels.get(options.group_label)
-        if value:
-            by_label.setdefault(value, []).append(node.name)
-    for value in sorted(by_label):
-        members = sorted(by_label[value])
-        if value == WHOLE:
-            raise InputError(f"node label {options.group_label}={WHOLE}: '{WHOLE}' names the whole set")
-        if len(members) > 1 and members != names:
-            groups.append(Subject(kind="group", name=value, members=members))
-    if len(names) > 1:
-        groups.append(Subject(kind="group", name=WHOLE, members=names))
-    injected: dict[str, list[str]] = {}
-    if chosen == "local":
-        for name in names:
-            faults = local_injections(port, name, 0, "group") + local_injections(port, name, 0, "node")
-            if faults:
-                injected[name] = sorted(f.split(":", 1)[1] for f in faults)
-    plan = CertifyPlan(
-        options=options,
-        launcher=chosen,
-        nodes=names,
-        excluded=excluded,
-        ignored=ignored,
-        groups=groups,
-        gpus_per_node=gpus,
-        min_bytes=smallest,
-        max_bytes=largest,
-        criteria={"service": service, "accelerator": accelerator, "os": os_name},
-        injected=injected,
-        started_at=_now(),
-        run=run,
-    )
-    certified = names + [e.node for e in excluded]
-    _take_nodes(port, run, certified)
-    OutcomeStore(port, run).put_document("plan", plan.model_dump_json())
+    planned = make_plan(port, options, run)
+    certified = planned.nodes + [e.node for e in planned.excluded]
+    take_nodes(port, run, certified)
+    OutcomeStore(port, run).put_document("plan", planned.model_dump_json())
     for name in certified:
         port.set_labels(name, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
     params = output_dir(None) / "params"
-    values = {
-        "nodes": json.dumps(names),
-        "groups": json.dumps([g.name for g in groups if g.name != WHOLE]),
-        "whole": WHOLE if any(g.name == WHOLE for g in groups) else "",
-        "run": run.model_dump_json(),
-        "launcher": chosen,
-        **plan.criteria,
-    }
-    for key in PLAN_OUTPUTS:
-        write_text(params / key, values[key])
-    return plan
+    for key, value in plan_outputs(planned).items():
+        write_text(params / key, value)
+    return planned
 
 
 def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan, dict[str, Any]]:
@@ -579,6 +234,14 @@ def _healthy_s(plan: CertifyPlan, thresholds: Thresholds, scope: Literal["node",
     return LAUNCH_OVERHEAD_S + seconds
 
 
+def _job_launcher(plan: CertifyPlan, recipe: dict[str, Any]) -> Any:
+    """The plan's Job launcher, its pods fitted to the recipe's fabric and the operator's profile."""
+    from steps.readiness.launchers.job import JobLauncher
+    from steps.readiness.launchers.profiles import rank_pod_patch
+
+    return JobLauncher.for_plan(plan, connect(), pod_patch=rank_pod_patch(recipe))
+
+
 def _sweep(
     plan: CertifyPlan,
     recipe: dict[str, Any],
@@ -589,7 +252,6 @@ def _sweep(
     scope: Literal["node", "multi-node"],
 ) -> SweepOutcome:
     thresholds = _thresholds(recipe)
-    timeout = group_timeout(_healthy_s(plan, thresholds, scope), thresholds)
     request = SweepRequest(
         subject=subject,
         ranks=ranks,
@@ -599,17 +261,14 @@ def _sweep(
         factor=4,
         iters=plan.options.iters,
         inject=inject,
-        timeout_s=timeout,
+        timeout_s=group_timeout(_healthy_s(plan, thresholds, scope), thresholds),
         thresholds=recipe.get("thresholds"),
         scope=scope,
         rank_hosts=hosts,
     )
     if plan.launcher == "local":
         return run_allreduce_sweep(request)
-    from steps.readiness.jobs import run_sweep_job
-    from steps.readiness.rankpods import rank_pod_patch
-
-    return run_sweep_job(request, plan, connect(), pod_patch=rank_pod_patch(recipe))
+    return run_sweep(request, _job_launcher(plan, recipe))
 
 
 def _summary_file(result: CheckResult) -> CheckResult:
@@ -717,9 +376,9 @@ def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> SweepOutcome:
         f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
         "(the step did not finish)"
     )
-    verdict = Verdict(subject=subject, test=INCOMPLETE_TEST, status="error", message=message)
+    missing = verdict(subject, INCOMPLETE_TEST, "error", message)
     return SweepOutcome(
-        subject=subject, status="error", verdicts=[verdict], evidence=[], out_dir="", elapsed_s=0.0
+        subject=subject, status="error", verdicts=[missing], evidence=[], out_dir="", elapsed_s=0.0
     )
 
 
@@ -753,11 +412,8 @@ def _smoke(
             subject=subject,
             status="error",
             verdicts=[
-                Verdict(
-                    subject=subject,
-                    test="training-smoke",
-                    status="error",
-                    message="no node passed the sweeps: nothing to run the smoke run on",
+                verdict(
+                    subject, SMOKE_TEST, "error", "no node passed the sweeps: nothing to run the smoke run on"
                 )
             ],
             evidence=[],
@@ -784,10 +440,7 @@ def _smoke(
     )
     if local:
         return run_training_smoke(request)
-    from steps.readiness.jobs import run_smoke_job
-    from steps.readiness.rankpods import rank_pod_patch
-
-    return run_smoke_job(request, plan, connect(), pod_patch=rank_pod_patch(recipe))
+    return run_smoke(request, _job_launcher(plan, recipe))
 
 
 def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdict]:
@@ -808,44 +461,6 @@ def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdic
     return verdicts
 
 
-def _label_nodes(
-    port: ClusterPort, results: list[Any], digest: str, stamp: str
-) -> tuple[list[str], list[str]]:
-    """Write each node's verdict label with its annotations, failed nodes first; keep going past errors.
-
-    Returns the nodes labelled and the ones that could not be (they keep the ``pending`` the plan set).
-    """
-    order = {"failed": 0, "pending": 1, "passed": 2}
-    done: list[str] = []
-    missed: list[str] = []
-    for result in sorted(results, key=lambda r: (order[r.status], r.name)):
-        reason = result.reasons[0] if result.reasons else ""
-        try:
-            port.set_node_metadata(
-                result.name,
-                labels={vocab.LABEL_CERTIFICATION: vocab.Certification(result.status).value},
-                annotations={
-                    vocab.ANNOTATION_CERTIFIED_AT: stamp,
-                    vocab.ANNOTATION_CERTIFICATION_RECIPE: digest,
-                    vocab.ANNOTATION_CERTIFICATION_REASON: reason[:250] or None,
-                },
-            )
-        except DsxError as exc:
-            print(f"warning: node {result.name}: verdict {result.status} not written: {exc}", file=sys.stderr)
-            missed.append(result.name)
-            continue
-        done.append(result.name)
-        port.record_event(
-            result.name,
-            {"passed": "DsxCertificationPassed", "failed": "DsxCertificationFailed"}.get(
-                result.status, "DsxCertificationPending"
-            ),
-            f"dsx certification {result.status}" + (f": {reason[:200]}" if reason else ""),
-            "Normal" if result.status == "passed" else "Warning",
-        )
-    return done, missed
-
-
 def report(run: RunRef) -> CertifySummary:
     """Write the report (JSON, Markdown, plots), keep it in a ConfigMap, and label every node.
 
@@ -864,12 +479,12 @@ def report(run: RunRef) -> CertifySummary:
     smoke = store.smoke()
     digest = recipe.get("digest")
     excluded = [
-        Verdict(
-            subject=Subject(kind="node", name=e.node, members=[e.node]),
-            test="node-ready",
-            status="error",
+        verdict(
+            Subject(kind="node", name=e.node, members=[e.node]),
+            "node-ready",
+            "error",
+            f"node {e.node}: {e.reason}",
             node=e.node,
-            message=f"node {e.node}: {e.reason}",
         )
         for e in plan.excluded
     ]
@@ -886,7 +501,7 @@ def report(run: RunRef) -> CertifySummary:
         )
     )
     kept = keep_report(port, plan.run, dump_json(report), render_markdown(report))
-    _, missed = _label_nodes(port, report.nodes, str(digest or ""), _now())
+    _, missed = label_verdicts(port, report.nodes, str(digest or ""), now())
     failed = {r.name: (r.reasons[0] if r.reasons else "") for r in report.nodes if r.status == "failed"}
     pending = {r.name: (r.reasons[0] if r.reasons else "") for r in report.nodes if r.status == "pending"}
     summary = CertifySummary(
@@ -908,7 +523,7 @@ def report(run: RunRef) -> CertifySummary:
             f"certification report {kept or 'written'}, but the verdicts of {len(missed)} node(s) could "
             f"not be written: {', '.join(sorted(missed))}; they stay {vocab.Certification.pending.value}"
         )
-    _release_nodes(port, plan.run, plan.nodes + [e.node for e in plan.excluded])
+    release_nodes(port, plan.run, plan.nodes + [e.node for e in plan.excluded])
     store.delete()
     return summary
 
@@ -937,17 +552,7 @@ def release(workflow_name: str, workflow_uid: str) -> str:
         run = RunRef(name=workflow_name, uid=workflow_uid, namespace=port.namespace)
     except ValidationError as exc:
         raise input_error(exc, "certify workflow") from None
-    holder = _holder(run)
-    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, vocab.LABEL_LOCKED_NODE)
-    released = []
-    for lease in leases:
-        node = ((lease.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_LOCKED_NODE, "")
-        if (
-            node
-            and (lease.get("spec") or {}).get("holderIdentity") == holder
-            and port.release_lock(node, holder)
-        ):
-            released.append(node)
+    released = release_held(port, run)
     return f"released {len(released)} node(s) held by {run.name}" + (
-        f": {', '.join(sorted(released))}" if released else ""
+        f": {', '.join(released)}" if released else ""
     )

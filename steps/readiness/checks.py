@@ -1,52 +1,61 @@
-"""The readiness checks as workflow steps: plain functions, pydantic in, pydantic out.
+"""The two readiness checks, the all-reduce sweep and the training smoke run: requests, outcomes, runs.
 
-Each step writes its evidence under ``$DSX_OUTPUT_DIR`` when set (else the request's ``out_dir``)
-and returns an outcome that serialises to JSON, so a workflow can pass it on to the report step.
-No step reads workflow variables.
+Each is one :class:`~steps.readiness.check.Check` made from its request
+(:func:`allreduce_sweep_check`, :func:`training_smoke_check`) and run by whichever launcher the caller
+gives (:func:`run_sweep`, :func:`run_smoke`); the outcome is the same model either way, so the report
+does not care where the ranks ran.
 
-- :func:`run_allreduce_sweep`: a local all-reduce sweep (N ranks on this machine), judged.
+- :func:`run_allreduce_sweep`, :func:`run_training_smoke`: the local runs (N ranks on this machine) of
+  ``dsx nccl sweep`` and ``dsx train smoke``; each writes its evidence under ``$DSX_OUTPUT_DIR`` when set
+  (else the request's ``out_dir``), ``outcome.json`` last.
 - :func:`judge_allreduce_run`: judge a sweep or an nccl-tests log produced elsewhere (torchrun pods).
 - :func:`judge_groups_relative`: relative mode over the groups of one certification run.
-- :func:`run_training_smoke`: a local DDP training smoke run, judged.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from steps.errors import InputError
 from steps.files import write_text
 from steps.models import input_error
+from steps.readiness import check
 from steps.readiness.evidence import output_dir
-from steps.readiness.inject import parse_injections
-from steps.readiness.judge import judge_collective, judge_launch, judge_relative, straggler_verdicts
-from steps.readiness.launch import LaunchResult, launch_local
-from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json, worst
+from steps.readiness.judge import judge_collective, judge_relative, judge_smoke
+from steps.readiness.launchers.base import Launcher, RankProgram
+from steps.readiness.launchers.local import LocalLauncher
+from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json
+from steps.readiness.ranks.inject import parse_injections
+from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
+from steps.readiness.ranks.sweep import SweepConfig, sweep_args
 from steps.readiness.sizes import parse_size
-from steps.readiness.smoke import SmokeConfig, SmokeResult, smoke_args
-from steps.readiness.sweep import SweepConfig, sweep_args
 from steps.readiness.thresholds import Scope, Thresholds, load_thresholds
 
 __all__ = [
+    "SMOKE_TEST",
+    "SWEEP_TEST",
     "GroupRun",
     "RelativeRequest",
     "SmokeOutcome",
     "SmokeRequest",
     "SweepOutcome",
     "SweepRequest",
+    "allreduce_sweep_check",
     "judge_allreduce_run",
     "judge_groups_relative",
-    "judge_smoke",
     "run_allreduce_sweep",
+    "run_smoke",
+    "run_sweep",
     "run_training_smoke",
     "smoke_config",
     "sweep_config",
+    "training_smoke_check",
 ]
+
+SWEEP_TEST = "allreduce-sweep"
+SMOKE_TEST = "training-smoke"
 
 
 class SweepRequest(Model):
@@ -68,16 +77,21 @@ class SweepRequest(Model):
     out_dir: str | None = None
 
 
-class SweepOutcome(Model):
-    """A judged sweep: the run (absent when the ranks failed or hung), verdicts and evidence."""
+class CheckOutcome(Model):
+    """A judged check: its status (the worst of its verdicts), verdicts, evidence and where it is kept."""
 
     subject: Subject
     status: VerdictStatus
-    run: CollectiveRun | None = None
     verdicts: list[Verdict]
     evidence: list[str]
     out_dir: str
     elapsed_s: float
+
+
+class SweepOutcome(CheckOutcome):
+    """A judged sweep, with its run (absent when the ranks failed or hung, or wrote no run)."""
+
+    run: CollectiveRun | None = None
 
 
 class GroupRun(Model):
@@ -116,87 +130,14 @@ class SmokeRequest(Model):
     out_dir: str | None = None
 
 
-class SmokeOutcome(Model):
-    """A judged smoke run."""
+class SmokeOutcome(CheckOutcome):
+    """A judged smoke run, with rank 0's result (absent when the ranks failed or hung)."""
 
-    subject: Subject
-    status: VerdictStatus
     result: SmokeResult | None = None
-    verdicts: list[Verdict]
-    evidence: list[str]
-    out_dir: str
-    elapsed_s: float
 
 
 def _thresholds(raw: dict[str, Any] | None) -> Thresholds:
     return load_thresholds(raw)
-
-
-def _read_json(path: Path, model: type[Model]) -> Any:
-    try:
-        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ValidationError):
-        return None
-
-
-def _rank_files(launch: LaunchResult) -> list[str]:
-    return [path for rank in launch.ranks for path in (rank.stdout, rank.stderr)]
-
-
-_Outcome = TypeVar("_Outcome", SweepOutcome, SmokeOutcome)
-
-
-def judged(
-    kind: type[_Outcome],
-    subject: Subject,
-    verdicts: list[Verdict],
-    evidence: list[str],
-    out_dir: str,
-    elapsed_s: float,
-    **result: Any,
-) -> _Outcome:
-    """A check's outcome, its status the worst of its verdicts; ``result`` is the run or result read."""
-    return kind(
-        subject=subject,
-        status=worst([v.status for v in verdicts]),
-        verdicts=verdicts,
-        evidence=evidence,
-        out_dir=out_dir,
-        elapsed_s=elapsed_s,
-        **result,
-    )
-
-
-def _launch_and_read(
-    test: str,
-    module: str,
-    args: list[str],
-    request: SweepRequest | SmokeRequest,
-    folder: Path,
-    result_file: Path,
-    model: type[Model],
-) -> tuple[Any, list[Verdict], list[str], float]:
-    """Run ``module`` as the request's local ranks; rank 0's result read as ``model`` (or None), the
-    verdicts on how the ranks ended (hang, error, no readable result), the ranks' log files, the elapsed
-    time."""
-    subject, timeout_s = request.subject, request.timeout_s
-    launch = launch_local(
-        module, args, request.ranks, folder / "ranks", timeout_s=timeout_s, rank_hosts=request.rank_hosts
-    )
-    evidence = _rank_files(launch)
-    verdicts = judge_launch(launch, subject, test, timeout_s)
-    result = _read_json(result_file, model) if launch.ok else None
-    if launch.ok and result is None:
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test=test,
-                status="error",
-                evidence=evidence,
-                message=f"{subject.kind} {subject.name}: rank 0 wrote no readable result",
-            )
-        )
-    return result, verdicts, evidence, launch.elapsed_s
 
 
 def sweep_config(request: SweepRequest) -> SweepConfig:
@@ -248,6 +189,59 @@ def smoke_config(request: SmokeRequest, thresholds: Thresholds) -> SmokeConfig:
     return config
 
 
+def allreduce_sweep_check(request: SweepRequest) -> check.Check[CollectiveRun]:
+    """The all-reduce sweep of ``request`` as a check: rank 0 writes the run and its table.
+
+    Raises:
+        InputError: a size, fault or threshold in the request is malformed.
+    """
+    thresholds = _thresholds(request.thresholds)
+    config = sweep_config(request)
+    config.sizes()
+    parse_injections(request.inject, request.ranks, ("delay", "fail", "hang", "corrupt"))
+    program = RankProgram(
+        module="steps.readiness.ranks.sweep",
+        args=sweep_args(config),
+        outputs=[("--out", "sweep.json"), ("--table", "sweep.txt")],
+    )
+
+    def judge(run: CollectiveRun, evidence: list[str]) -> list[Verdict]:
+        return judge_collective(run, request.subject, thresholds, request.scope, evidence)
+
+    return check.Check(SWEEP_TEST, request.subject, program, CollectiveRun, judge, request.timeout_s)
+
+
+def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
+    """The training smoke run of ``request`` as a check: rank 0 writes the result.
+
+    Raises:
+        InputError: a fault, model setting or threshold in the request is malformed.
+    """
+    thresholds = _thresholds(request.thresholds)
+    config = smoke_config(request, thresholds)
+    parse_injections(request.inject, request.ranks)
+    program = RankProgram(
+        module="steps.readiness.ranks.smoke", args=smoke_args(config), outputs=[("--out", "smoke.json")]
+    )
+
+    def judge(result: SmokeResult, evidence: list[str]) -> list[Verdict]:
+        return judge_smoke(result, request.subject, thresholds, request.min_loss_drop, evidence)
+
+    return check.Check(SMOKE_TEST, request.subject, program, SmokeResult, judge, request.timeout_s)
+
+
+def run_sweep(request: SweepRequest, launcher: Launcher) -> SweepOutcome:
+    """Run the all-reduce sweep of ``request`` with ``launcher`` and judge it."""
+    done = check.run(allreduce_sweep_check(request), launcher)
+    return SweepOutcome(run=done.result, **done.judged())
+
+
+def run_smoke(request: SmokeRequest, launcher: Launcher) -> SmokeOutcome:
+    """Run the training smoke run of ``request`` with ``launcher`` and judge it."""
+    done = check.run(training_smoke_check(request), launcher)
+    return SmokeOutcome(result=done.result, **done.judged())
+
+
 def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
     """Run a local all-reduce sweep of ``request.ranks`` processes and judge it.
 
@@ -257,22 +251,24 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
     Raises:
         InputError: a size, fault or threshold in the request is malformed (nothing is written).
     """
-    thresholds = _thresholds(request.thresholds)
-    config = sweep_config(request)
-    config.sizes()
-    parse_injections(request.inject, request.ranks, ("delay", "fail", "hang", "corrupt"))
+    allreduce_sweep_check(request)  # refuse a malformed request before the folder is made
     folder = output_dir(request.out_dir)
-    run_file, table_file = folder / "sweep.json", folder / "sweep.txt"
-    for stale in (run_file, table_file):
-        stale.unlink(missing_ok=True)
-    args = [*sweep_args(config), "--out", str(run_file), "--table", str(table_file)]
-    run, verdicts, evidence, elapsed = _launch_and_read(
-        "allreduce-sweep", "steps.readiness.sweep", args, request, folder, run_file, CollectiveRun
-    )
-    if run is not None:
-        evidence = [str(run_file), str(table_file), *evidence]
-        verdicts += judge_collective(run, request.subject, thresholds, request.scope, [str(table_file)])
-    outcome = judged(SweepOutcome, request.subject, verdicts, evidence, str(folder), elapsed, run=run)
+    outcome = run_sweep(request, LocalLauncher(folder, request.ranks, request.rank_hosts))
+    write_text(folder / "outcome.json", dump_json(outcome))
+    return outcome
+
+
+def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
+    """Run a local DDP training smoke run of ``request.ranks`` processes and judge it.
+
+    Evidence: ``smoke.json`` (the result), ``ranks/rank-N.stdout`` and ``.stderr``, ``outcome.json``.
+
+    Raises:
+        InputError: a fault, model setting or threshold in the request is malformed (nothing is written).
+    """
+    training_smoke_check(request)  # refuse a malformed request before the folder is made
+    folder = output_dir(request.out_dir)
+    outcome = run_smoke(request, LocalLauncher(folder, request.ranks, request.rank_hosts))
     write_text(folder / "outcome.json", dump_json(outcome))
     return outcome
 
@@ -293,124 +289,3 @@ def judge_groups_relative(request: RelativeRequest) -> list[Verdict]:
     size = None if request.size is None else parse_size(request.size, "size")
     pairs = [(group.subject, group.run) for group in request.groups]
     return judge_relative(pairs, _thresholds(request.thresholds), size)
-
-
-def judge_smoke(
-    result: SmokeResult, subject: Subject, thresholds: Thresholds, min_loss_drop: float, evidence: list[str]
-) -> list[Verdict]:
-    """Verdicts of a smoke run: finite losses on every rank, falling loss, stragglers, MFU on GPU."""
-    verdicts: list[Verdict] = []
-    name = f"{subject.kind} {subject.name}"
-    bad = [r for r in result.ranks if r.first_nonfinite_step is not None]
-    if bad:
-        first = min(r.first_nonfinite_step or 0 for r in bad)
-        culprits = [r for r in bad if r.first_nonfinite_step == first]
-        who = ", ".join(
-            f"rank {r.rank} on node {r.host}" + (f" ({r.injected})" if r.injected else "") for r in culprits
-        )
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-finite",
-                status="error",
-                measured=float(first),
-                unit="step",
-                evidence=evidence,
-                message=f"{name}: loss became NaN or Inf at step {first} on {who}; {len(bad)} ranks affected",
-                rank=culprits[0].rank if len(culprits) == 1 else None,
-                node=culprits[0].host if len(culprits) == 1 else None,
-                injected=any(r.injected for r in culprits),
-            )
-        )
-    else:
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-finite",
-                status="pass",
-                evidence=evidence,
-                message=f"{name}: every loss on all {result.world_size} ranks is finite",
-            )
-        )
-    if result.initial_loss is not None and result.final_loss is not None:
-        limit = result.initial_loss * (1 - min_loss_drop)
-        ok = result.final_loss <= limit
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-loss",
-                status="pass" if ok else "fail",
-                measured=result.final_loss,
-                threshold=round(limit, 6),
-                unit="loss",
-                evidence=evidence,
-                message=(
-                    f"{name}: loss fell from {result.initial_loss:.4f} to {result.final_loss:.4f} over "
-                    f"{result.steps} steps" + ("" if ok else f", not below {limit:.4f}")
-                ),
-            )
-        )
-    limit = thresholds.training.straggler_skew
-    median_own = statistics.median(r.median_own_s for r in result.ranks)
-    by_rank = {r.rank: r for r in result.ranks}
-
-    def slow(rank: Any) -> str:
-        record = by_rank[rank.rank]
-        return (
-            f"{record.median_own_s * 1000:.1f} ms "
-            f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
-            f"skew {record.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
-        )
-
-    def fine(top: Any) -> str:
-        return f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})"
-
-    verdicts += straggler_verdicts(subject, "smoke-straggler", result.ranks, limit, evidence, slow, fine)
-    training = thresholds.training
-    if result.mfu is not None and training.min_mfu is not None:
-        ok = result.mfu >= training.min_mfu
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="smoke-mfu",
-                status="pass" if ok else "fail",
-                measured=result.mfu,
-                threshold=training.min_mfu,
-                unit="MFU",
-                evidence=evidence,
-                message=(
-                    f"{name}: {result.tflops_per_gpu:g} TFLOP/s per GPU is MFU {result.mfu:.3f} of the "
-                    f"{training.peak_tflops:g} TFLOP/s peak, "
-                    f"{'meeting' if ok else 'below'} {training.min_mfu:g}"
-                ),
-            )
-        )
-    return verdicts
-
-
-def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
-    """Run a local DDP training smoke run of ``request.ranks`` processes and judge it.
-
-    Evidence: ``smoke.json`` (the result), ``ranks/rank-N.stdout`` and ``.stderr``, ``outcome.json``.
-
-    Raises:
-        InputError: a fault, model setting or threshold in the request is malformed (nothing is written).
-    """
-    thresholds = _thresholds(request.thresholds)
-    config = smoke_config(request, thresholds)
-    parse_injections(request.inject, request.ranks)
-    folder = output_dir(request.out_dir)
-    result_file = folder / "smoke.json"
-    result_file.unlink(missing_ok=True)
-    args = [*smoke_args(config), "--out", str(result_file)]
-    result, verdicts, evidence, elapsed = _launch_and_read(
-        "training-smoke", "steps.readiness.smoke", args, request, folder, result_file, SmokeResult
-    )
-    if result is not None:
-        evidence = [str(result_file), *evidence]
-        verdicts += judge_smoke(
-            result, request.subject, thresholds, request.min_loss_drop, [str(result_file)]
-        )
-    outcome = judged(SmokeOutcome, request.subject, verdicts, evidence, str(folder), elapsed, result=result)
-    write_text(folder / "outcome.json", dump_json(outcome))
-    return outcome

@@ -1,7 +1,9 @@
 """Verdicts: a collective run, a training smoke run or a launch, judged against the thresholds.
 
 Every verdict names its subject (the node, or the group and its members), the test, the measured
-figure, the threshold, the evidence kept and a message that names the rank and node at fault.
+figure, the threshold, the evidence kept and a message that names the rank and node at fault. Every
+verdict of the part is made by :func:`verdict`, here: the launchers for how a run ended, the checks for
+what rank 0 reported, the certification pipeline for what it could not test.
 """
 
 from __future__ import annotations
@@ -11,16 +13,140 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from steps.readiness.launch import LaunchResult, stderr_tail
-from steps.readiness.models import CollectiveRun, Subject, Verdict
+from steps.readiness.models import CollectiveRun, Subject, Verdict, VerdictStatus
+from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.sizes import format_size
-from steps.readiness.thresholds import Scope, Thresholds
+from steps.readiness.thresholds import AllReduceThreshold, Scope, Thresholds
 
-__all__ = ["MAD_FLOOR", "judge_collective", "judge_launch", "judge_relative", "straggler_verdicts"]
+__all__ = [
+    "MAD_FLOOR",
+    "MESSAGE_LIMIT",
+    "judge_collective",
+    "judge_relative",
+    "judge_smoke",
+    "straggler_verdicts",
+    "subject_name",
+    "verdict",
+]
 
 #: In relative mode the spread is never taken below this fraction of the median, so groups that
 #: differ only by noise are not failed when most groups measure exactly alike.
 MAD_FLOOR = 0.02
+#: The longest message a verdict keeps: verdicts travel in the workflow's one-line results and in the
+#: node annotations, where a whole stderr or a scheduler's list of every node would not fit.
+MESSAGE_LIMIT = 1000
+
+
+class _Placed(Protocol):
+    """A rank a verdict can name: a launched rank, a sweep's :class:`RankStats`, a smoke run's rank."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+
+
+class _Skewed(_Placed, Protocol):
+    """A rank's record with a skew: a sweep's :class:`RankStats` or a smoke run's rank."""
+
+    @property
+    def skew(self) -> float: ...
+    @property
+    def injected(self) -> str | None: ...
+
+
+def subject_name(subject: Subject) -> str:
+    """How messages name a subject: ``node node-03``, ``group rack-01``."""
+    return f"{subject.kind} {subject.name}"
+
+
+def verdict(
+    subject: Subject,
+    test: str,
+    status: VerdictStatus,
+    message: str,
+    *,
+    measured: float | None = None,
+    threshold: float | None = None,
+    unit: str | None = None,
+    evidence: Sequence[str] = (),
+    named: Sequence[_Placed] = (),
+    node: str | None = None,
+    injected: bool = False,
+) -> Verdict:
+    """One verdict, its message cut to :data:`MESSAGE_LIMIT` characters.
+
+    Args:
+        named: the ranks the verdict is about; when it is exactly one, the verdict names its rank and
+            node (a verdict about several ranks names them in its message only).
+        node: the node the verdict is about when no rank is (a node that could not be tested).
+    """
+    one = named[0] if len(named) == 1 else None
+    return Verdict(
+        subject=subject,
+        test=test,
+        status=status,
+        measured=measured,
+        threshold=threshold,
+        unit=unit,
+        evidence=list(evidence),
+        message=message[:MESSAGE_LIMIT],
+        rank=one.rank if one is not None else None,
+        node=one.host if one is not None else node,
+        injected=injected,
+    )
+
+
+def straggler_verdicts(
+    subject: Subject,
+    test: str,
+    ranks: Sequence[_Skewed],
+    limit: float,
+    evidence: Sequence[str],
+    slow: Callable[[_Skewed], str],
+    fine: Callable[[_Skewed], str],
+) -> list[Verdict]:
+    """One failing verdict per rank whose skew is over ``limit`` (the most skewed first), else one passing.
+
+    Args:
+        slow: what a straggler did, after ``rank R on node N is a straggler (injection):``.
+        fine: the whole message of the passing verdict, given the most skewed rank.
+    """
+    stragglers = sorted((r for r in ranks if r.skew > limit), key=lambda r: (-r.skew, r.rank))
+    verdicts = [
+        verdict(
+            subject,
+            test,
+            "fail",
+            f"rank {rank.rank} on node {rank.host} is a straggler"
+            f"{f' ({rank.injected})' if rank.injected else ''}: {slow(rank)}",
+            measured=rank.skew,
+            threshold=limit,
+            unit="skew",
+            evidence=evidence,
+            named=[rank],
+            injected=rank.injected is not None,
+        )
+        for rank in stragglers
+    ]
+    if not stragglers and ranks:
+        top = max(ranks, key=lambda r: (r.skew, -r.rank))
+        verdicts.append(
+            verdict(
+                subject,
+                test,
+                "pass",
+                fine(top),
+                measured=top.skew,
+                threshold=limit,
+                unit="skew",
+                evidence=evidence,
+            )
+        )
+    return verdicts
+
+
+# ----------------------------------------------------------------------------- all-reduce
 
 
 def _wrong(run: CollectiveRun) -> int:
@@ -35,69 +161,93 @@ def _measured_sizes(run: CollectiveRun) -> set[int]:
     return {size for index, size in enumerate(table.size) if table.busbw(index) is not None}
 
 
-class _Skewed(Protocol):
-    """A rank's record with a skew: a sweep's :class:`RankStats` or a smoke run's rank."""
+def _run_verdict(run: CollectiveRun, subject: Subject, evidence: Sequence[str]) -> Verdict:
+    """Whether the run is complete with every result checked (``error`` when it is not)."""
+    name = subject_name(subject)
+    if run.status == "complete":
+        message = f"{name}: all-reduce ran {len(run.results)} sizes with every result checked"
+        return verdict(subject, "allreduce-run", "pass", message, evidence=evidence)
+    corrupted = run.status == "corrupted"
+    detail = "; ".join(run.problems[:3]) or run.status
+    return verdict(
+        subject,
+        "allreduce-data" if corrupted else "allreduce-run",
+        "error",
+        f"{name}: all-reduce run is {run.status}: {detail}",
+        measured=float(_wrong(run)) if corrupted else None,
+        threshold=0.0 if corrupted else None,
+        unit="wrong elements" if corrupted else None,
+        evidence=evidence,
+        injected=bool(run.injected),
+    )
 
-    @property
-    def rank(self) -> int: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def skew(self) -> float: ...
-    @property
-    def injected(self) -> str | None: ...
 
-
-def straggler_verdicts(
-    subject: Subject,
-    test: str,
-    ranks: Sequence[_Skewed],
-    limit: float,
-    evidence: list[str],
-    slow: Callable[[_Skewed], str],
-    fine: Callable[[_Skewed], str],
-) -> list[Verdict]:
-    """One failing verdict per rank whose skew is over ``limit`` (the most skewed first), else one passing.
-
-    Args:
-        slow: what a straggler did, after ``rank R on node N is a straggler (injection):``.
-        fine: the whole message of the passing verdict, given the most skewed rank.
-    """
-    stragglers = sorted((r for r in ranks if r.skew > limit), key=lambda r: (-r.skew, r.rank))
-    verdicts = [
-        Verdict(
-            subject=subject,
-            test=test,
-            status="fail",
-            measured=rank.skew,
-            threshold=limit,
-            unit="skew",
+def _busbw_verdict(
+    run: CollectiveRun, subject: Subject, expected: AllReduceThreshold, scope: Scope, evidence: Sequence[str]
+) -> Verdict:
+    """Bus bandwidth at exactly the threshold's size (``error`` when the run has no figure there)."""
+    name, at, injected = subject_name(subject), format_size(expected.size), bool(run.injected)
+    test = f"allreduce-busbw@{at}"
+    row = run.row_at(expected.size)
+    figure = row.busbw() if row is not None else None
+    if row is None or figure is None:
+        largest = max(run.results.size, default=0)
+        why = (
+            f"not measured (the run's largest size is {format_size(largest)})"
+            if row is None
+            else "no figure (the data check failed at that size)"
+        )
+        message = f"{name}: busbw at {at}: {why}"
+        return verdict(
+            subject,
+            test,
+            "error",
+            message,
+            threshold=expected.bus_bw_gbps,
+            unit="GB/s",
             evidence=evidence,
-            message=(
-                f"rank {rank.rank} on node {rank.host} is a straggler"
-                f"{f' ({rank.injected})' if rank.injected else ''}: {slow(rank)}"
-            ),
-            rank=rank.rank,
-            node=rank.host,
-            injected=rank.injected is not None,
+            injected=injected,
         )
-        for rank in stragglers
-    ]
-    if not stragglers and ranks:
-        top = max(ranks, key=lambda r: (r.skew, -r.rank))
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test=test,
-                status="pass",
-                measured=top.skew,
-                threshold=limit,
-                unit="skew",
-                evidence=evidence,
-                message=fine(top),
-            )
+    ok = figure >= expected.bus_bw_gbps
+    return verdict(
+        subject,
+        test,
+        "pass" if ok else "fail",
+        f"{name}: busbw {figure:.2f} GB/s at {at} "
+        f"{'meets' if ok else 'is below'} the {scope} threshold {expected.bus_bw_gbps:g} GB/s"
+        + (" (a fault was injected)" if injected and not ok else ""),
+        measured=round(figure, 3),
+        threshold=expected.bus_bw_gbps,
+        unit="GB/s",
+        evidence=evidence,
+        injected=injected and not ok,
+    )
+
+
+def _sweep_stragglers(
+    run: CollectiveRun, subject: Subject, thresholds: Thresholds, evidence: Sequence[str]
+) -> list[Verdict]:
+    """Ranks that spent more time outside the all-reduce than the median rank, over the skew limit."""
+    if not run.rank_stats:
+        return []
+    limit = thresholds.nccl.straggler_skew
+    median_outside = statistics.median(stats.outside_s for stats in run.rank_stats)
+    by_rank = {stats.rank: stats for stats in run.rank_stats}
+
+    def slow(stats: _Skewed) -> str:
+        outside = by_rank[stats.rank].outside_s
+        return (
+            f"{outside:.3f} s outside all-reduce against a median rank's "
+            f"{median_outside:.3f} s, skew {stats.skew:.2f} > {limit:g}"
         )
-    return verdicts
+
+    def fine(top: _Skewed) -> str:
+        return (
+            f"{subject_name(subject)}: no straggler among {len(run.rank_stats)} ranks "
+            f"(largest skew {top.skew:.2f}, rank {top.rank} on node {top.host}, limit {limit:g})"
+        )
+
+    return straggler_verdicts(subject, "allreduce-straggler", run.rank_stats, limit, evidence, slow, fine)
 
 
 def judge_collective(
@@ -114,153 +264,11 @@ def judge_collective(
     an ``error`` verdict, as is a size whose data check failed.
     """
     kept = list(evidence)
-    verdicts: list[Verdict] = []
-    injected = bool(run.injected)
-    name = f"{subject.kind} {subject.name}"
-    if run.status == "complete":
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="allreduce-run",
-                status="pass",
-                evidence=kept,
-                message=f"{name}: all-reduce ran {len(run.results)} sizes with every result checked",
-            )
-        )
-    else:
-        detail = "; ".join(run.problems[:3]) or run.status
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test="allreduce-data" if run.status == "corrupted" else "allreduce-run",
-                status="error",
-                measured=float(_wrong(run)) if run.status == "corrupted" else None,
-                threshold=0.0 if run.status == "corrupted" else None,
-                unit="wrong elements" if run.status == "corrupted" else None,
-                evidence=kept,
-                message=f"{name}: all-reduce run is {run.status}: {detail}",
-                injected=injected,
-            )
-        )
-    largest = max(run.results.size, default=0)
-    for threshold in thresholds.all_reduce(scope):
-        test = f"allreduce-busbw@{format_size(threshold.size)}"
-        row = run.row_at(threshold.size)
-        figure = row.busbw() if row is not None else None
-        if row is None or figure is None:
-            why = (
-                f"not measured (the run's largest size is {format_size(largest)})"
-                if row is None
-                else "no figure (the data check failed at that size)"
-            )
-            verdicts.append(
-                Verdict(
-                    subject=subject,
-                    test=test,
-                    status="error",
-                    threshold=threshold.bus_bw_gbps,
-                    unit="GB/s",
-                    evidence=kept,
-                    message=f"{name}: busbw at {format_size(threshold.size)}: {why}",
-                    injected=injected,
-                )
-            )
-            continue
-        ok = figure >= threshold.bus_bw_gbps
-        verdicts.append(
-            Verdict(
-                subject=subject,
-                test=test,
-                status="pass" if ok else "fail",
-                measured=round(figure, 3),
-                threshold=threshold.bus_bw_gbps,
-                unit="GB/s",
-                evidence=kept,
-                message=(
-                    f"{name}: busbw {figure:.2f} GB/s at {format_size(threshold.size)} "
-                    f"{'meets' if ok else 'is below'} the {scope} threshold {threshold.bus_bw_gbps:g} GB/s"
-                    + (" (a fault was injected)" if injected and not ok else "")
-                ),
-                injected=injected and not ok,
-            )
-        )
-    if run.rank_stats:
-        limit = thresholds.nccl.straggler_skew
-        median_outside = statistics.median(stats.outside_s for stats in run.rank_stats)
-        by_rank = {stats.rank: stats for stats in run.rank_stats}
-
-        def slow(stats: _Skewed) -> str:
-            outside = by_rank[stats.rank].outside_s
-            return (
-                f"{outside:.3f} s outside all-reduce against a median rank's "
-                f"{median_outside:.3f} s, skew {stats.skew:.2f} > {limit:g}"
-            )
-
-        def fine(top: _Skewed) -> str:
-            return (
-                f"{name}: no straggler among {len(run.rank_stats)} ranks "
-                f"(largest skew {top.skew:.2f}, rank {top.rank} on node {top.host}, limit {limit:g})"
-            )
-
-        verdicts += straggler_verdicts(
-            subject, "allreduce-straggler", run.rank_stats, limit, kept, slow, fine
-        )
-    return verdicts
-
-
-def judge_launch(launch: LaunchResult, subject: Subject, test: str, timeout_s: float) -> list[Verdict]:
-    """Verdicts for a local run whose ranks did not all exit cleanly: ``hang`` or ``error``.
-
-    A timeout gives ``hang`` naming the ranks that were not inside a collective while others were (or
-    all ranks still running, when that cannot tell); a rank that failed gives ``error`` naming the
-    rank whose error came first, with its stderr kept as evidence. A clean launch gives no verdict.
-    """
-    if launch.ok:
-        return []
-    if launch.timed_out:
-        named = [launch.ranks[rank] for rank in launch.hung]
-        who = ", ".join(f"rank {r.rank} on node {r.host}" for r in named) or "every rank"
-        return [
-            Verdict(
-                subject=subject,
-                test=test,
-                status="hang",
-                measured=launch.elapsed_s,
-                threshold=timeout_s,
-                unit="s",
-                evidence=[r.stderr for r in launch.ranks],
-                message=(
-                    f"{subject.kind} {subject.name}: {test} did not finish within {timeout_s:g} s; "
-                    f"not answering: {who}; every rank was killed"
-                ),
-                rank=named[0].rank if len(named) == 1 else None,
-                node=named[0].host if len(named) == 1 else None,
-            )
-        ]
-    first = launch.first_failure
-    culprit = launch.ranks[first] if first is not None else next(r for r in launch.ranks if r.state != "ok")
-    reason = culprit.error or stderr_tail(culprit.stderr) or f"exit status {culprit.returncode}"
-    others = [r.rank for r in launch.ranks if r.rank != culprit.rank and r.state != "ok"]
-    return [
-        Verdict(
-            subject=subject,
-            test=test,
-            status="error",
-            evidence=[culprit.stderr] + [r.stderr for r in launch.ranks if r.rank != culprit.rank],
-            message=(
-                f"rank {culprit.rank} on node {culprit.host} failed (exit {culprit.returncode}): {reason}"
-                + (
-                    f"; {'rank' if len(others) == 1 else 'ranks'} "
-                    f"{', '.join(map(str, others))} stopped after it"
-                    if others
-                    else ""
-                )
-            ),
-            rank=culprit.rank,
-            node=culprit.host,
-            injected="injected" in reason.lower(),
-        )
+    verdicts = [_run_verdict(run, subject, kept)]
+    verdicts += [
+        _busbw_verdict(run, subject, expected, scope, kept) for expected in thresholds.all_reduce(scope)
     ]
+    return verdicts + _sweep_stragglers(run, subject, thresholds, kept)
 
 
 def judge_relative(
@@ -289,27 +297,143 @@ def judge_relative(
         figures = {subject.name: run.row_at(at).busbw() for subject, run in entries}  # type: ignore[union-attr]
         values = [float(v) for v in figures.values() if v is not None]
         median = statistics.median(values)
-        mad = statistics.median(abs(v - median) for v in values)
-        spread = max(mad, MAD_FLOOR * median)
+        spread = max(statistics.median(abs(v - median) for v in values), MAD_FLOOR * median)
         limit = median - relative.mad_factor * spread
         for subject, run in entries:
             figure = float(figures[subject.name] or 0.0)
             ok = figure >= limit
             verdicts.append(
-                Verdict(
-                    subject=subject,
-                    test=f"allreduce-relative@{format_size(at)}",
-                    status="pass" if ok else "fail",
+                verdict(
+                    subject,
+                    f"allreduce-relative@{format_size(at)}",
+                    "pass" if ok else "fail",
+                    f"{subject_name(subject)}: busbw {figure:.2f} GB/s at {format_size(at)} "
+                    f"{'within' if ok else 'below'} the median of {len(entries)} groups of {members} "
+                    f"({median:.2f} GB/s) minus {relative.mad_factor:g} x MAD ({spread:.2f}): "
+                    f"limit {limit:.2f}",
                     measured=round(figure, 3),
                     threshold=round(limit, 3),
                     unit="GB/s",
-                    message=(
-                        f"{subject.kind} {subject.name}: busbw {figure:.2f} GB/s at {format_size(at)} "
-                        f"{'within' if ok else 'below'} the median of {len(entries)} groups of {members} "
-                        f"({median:.2f} GB/s) minus {relative.mad_factor:g} x MAD ({spread:.2f}): "
-                        f"limit {limit:.2f}"
-                    ),
                     injected=bool(run.injected) and not ok,
                 )
             )
     return verdicts
+
+
+# ----------------------------------------------------------------------------- training smoke run
+
+
+def _finite_verdict(result: SmokeResult, subject: Subject, evidence: Sequence[str]) -> Verdict:
+    """Every rank's loss finite, else an ``error`` naming the first step and the ranks that saw it."""
+    name = subject_name(subject)
+    bad = [r for r in result.ranks if r.first_nonfinite_step is not None]
+    if not bad:
+        message = f"{name}: every loss on all {result.world_size} ranks is finite"
+        return verdict(subject, "smoke-finite", "pass", message, evidence=evidence)
+    first = min(r.first_nonfinite_step or 0 for r in bad)
+    culprits = [r for r in bad if r.first_nonfinite_step == first]
+    who = ", ".join(
+        f"rank {r.rank} on node {r.host}" + (f" ({r.injected})" if r.injected else "") for r in culprits
+    )
+    return verdict(
+        subject,
+        "smoke-finite",
+        "error",
+        f"{name}: loss became NaN or Inf at step {first} on {who}; {len(bad)} ranks affected",
+        measured=float(first),
+        unit="step",
+        evidence=evidence,
+        named=culprits,
+        injected=any(r.injected for r in culprits),
+    )
+
+
+def _loss_verdicts(
+    result: SmokeResult, subject: Subject, min_loss_drop: float, evidence: Sequence[str]
+) -> list[Verdict]:
+    """The loss fell by at least ``min_loss_drop`` of its first value (no verdict without both losses)."""
+    if result.initial_loss is None or result.final_loss is None:
+        return []
+    limit = result.initial_loss * (1 - min_loss_drop)
+    ok = result.final_loss <= limit
+    message = (
+        f"{subject_name(subject)}: loss fell from {result.initial_loss:.4f} to {result.final_loss:.4f} over "
+        f"{result.steps} steps" + ("" if ok else f", not below {limit:.4f}")
+    )
+    return [
+        verdict(
+            subject,
+            "smoke-loss",
+            "pass" if ok else "fail",
+            message,
+            measured=result.final_loss,
+            threshold=round(limit, 6),
+            unit="loss",
+            evidence=evidence,
+        )
+    ]
+
+
+def _smoke_stragglers(
+    result: SmokeResult, subject: Subject, thresholds: Thresholds, evidence: Sequence[str]
+) -> list[Verdict]:
+    """Ranks whose own work per step exceeds the median rank's by more than the skew limit."""
+    limit = thresholds.training.straggler_skew
+    median_own = statistics.median(r.median_own_s for r in result.ranks)
+    by_rank = {r.rank: r for r in result.ranks}
+
+    def slow(rank: _Skewed) -> str:
+        record = by_rank[rank.rank]
+        return (
+            f"{record.median_own_s * 1000:.1f} ms "
+            f"of its own work per step against {median_own * 1000:.1f} ms for the median rank, "
+            f"skew {record.skew:.2f} of a {result.median_step_s * 1000:.1f} ms step > {limit:g}"
+        )
+
+    def fine(top: _Skewed) -> str:
+        name = subject_name(subject)
+        return f"{name}: no straggler among {result.world_size} ranks (largest skew {top.skew:.2f})"
+
+    return straggler_verdicts(subject, "smoke-straggler", result.ranks, limit, evidence, slow, fine)
+
+
+def _mfu_verdicts(
+    result: SmokeResult, subject: Subject, thresholds: Thresholds, evidence: Sequence[str]
+) -> list[Verdict]:
+    """MFU against the recipe's floor, on GPU runs with a peak (no verdict otherwise)."""
+    training = thresholds.training
+    if result.mfu is None or training.min_mfu is None:
+        return []
+    ok = result.mfu >= training.min_mfu
+    message = (
+        f"{subject_name(subject)}: {result.tflops_per_gpu:g} TFLOP/s per GPU is MFU {result.mfu:.3f} of the "
+        f"{training.peak_tflops:g} TFLOP/s peak, {'meeting' if ok else 'below'} {training.min_mfu:g}"
+    )
+    return [
+        verdict(
+            subject,
+            "smoke-mfu",
+            "pass" if ok else "fail",
+            message,
+            measured=result.mfu,
+            threshold=training.min_mfu,
+            unit="MFU",
+            evidence=evidence,
+        )
+    ]
+
+
+def judge_smoke(
+    result: SmokeResult,
+    subject: Subject,
+    thresholds: Thresholds,
+    min_loss_drop: float,
+    evidence: Sequence[str] = (),
+) -> list[Verdict]:
+    """Verdicts of a smoke run: finite losses on every rank, falling loss, stragglers, MFU on GPU."""
+    return [
+        _finite_verdict(result, subject, evidence),
+        *_loss_verdicts(result, subject, min_loss_drop, evidence),
+        *_smoke_stragglers(result, subject, thresholds, evidence),
+        *_mfu_verdicts(result, subject, thresholds, evidence),
+    ]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from steps.files import write_bytes
 from steps.readiness.models import CollectiveRun, Subject
+from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.sizes import format_size
-from steps.readiness.smoke import SmokeResult
 from steps.readiness.thresholds import AllReduceThreshold
 
 __all__ = ["plot_busbw", "plot_step_times"]

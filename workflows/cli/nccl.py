@@ -179,24 +179,9 @@ def sweep_cmd(
         raise InputError(f"--scope {scope!r}: use node or multi-node")
     check_out_dir(out_dir, "--out-dir")
     if torchrun:
-        from steps.readiness import sweep
-
-        args = [
-            "--backend",
-            backend,
-            "--min-bytes",
-            min_bytes,
-            "--max-bytes",
-            max_bytes,
-            "--factor",
-            str(factor),
-        ]
-        args += ["--warmup", str(warmup), "--iters", str(iters), "--timeout", str(timeout)]
-        for spec in inject:
-            args += ["--inject", spec]
-        if out_dir is not None:
-            args += ["--out", str(out_dir / "sweep.json"), "--table", str(out_dir / "sweep.txt")]
-        raise typer.Exit(sweep.main(args))
+        raise typer.Exit(
+            _torchrun_sweep(backend, min_bytes, max_bytes, factor, warmup, iters, timeout, inject, out_dir)
+        )
     from steps.readiness.checks import SweepRequest, run_allreduce_sweep
     from steps.readiness.models import Subject
     from steps.readiness.thresholds import load_thresholds
@@ -221,16 +206,40 @@ def sweep_cmd(
         out_dir=_evidence_dir(out_dir, "dsx-nccl-sweep-") or None,
     )
     outcome = run_ranks(run_allreduce_sweep, request)
-
-    def table(_: Any) -> None:
-        table_file = Path(outcome.out_dir) / "sweep.txt"
-        if outcome.run is not None and table_file.exists():
-            sys.stdout.write(table_file.read_text(encoding="utf-8"))
-        print_verdicts(outcome.verdicts)
-        typer.echo(f"{outcome.status}; evidence in {outcome.out_dir}")
-
-    emit(outcome, output, table)
+    emit(outcome, output, lambda _: _print_sweep(outcome))
     raise typer.Exit(0 if outcome.status == "pass" else 1)
+
+
+def _torchrun_sweep(
+    backend: str,
+    min_bytes: str,
+    max_bytes: str,
+    factor: int,
+    warmup: int,
+    iters: int,
+    timeout: float,
+    inject: list[str],
+    out_dir: Path | None,
+) -> int:
+    """Run this process as one rank of a sweep started by torchrun; its exit status."""
+    from steps.readiness.ranks import sweep
+
+    args = ["--backend", backend, "--min-bytes", min_bytes, "--max-bytes", max_bytes, "--factor", str(factor)]
+    args += ["--warmup", str(warmup), "--iters", str(iters), "--timeout", str(timeout)]
+    for spec in inject:
+        args += ["--inject", spec]
+    if out_dir is not None:
+        args += ["--out", str(out_dir / "sweep.json"), "--table", str(out_dir / "sweep.txt")]
+    return sweep.main(args)
+
+
+def _print_sweep(outcome: Any) -> None:
+    """A sweep's table (nccl-tests layout), its verdicts and where its evidence is."""
+    table_file = Path(outcome.out_dir) / "sweep.txt"
+    if outcome.run is not None and table_file.exists():
+        sys.stdout.write(table_file.read_text(encoding="utf-8"))
+    print_verdicts(outcome.verdicts)
+    typer.echo(f"{outcome.status}; evidence in {outcome.out_dir}")
 
 
 def register(app: typer.Typer) -> None:

@@ -52,7 +52,7 @@ def smoke_cmd(
     from steps.readiness.checks import SmokeRequest, run_training_smoke
     from steps.readiness.models import Subject
     from steps.readiness.thresholds import load_thresholds
-    from workflows.cli.nccl import _evidence_dir, print_verdicts, run_ranks
+    from workflows.cli.nccl import _evidence_dir, run_ranks
 
     if backend not in ("gloo", "nccl"):
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
@@ -77,36 +77,40 @@ def smoke_cmd(
     )
     outcome = run_ranks(run_training_smoke, request)
 
-    def table(_: Any) -> None:
-        result = outcome.result
-        if result is not None:
-            typer.echo(
-                f"{result.world_size} ranks, {result.steps} steps, "
-                f"{result.parameters} parameters on {result.device}; "
-                f"loss {result.initial_loss} -> {result.final_loss}; {result.throughput_tokens_s:g} tokens/s"
-                + (
-                    f"; {result.tflops_per_gpu} TFLOP/s per GPU, MFU {result.mfu}"
-                    if result.tflops_per_gpu
-                    else ""
-                )
-            )
-            rows = [
-                [
-                    r.rank,
-                    r.host,
-                    f"{r.median_step_s * 1000:.2f}",
-                    f"{r.median_own_s * 1000:.2f}",
-                    f"{r.skew:.3f}",
-                    r.injected or "",
-                ]
-                for r in result.ranks
-            ]
-            print_table("ranks", ["rank", "node", "step (ms)", "own work (ms)", "skew", "injected"], rows)
-        print_verdicts(outcome.verdicts)
-        typer.echo(f"{outcome.status}; evidence in {outcome.out_dir}")
-
-    emit(outcome, output, table)
+    emit(outcome, output, lambda _: _print_smoke(outcome))
     raise typer.Exit(0 if outcome.status == "pass" else 1)
+
+
+def _print_smoke(outcome: Any) -> None:
+    """A smoke run's figures, its ranks, its verdicts and where its evidence is."""
+    from workflows.cli.nccl import print_verdicts
+
+    result = outcome.result
+    if result is not None:
+        typer.echo(
+            f"{result.world_size} ranks, {result.steps} steps, "
+            f"{result.parameters} parameters on {result.device}; "
+            f"loss {result.initial_loss} -> {result.final_loss}; {result.throughput_tokens_s:g} tokens/s"
+            + (
+                f"; {result.tflops_per_gpu} TFLOP/s per GPU, MFU {result.mfu}"
+                if result.tflops_per_gpu
+                else ""
+            )
+        )
+        rows = [
+            [
+                r.rank,
+                r.host,
+                f"{r.median_step_s * 1000:.2f}",
+                f"{r.median_own_s * 1000:.2f}",
+                f"{r.skew:.3f}",
+                r.injected or "",
+            ]
+            for r in result.ranks
+        ]
+        print_table("ranks", ["rank", "node", "step (ms)", "own work (ms)", "skew", "injected"], rows)
+    print_verdicts(outcome.verdicts)
+    typer.echo(f"{outcome.status}; evidence in {outcome.out_dir}")
 
 
 def register(app: typer.Typer) -> None:

@@ -96,6 +96,24 @@ def _parameters() -> list[Parameter]:
     ]
 
 
+def _plan_arguments(wt: Any) -> dict[str, Any]:
+    """The plan step's arguments: the workflow's parameters, under the plan's own names, and the
+    Workflow's name and uid."""
+    return {
+        "selector": wt.get_parameter("nodes"),
+        "group_label": wt.get_parameter("group-label"),
+        "launcher": wt.get_parameter("launcher"),
+        "accelerator": wt.get_parameter("accelerator"),
+        "service": wt.get_parameter("service"),
+        "os": wt.get_parameter("os"),
+        "min_bytes": wt.get_parameter("min-bytes"),
+        "max_bytes": wt.get_parameter("max-bytes"),
+        "iters": wt.get_parameter("iters"),
+        "workflow_name": WORKFLOW_NAME,
+        "workflow_uid": WORKFLOW_UID,
+    }
+
+
 def templates() -> list[Any]:
     """The certification WorkflowTemplate.
 
@@ -136,21 +154,7 @@ def templates() -> list[Any]:
         ) as wt,
         DAG(name="certify"),
     ):
-        planned = plan(
-            arguments={
-                "selector": wt.get_parameter("nodes"),
-                "group_label": wt.get_parameter("group-label"),
-                "launcher": wt.get_parameter("launcher"),
-                "accelerator": wt.get_parameter("accelerator"),
-                "service": wt.get_parameter("service"),
-                "os": wt.get_parameter("os"),
-                "min_bytes": wt.get_parameter("min-bytes"),
-                "max_bytes": wt.get_parameter("max-bytes"),
-                "iters": wt.get_parameter("iters"),
-                "workflow_name": WORKFLOW_NAME,
-                "workflow_uid": WORKFLOW_UID,
-            },
-        )
+        planned = plan(arguments=_plan_arguments(wt))
         run = planned.get_parameter("run")
         resolved = resolve_recipe(
             arguments={

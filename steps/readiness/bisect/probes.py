@@ -41,8 +41,8 @@ def local_test(
         thresholds: the recipe's thresholds mapping (default: dsx's defaults; a straggler fails the group).
         timeout_s: a test that has not finished by then is a hang.
     """
-    from steps.readiness.certify import local_injections
     from steps.readiness.checks import SweepRequest, run_allreduce_sweep
+    from steps.readiness.launchers.local import local_injections
     from steps.readiness.models import Subject
 
     count = iter(range(1, 1 << 30))

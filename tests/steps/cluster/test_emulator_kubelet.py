@@ -215,11 +215,11 @@ def _state_configmap(name: str) -> dict[str, Any]:
 
 def _rank_job(name: str, members: list[str], *extra: str) -> dict[str, Any]:
     command = (
-        "python", "-m", "steps.readiness.rankpod",
+        "python", "-m", "steps.readiness.launchers.rankpod",
         "--publish", name, "--result", "/tmp/dsx-out/result.json",
         "--nnodes", str(len(members)), "--nproc-per-node", "8",
         "--master-addr", f"{name}-0.{name}", "--master-port", "29500",
-        "--", "steps.readiness.sweep", *RANK_ARGS, *extra,
+        "--", "steps.readiness.ranks.sweep", *RANK_ARGS, *extra,
     )  # fmt: skip
     return group_job(name, members, command=command, deadline=240)
 

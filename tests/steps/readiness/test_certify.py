@@ -1,5 +1,5 @@
 """The certification pipeline's steps on a simulated fleet: plan, local checks, labels, gate (group jobs on a
-cluster: test_jobs.py)."""
+cluster: launchers/test_job.py)."""
 
 import json
 import os
@@ -13,6 +13,7 @@ from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
 from steps.readiness.checks import SweepOutcome
+from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from tests.paths import REPO
@@ -155,15 +156,15 @@ def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fl
         "sim:nodes=5,gpu=h100,faults=node-01:slow-nic;node-02:failing-gpu;node-03:hang;node-04:flaky-nic=0.5"
     )
     port = connect()
-    assert certify.local_injections(port, "node-01", 1, "group") == ["1:delay=30ms"]
-    assert certify.local_injections(port, "node-01", 0, "node") == []
-    assert certify.local_injections(port, "node-02", 0, "node") == ["0:fail"]
-    assert certify.local_injections(port, "node-00", 0, "group") == []
+    assert local_injections(port, "node-01", 1, "group") == ["1:delay=30ms"]
+    assert local_injections(port, "node-01", 0, "node") == []
+    assert local_injections(port, "node-02", 0, "node") == ["0:fail"]
+    assert local_injections(port, "node-00", 0, "group") == []
     # NIC faults show only where the node talks to others
-    assert certify.local_injections(port, "node-03", 3, "group") == ["3:hang"]
-    assert certify.local_injections(port, "node-04", 2, "group") == ["2:fail"]
-    assert certify.local_injections(port, "node-03", 0, "node") == []
-    assert certify.local_injections(port, "node-04", 0, "node") == []
+    assert local_injections(port, "node-03", 3, "group") == ["3:hang"]
+    assert local_injections(port, "node-04", 2, "group") == ["2:fail"]
+    assert local_injections(port, "node-03", 0, "node") == []
+    assert local_injections(port, "node-04", 0, "node") == []
 
 
 def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

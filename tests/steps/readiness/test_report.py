@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from steps.errors import InputError
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
 from steps.readiness.models import CollectiveRun, Measurement, RankStats, ResultTable, Row, Subject, Verdict
+from steps.readiness.ranks.smoke import RankTraining, SmokeResult
 from steps.readiness.report import ReportRequest, build_report, load_report, node_results
-from steps.readiness.smoke import RankTraining, SmokeResult
 from workflows.cli.main import app
 
 RACK = Subject(kind="group", name="rack-a", members=["node-1", "node-2", "node-3"])

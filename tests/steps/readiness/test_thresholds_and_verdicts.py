@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from steps.errors import InputError
-from steps.readiness.inject import parse_injections
 from steps.readiness.judge import judge_collective, judge_relative
 from steps.readiness.models import CollectiveRun, Measurement, RankStats, ResultTable, Row, Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
+from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.sizes import format_size, parse_size, size_series
 from steps.readiness.thresholds import group_timeout, load_thresholds
 from tests.paths import shared_path

@@ -122,10 +122,14 @@ def env(name: str) -> str:
 
 def launch_ranks(folder: str, seconds: float) -> str:
     """Note this step's pid, then run two ranks of the probe that sleep ``seconds``, as dsx's checks do."""
-    from steps.readiness.launch import launch_local
+    from steps.readiness.launchers.local import launch_local
 
     Path(folder, "step.json").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgrp()}))
     result = launch_local(
-        "tests.steps.readiness.rank_probe", [folder, str(seconds)], 2, Path(folder) / "ranks", timeout_s=300
+        "tests.steps.readiness.launchers.rank_probe",
+        [folder, str(seconds)],
+        2,
+        Path(folder) / "ranks",
+        timeout_s=300,
     )
     return "ranks ok" if result.ok else "ranks failed"

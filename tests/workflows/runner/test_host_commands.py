@@ -106,8 +106,8 @@ def test_help_names_the_flag_and_what_it_allows() -> None:
     ("template", "reason"),
     [
         (
-            _dsx_step("steps.readiness.launch:launch_local"),
-            "steps.readiness.launch:launch_local is not a function dsx's templates run",
+            _dsx_step("steps.readiness.launchers.local:launch_local"),
+            "steps.readiness.launchers.local:launch_local is not a function dsx's templates run",
         ),
         (
             _dsx_step("steps.runtime.tasks:resolve_recipe", env=[{"name": "PYTHONPATH", "value": "/tmp/x"}]),

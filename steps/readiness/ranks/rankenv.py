@@ -1,10 +1,14 @@
-"""What a rank process learns from its environment: torchrun's variables, its node, its phase marker.
+"""What a rank process learns from its environment, and the marks it leaves for its launcher.
 
 Both launchers set the same variables: torchrun on a cluster (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and the local launcher of
-:mod:`steps.readiness.launch`, which adds ``DSX_NODE_NAME`` (the node a rank stands for) and
+:mod:`steps.readiness.launchers.local`, which adds ``DSX_NODE_NAME`` (the node a rank stands for),
 ``DSX_PHASE_FILE`` (a one-byte file where the rank marks whether it is inside a collective, read by
-the launcher to name the rank that hangs).
+the launcher to name the rank that hangs) and ``DSX_FAIL_FILE`` (where the rank notes the time and text
+of its first error, read by the launcher to name the rank whose error came first).
+
+Both sides of those files live here, the writing (in the rank) and the reading (in the launcher), so
+the launcher imports this module and never the other way round.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import mmap
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -23,7 +28,18 @@ from pydantic import BaseModel, ConfigDict
 from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 
-__all__ = ["INSIDE", "OUTSIDE", "PhaseMarker", "RankEnv", "joined", "node_name", "read_phase", "sync"]
+__all__ = [
+    "INSIDE",
+    "OUTSIDE",
+    "PhaseMarker",
+    "RankEnv",
+    "joined",
+    "node_name",
+    "read_failure",
+    "read_phase",
+    "record_failure",
+    "sync",
+]
 
 INSIDE = ord("C")
 OUTSIDE = ord("O")
@@ -107,6 +123,29 @@ def read_phase(path: Path) -> str | None:
     return None
 
 
+def record_failure(exc: BaseException) -> None:
+    """Note, in a rank process, the time and text of its first error (``$DSX_FAIL_FILE``).
+
+    Called before the process group is torn down, so the rank whose error caused the others' errors
+    has the earliest time. Without ``DSX_FAIL_FILE`` it does nothing.
+    """
+    path = os.environ.get(vocab.ENV_FAIL_FILE)
+    if not path or os.path.exists(path):
+        return
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"{time.time():.6f} {text}\n")
+
+
+def read_failure(path: Path) -> tuple[float, str] | None:
+    """The time and text a rank noted with :func:`record_failure`, or ``None`` when it noted none."""
+    try:
+        stamp, _, text = path.read_text(encoding="utf-8").strip().partition(" ")
+        return float(stamp), text
+    except (OSError, ValueError):
+        return None
+
+
 @contextmanager
 def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
     """This rank in its process group: yields ``(torch, torch.distributed, device)``.
@@ -117,8 +156,6 @@ def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, 
     """
     import torch
     import torch.distributed as dist
-
-    from steps.readiness.launch import record_failure  # the launcher imports this module
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if backend == "nccl":

@@ -12,10 +12,8 @@ import pytest
 
 from steps.cluster.vocabulary import LABEL_GROUP_TEST as GROUP_LABEL
 from steps.errors import InputError
-from steps.readiness.jobs import GPU_RESOURCE, JobSettings, render_group_job
-from steps.readiness.models import Subject
-from steps.readiness.outcomes import RunRef
-from steps.readiness.rankpods import (
+from steps.readiness.launchers.jobspec import GPU_RESOURCE, JobSettings, render_group_job
+from steps.readiness.launchers.profiles import (
     ENV_VAR,
     RankPodProfile,
     apply_profile,
@@ -25,6 +23,8 @@ from steps.readiness.rankpods import (
     rank_pod_patch,
     recipe_profile,
 )
+from steps.readiness.models import Subject
+from steps.readiness.outcomes import RunRef
 from steps.runtime.catalogue import load_catalogue
 from steps.runtime.criteria import ALLOWED, parse_criteria
 from steps.runtime.resolve import resolve
@@ -40,7 +40,7 @@ def _template() -> dict[str, Any]:
     group = render_group_job(
         "allreduce-sweep",
         Subject(kind="group", name="rack-a", members=["node-1", "node-2"]),
-        "steps.readiness.sweep",
+        "steps.readiness.ranks.sweep",
         ["--sizes", "1GiB"],
         JobSettings(
             namespace="gpu-ops",

@@ -2,7 +2,7 @@
 
 Run one process per rank, by torchrun on a cluster or by the local launcher::
 
-    torchrun --nproc-per-node 8 -m steps.readiness.smoke --backend nccl --steps 30 --out smoke.json
+    torchrun --nproc-per-node 8 -m steps.readiness.ranks.smoke --backend nccl --steps 30 --out smoke.json
 
 The task is learnable (each token's label is a fixed function of the token), so a healthy run's
 loss falls. Each rank records its loss, its step time and its own time (the forward pass and any
@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError
 from steps.files import write_text
-from steps.readiness.inject import Injection, fail_or_hang, parse_injections
 from steps.readiness.models import Model, dump_json
-from steps.readiness.rankenv import RankEnv, joined, sync
+from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
+from steps.readiness.ranks.rankenv import RankEnv, joined, sync
 
 __all__ = ["RankTraining", "SmokeConfig", "SmokeResult", "main", "run_rank", "smoke_args"]
 
@@ -274,7 +274,7 @@ def _result(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m steps.readiness.smoke", description=__doc__.splitlines()[0]
+        prog="python -m steps.readiness.ranks.smoke", description=__doc__.splitlines()[0]
     )
     defaults = SmokeConfig()
     for name, field in SmokeConfig.model_fields.items():

@@ -1,6 +1,6 @@
 """The entry point of a group test's rank pod: torchrun as a child, signals passed on, rank 0 publishing.
 
-    python -m steps.readiness.rankpod --publish NAME --result FILE --nnodes N --nproc-per-node G \\
+    python -m steps.readiness.launchers.rankpod --publish NAME --result FILE --nnodes N --nproc-per-node G \\
         --master-addr HOST --master-port P -- MODULE [ARGS...]
 
 The node rank is the pod's completion index (``JOB_COMPLETION_INDEX``, set by the Indexed Job). Why a
@@ -138,7 +138,7 @@ def read_published(configmap: dict[str, Any] | None) -> dict[str, str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m steps.readiness.rankpod",
+        prog="python -m steps.readiness.launchers.rankpod",
         description="Run one node of a group test under torchrun; pod index 0 publishes the result.",
     )
     parser.add_argument("--publish", required=True, metavar="NAME", help="the state ConfigMap")

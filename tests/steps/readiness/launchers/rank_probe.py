@@ -1,7 +1,7 @@
 """A rank program for the launcher's tests: notes where it runs, then sleeps (never shipped).
 
-``python -m tests.steps.readiness.rank_probe FOLDER SECONDS`` writes ``FOLDER/rank-<RANK>.json`` with its
-pid, process group and session, then sleeps ``SECONDS``.
+``python -m tests.steps.readiness.launchers.rank_probe FOLDER SECONDS`` writes
+``FOLDER/rank-<RANK>.json`` with its pid, process group and session, then sleeps ``SECONDS``.
 """
 
 import json

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from steps.readiness.checks import SmokeRequest, SweepRequest, run_allreduce_sweep, run_training_smoke
-from steps.readiness.launch import launch_local, stderr_tail
 from steps.readiness.models import Subject
 from workflows.cli.main import app
 
@@ -165,14 +163,3 @@ def test_bad_requests_write_nothing(tmp_path: Path) -> None:
         app, ["nccl", "sweep", "--inject", "9:fail", "--out-dir", str(tmp_path / "x")]
     )
     assert result.exit_code != 0 and not (tmp_path / "x").exists()
-
-
-def test_ranks_stay_in_the_launchers_process_group_and_session(tmp_path: Path) -> None:
-    # A step's process group is what the local runner kills: a rank outside it would outlive the step.
-    result = launch_local(
-        "tests.steps.readiness.rank_probe", [str(tmp_path), "0"], 2, tmp_path / "ranks", timeout_s=60
-    )
-    assert result.ok, [stderr_tail(rank.stderr) for rank in result.ranks]
-    for rank in range(2):
-        note = json.loads((tmp_path / f"rank-{rank}.json").read_text())
-        assert note["pgid"] == os.getpgrp() and note["sid"] == os.getsid(0)

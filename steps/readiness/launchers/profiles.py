@@ -495,19 +495,28 @@ def apply_profile(
             f"pod template: no container {container!r} to apply the rank pod profile to ({names})"
         )
 
-    metadata = _mapping(template, "metadata", "metadata")
+    _apply_metadata(_mapping(template, "metadata", "metadata"), profile)
+    _apply_container(target, profile, container)
+    _apply_spec(spec, profile)
+    return template
+
+
+def _apply_metadata(metadata: dict[str, Any], profile: RankPodProfile) -> None:
+    """The profile's labels and annotations on the pod template's metadata (empty maps left out)."""
     _add_keys(_mapping(metadata, "labels", "metadata.labels"), profile.labels, "label")
     _add_keys(_mapping(metadata, "annotations", "metadata.annotations"), profile.annotations, "annotation")
     for key in ("labels", "annotations"):
         if not metadata[key]:
             del metadata[key]
 
+
+def _apply_container(target: dict[str, Any], profile: RankPodProfile, container: str) -> None:
+    """The profile's resources, env, capabilities and /dev/shm mount on the rank container."""
     resources = _mapping(target, "resources", f"container {container}: resources")
     for kind in ("limits", "requests"):
         if any(v is not None for v in profile.resources.values()):
             section = _mapping(resources, kind, f"container {container}: resources.{kind}")
             _add_keys(section, profile.resources, f"resources.{kind}")
-
     if profile.env:
         env = _list(target, "env", f"container {container}: env")
         index = {item.get("name"): i for i, item in enumerate(env) if isinstance(item, dict)}
@@ -520,7 +529,6 @@ def apply_profile(
             else:
                 index[item.name] = len(env)
                 env.append(entry)
-
     if profile.capabilities:
         security = _mapping(target, "securityContext", f"container {container}: securityContext")
         capabilities = _mapping(
@@ -528,11 +536,7 @@ def apply_profile(
         )
         added = _list(capabilities, "add", f"container {container}: securityContext.capabilities.add")
         added.extend(c for c in profile.capabilities if c not in added)
-
     if profile.shm_size is not None:
-        volumes = [v for v in _list(spec, "volumes", "spec.volumes") if v.get("name") != SHM_VOLUME]
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": profile.shm_size}})
-        spec["volumes"] = volumes
         mounts = [
             m
             for m in _list(target, "volumeMounts", f"container {container}: volumeMounts")
@@ -541,25 +545,28 @@ def apply_profile(
         mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
         target["volumeMounts"] = mounts
 
+
+def _apply_spec(spec: dict[str, Any], profile: RankPodProfile) -> None:
+    """The profile's /dev/shm volume, tolerations, pull secrets, node selector, priority and host
+    network on the pod's spec."""
+    if profile.shm_size is not None:
+        volumes = [v for v in _list(spec, "volumes", "spec.volumes") if v.get("name") != SHM_VOLUME]
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": profile.shm_size}})
+        spec["volumes"] = volumes
     if profile.tolerations:
         tolerations = _list(spec, "tolerations", "spec.tolerations")
         tolerations.extend(t.manifest() for t in profile.tolerations if t.manifest() not in tolerations)
-
     if profile.image_pull_secrets:
         secrets = _list(spec, "imagePullSecrets", "spec.imagePullSecrets")
         present = {s.get("name") for s in secrets if isinstance(s, dict)}
         secrets.extend({"name": name} for name in profile.image_pull_secrets if name not in present)
-
     if any(v is not None for v in profile.node_selector.values()):
         _add_keys(_mapping(spec, "nodeSelector", "spec.nodeSelector"), profile.node_selector, "nodeSelector")
-
     if profile.priority_class_name is not None:
         _add_keys(spec, {"priorityClassName": profile.priority_class_name}, "field")
-
     if profile.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return template
 
 
 def rank_pod_patch(

@@ -3,7 +3,7 @@
 The emulated API server runs the Job controller, the scheduler (GPU capacity, affinity, its own
 messages) and the garbage collector; its kubelet double runs the pods. A rank pod's program is chosen
 per test: :func:`playing` plays each index as told (fast), :func:`real_rankpod` runs the pod's own
-command (``python -m steps.readiness.rankpod`` starting torchrun) on this machine.
+command (``python -m steps.readiness.launchers.rankpod`` starting torchrun) on this machine.
 """
 
 from __future__ import annotations
@@ -28,20 +28,21 @@ from steps.cluster import connect, load_fleet
 from steps.cluster import vocabulary as vocab
 from steps.cluster.kube import KubeCluster
 from steps.errors import DsxError, InputError
-from steps.readiness import jobs
-from steps.readiness.checks import SweepRequest
+from steps.readiness.checks import SweepRequest, run_sweep
+from steps.readiness.launchers import jobspec
+from steps.readiness.launchers.job import JobLauncher
+from steps.readiness.launchers.rankpod import MAX_PACKED, PLAIN_LIMIT, publish, read_published
+from steps.readiness.launchers.rankpod import main as rankpod_main
 from steps.readiness.models import CollectiveRun, RankInfo, Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import RunRef
-from steps.readiness.rankpod import MAX_PACKED, PLAIN_LIMIT, publish, read_published
-from steps.readiness.rankpod import main as rankpod_main
 from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
 from tests.k8s_kubelet import RANK_POD_COMMAND, Kubelet, PodProcess, Program, RankPodArgs
 from tests.paths import REPO as REPO_ROOT
 
 NS = "gpu-ops"
 UID = "0b1c2d3e-run-one"
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).parent.parent / "logs"
 RESULT = parse_nccl_tests_file(LOGS / "new_layout_clean.txt").model_dump_json()
 THRESHOLDS = {"nccl": {"allReduce": [{"size": "2MiB", "busBwGBps": 60, "scope": "multi-node"}]}}
 GROUP = Subject(kind="group", name="rack-00", members=["node-01", "node-00"])
@@ -100,7 +101,7 @@ def real_rankpod(folder: Path, kubeconfig: Path) -> Program:
         args[args.index("--master-port") + 1] = rendezvous
         args[args.index("--backend") + 1] = "gloo"
         result = str(folder / f"{process.name}.json")
-        args = [result if a == jobs.RESULT_FILE else a for a in args]
+        args = [result if a == jobspec.RESULT_FILE else a for a in args]
         env = {**process.env, "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT)}
         env["KUBECONFIG"] = str(kubeconfig)
         with open(folder / f"{process.name}.log", "wb") as log:
@@ -189,20 +190,20 @@ NOTHING = {"Job": [], "Pod": [], "Service": [], "ConfigMap": []}
 
 def _sweep(port: KubeCluster, timeout_s: float = 5.0, plan: Plan | None = None, **kwargs: Any) -> Any:
     request = SweepRequest(subject=GROUP, thresholds=THRESHOLDS, scope="multi-node", timeout_s=timeout_s)
-    return jobs.run_sweep_job(request, plan or Plan(), port, **kwargs)
+    return run_sweep(request, JobLauncher.for_plan(plan or Plan(), port, **kwargs))
 
 
 # ----------------------------------------------------------------------------- rendering
 
 
 def test_rank_pods_follow_the_rankpod_contract_with_shared_memory_and_an_outer_deadline() -> None:
-    settings = jobs.settings_for(Plan(options=Options(image="registry.example/dsx-gpu:2")))
+    settings = jobspec.settings_for(Plan(options=Options(image="registry.example/dsx-gpu:2")))
     assert (settings.image, settings.service_account) == ("registry.example/dsx-gpu:2", "dsx-ranks")
     owner = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "dsx-certify-x1", "uid": UID}]
-    group = jobs.render_group_job(
+    group = jobspec.render_group_job(
         "allreduce-sweep",
         GROUP,
-        "steps.readiness.sweep",
+        "steps.readiness.ranks.sweep",
         ["--max-bytes", "8GiB"],
         settings,
         120,
@@ -223,11 +224,11 @@ def test_rank_pods_follow_the_rankpod_contract_with_shared_memory_and_an_outer_d
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "dsx-ranks" and pod["subdomain"] == name
     container = pod["containers"][0]
-    assert container["command"] == ["python", "-m", "steps.readiness.rankpod"]
+    assert container["command"] == ["python", "-m", "steps.readiness.launchers.rankpod"]
     assert container["args"] == [
         "--publish", name, "--result", "/tmp/dsx-out/result.json", "--nnodes", "2", "--nproc-per-node", "8",
         "--master-addr", f"{name}-0.{name}", "--master-port", "29500",
-        "--", "steps.readiness.sweep", "--max-bytes", "8GiB",
+        "--", "steps.readiness.ranks.sweep", "--max-bytes", "8GiB",
     ]  # fmt: skip
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]
@@ -244,8 +245,8 @@ def test_a_pod_patch_shapes_the_rank_pod_template() -> None:
         template["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": "rdma-net"}
         return template
 
-    settings = jobs.settings_for(Plan(options=Options(image="registry.example/dsx-gpu:2")))
-    group = jobs.render_group_job("t", GROUP, "m", [], settings, 60, pod_patch=profile)
+    settings = jobspec.settings_for(Plan(options=Options(image="registry.example/dsx-gpu:2")))
+    group = jobspec.render_group_job("t", GROUP, "m", [], settings, 60, pod_patch=profile)
     pod = group.job["spec"]["template"]["spec"]
     assert group.job["spec"]["template"]["metadata"]["annotations"] == {
         "k8s.v1.cni.cncf.io/networks": "rdma-net"
@@ -259,21 +260,21 @@ def test_a_pod_patch_shapes_the_rank_pod_template() -> None:
 
 def test_names_carry_the_run_and_stay_short_enough_for_pod_host_names() -> None:
     long = Subject(kind="group", name="rack-" + "x" * 80, members=["node-00", "node-01"])
-    one = jobs.job_name(UID, "allreduce-sweep", long)
+    one = jobspec.job_name(UID, "allreduce-sweep", long)
     assert len(one) <= 52 and one.startswith("dsx-allreduce-sweep-rack-xx")
-    assert jobs.job_name("another-run", "allreduce-sweep", long) != one
-    assert jobs.job_name(UID, "allreduce-sweep", long.model_copy(update={"members": ["node-02"]})) != one
-    assert jobs.job_name(UID, "allreduce-sweep", long) == one
+    assert jobspec.job_name("another-run", "allreduce-sweep", long) != one
+    assert jobspec.job_name(UID, "allreduce-sweep", long.model_copy(update={"members": ["node-02"]})) != one
+    assert jobspec.job_name(UID, "allreduce-sweep", long) == one
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DSX_GPU_IMAGE", raising=False)
     with pytest.raises(InputError, match=r"group jobs need a GPU image: .*DSX_GPU_IMAGE"):
-        jobs.settings_for(Plan())
+        jobspec.settings_for(Plan())
     monkeypatch.setenv("DSX_GPU_IMAGE", "registry.example/dsx-gpu:3")
     monkeypatch.setenv("DSX_RANK_SERVICE_ACCOUNT", "ranks")
     monkeypatch.setenv("DSX_SCHEDULE_BUDGET_S", "30")
-    settings = jobs.settings_for(Plan())
+    settings = jobspec.settings_for(Plan())
     assert (settings.image, settings.service_account, settings.schedule_budget_s) == (
         "registry.example/dsx-gpu:3",
         "ranks",
@@ -281,7 +282,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     )
     monkeypatch.setenv("DSX_SCHEDULE_BUDGET_S", "soon")
     with pytest.raises(InputError, match="DSX_SCHEDULE_BUDGET_S='soon' is not a number of seconds"):
-        jobs.settings_for(Plan())
+        jobspec.settings_for(Plan())
 
 
 # ----------------------------------------------------------------------------- rankpod
@@ -336,7 +337,7 @@ def _rankpod(
         out,
     ]
     return subprocess.Popen(
-        [sys.executable, "-m", "steps.readiness.rankpod", *args],
+        [sys.executable, "-m", "steps.readiness.launchers.rankpod", *args],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -464,7 +465,7 @@ def test_a_sweep_job_runs_rank_pods_for_real_and_passes_leaving_nothing(
     seen: dict[str, dict[str, Any]] = {}
     watcher = threading.Thread(target=_watch, args=(cluster.port, seen), daemon=True)
     watcher.start()
-    outcome = jobs.run_sweep_job(request, Plan(gpus_per_node=1), cluster.port)
+    outcome = run_sweep(request, JobLauncher.for_plan(Plan(gpus_per_node=1), cluster.port))
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
     assert outcome.run is not None and outcome.run.status == "complete" and len(outcome.run.ranks) == 2
     assert _left(cluster.port) == NOTHING
@@ -488,7 +489,7 @@ def test_rank_zeros_address_is_its_pod_behind_the_headless_service(cluster: Clus
         iters=2,
         warmup=1,
     )
-    outcome = jobs.run_sweep_job(request, Plan(gpus_per_node=1), cluster.port)
+    outcome = run_sweep(request, JobLauncher.for_plan(Plan(gpus_per_node=1), cluster.port))
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
     assert outcome.run is not None and outcome.run.hosts == ["node-00", "node-01"]
     assert _left(cluster.port) == NOTHING
@@ -520,16 +521,16 @@ def _running(port: KubeCluster, count: int) -> Callable[[], bool]:
     return check
 
 
-def _stale(port: KubeCluster, kinds: tuple[str, ...]) -> jobs.GroupJob:
+def _stale(port: KubeCluster, kinds: tuple[str, ...]) -> jobspec.GroupJob:
     """The objects a killed earlier try of the step left; its pods (if any) sleep until deleted."""
 
     def sleeping(template: dict[str, Any]) -> dict[str, Any]:
         template["spec"]["containers"][0].update(command=["sleep", "600"], args=[])
         return template
 
-    settings = jobs.settings_for(Plan(), port)
-    group = jobs.render_group_job(
-        "allreduce-sweep", GROUP, "steps.readiness.sweep", [], settings, 5, pod_patch=sleeping
+    settings = jobspec.settings_for(Plan(), port)
+    group = jobspec.render_group_job(
+        "allreduce-sweep", GROUP, "steps.readiness.ranks.sweep", [], settings, 5, pod_patch=sleeping
     )
     for kind in kinds:
         port.create_object({"ConfigMap": group.state, "Service": group.service, "Job": group.job}[kind])
@@ -556,7 +557,9 @@ def test_stale_objects_of_a_killed_try_are_replaced_not_a_conflict(
 
 
 def test_an_object_of_the_same_name_that_dsx_did_not_make_is_left_alone(port: KubeCluster) -> None:
-    name = jobs.render_group_job("allreduce-sweep", GROUP, "m", [], jobs.settings_for(Plan(), port), 5).name
+    name = jobspec.render_group_job(
+        "allreduce-sweep", GROUP, "m", [], jobspec.settings_for(Plan(), port), 5
+    ).name
     port.create_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
     with pytest.raises(DsxError, match=rf"ConfigMap {NS}/{name} exists and was not made by a dsx group test"):
         _sweep(port)
@@ -596,7 +599,7 @@ def test_pods_that_cannot_be_scheduled_are_unschedulable_not_a_node_failure(
     outcome = _sweep(cluster.port)
     assert outcome.status == "unschedulable"
     (verdict,) = outcome.verdicts
-    name = jobs.job_name(UID, "allreduce-sweep", GROUP)
+    name = jobspec.job_name(UID, "allreduce-sweep", GROUP)
     assert "not every pod was running within the scheduling budget of 0.5s" in verdict.message
     assert f"pod {name}-1-" in verdict.message and f"pod {name}-0-" not in verdict.message
     # node-00's GPUs went to index 0, node-01's are held by the other pod
@@ -635,7 +638,7 @@ def test_the_jobs_own_deadline_counts_from_its_start_and_ends_a_run_without_a_re
 
     def expire() -> None:
         _wait_for(_running(cluster.port, 2), "the group's pods to run")
-        cluster.clock.advance(5 + 60 + jobs.JOB_GRACE_S + 1)
+        cluster.clock.advance(5 + 60 + jobspec.JOB_GRACE_S + 1)
         cluster.emulator.settle()
 
     clock = threading.Thread(target=expire, daemon=True)
@@ -650,10 +653,10 @@ def test_the_jobs_own_deadline_counts_from_its_start_and_ends_a_run_without_a_re
 
 STEP = """
 from steps.cluster import connect
-from steps.readiness.checks import SweepRequest
-from steps.readiness.jobs import run_sweep_job
-from tests.steps.readiness.test_jobs import GROUP, Plan
-run_sweep_job(SweepRequest(subject=GROUP, timeout_s=60), Plan(), connect())
+from steps.readiness.checks import SweepRequest, run_sweep
+from steps.readiness.launchers.job import JobLauncher
+from tests.steps.readiness.launchers.test_job import GROUP, Plan
+run_sweep(SweepRequest(subject=GROUP, timeout_s=60), JobLauncher.for_plan(Plan(), connect()))
 """
 
 

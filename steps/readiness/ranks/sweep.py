@@ -1,9 +1,10 @@
 """The all-reduce sweep: one program for both worlds, NCCL between GPUs and gloo between CPU processes.
 
-Run one process per rank, by torchrun on a cluster or by :func:`steps.readiness.launch.launch_local`
+Run one process per rank, by torchrun on a cluster or by :func:`steps.readiness.launchers.local.launch_local`
 on one machine::
 
-    torchrun --nproc-per-node 8 -m steps.readiness.sweep --backend nccl --max-bytes 8GiB --out sweep.json
+    torchrun --nproc-per-node 8 -m steps.readiness.ranks.sweep --backend nccl --max-bytes 8GiB \
+        --out sweep.json
 
 For each message size from ``--min-bytes`` to ``--max-bytes`` (times ``--factor``) every rank first
 checks the data (a rank-dependent pattern is reduced and every element compared with the expected
@@ -35,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from steps.errors import DsxError
 from steps.files import write_text
-from steps.readiness.inject import Injection, fail_or_hang, parse_injections
 from steps.readiness.models import (
     CollectiveRun,
     Footer,
@@ -47,7 +47,8 @@ from steps.readiness.models import (
     Row,
     dump_json,
 )
-from steps.readiness.rankenv import PhaseMarker, RankEnv, joined, sync
+from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
+from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, joined, sync
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
@@ -318,7 +319,7 @@ def _run(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m steps.readiness.sweep", description=__doc__.splitlines()[0]
+        prog="python -m steps.readiness.ranks.sweep", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
     parser.add_argument("--min-bytes", default="8")

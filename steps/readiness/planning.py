@@ -1,0 +1,346 @@
+"""The certification plan: which nodes, which groups, which launcher, which recipe criteria.
+
+The plan step (:func:`steps.readiness.certify.plan`) checks the operator's options
+(:func:`check_options`), reads the nodes the selector names and works out the rest
+(:func:`make_plan`): nodes without GPUs or opted out are left alone, nodes that are not Ready are
+certified as failed, the groups are the values of the group label (disjoint: racks) and then the whole
+set, the launcher is ``local`` for a simulated fleet and ``job`` otherwise, and the recipe criteria come
+from the nodes' labels (GPU product, managed service, OS image) unless the operator named them.
+"""
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+from pydantic import Field, ValidationError
+
+from steps.cluster import ClusterPort, Node
+from steps.cluster import vocabulary as vocab
+from steps.cluster.health import health_source
+from steps.cluster.selectors import parse_selector
+from steps.errors import InputError
+from steps.models import input_error
+from steps.readiness.launchers.local import local_injections
+from steps.readiness.models import Model, Subject
+from steps.readiness.outcomes import RunRef
+from steps.readiness.sizes import parse_size
+
+__all__ = [
+    "ACCELERATORS",
+    "AUTO",
+    "LAUNCHERS",
+    "LOCAL_RANKS_PER_NODE",
+    "PLAN_OUTPUTS",
+    "RECIPE_INTENT",
+    "SERVICE_LABELS",
+    "WHOLE",
+    "CertifyOptions",
+    "CertifyPlan",
+    "Exclusion",
+    "Launcher",
+    "check_options",
+    "make_plan",
+    "now",
+    "plan_outputs",
+]
+
+Launcher = Literal["local", "job"]
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+"""Where group tests run (the ``launcher`` option; ``auto`` picks one, see the module's notes)."""
+
+AUTO = "auto"
+"""The value of an option that the plan works out itself (launcher, recipe criteria, message sizes)."""
+
+RECIPE_INTENT = "training"
+"""The recipe intent certification judges against: its tests are collectives and a training run."""
+
+PLAN_OUTPUTS: tuple[str, ...] = (
+    "nodes",
+    "groups",
+    "whole",
+    "run",
+    "launcher",
+    "service",
+    "accelerator",
+    "os",
+)
+"""The plan's output parameters for the workflow, each a file under ``$DSX_OUTPUT_DIR/params``."""
+
+#: GPU Feature Discovery product names (``nvidia.com/gpu.product``) to the recipe's accelerator names.
+#: Longest match first: ``GB200`` must not read as ``B200``.
+ACCELERATORS: tuple[tuple[str, str], ...] = (
+    ("GB200", "gb200"),
+    ("B200", "b200"),
+    ("H200", "h200"),
+    ("H100", "h100"),
+    ("A100", "a100"),
+)
+
+#: Ranks per node in a local single-node check (two stand for the node's GPUs over NVLink).
+LOCAL_RANKS_PER_NODE = 2
+#: Name of the group of every node; the groups of the group label are tested before it.
+WHOLE = "all"
+
+
+class CertifyOptions(Model):
+    """What the operator chose when submitting the workflow."""
+
+    selector: str = Field(default="", description="label selector of the nodes to certify (all when empty)")
+    group_label: str = Field(default=vocab.LABEL_RACK, description="node label that forms the groups")
+    launcher: Literal["auto", "local", "job"] = "auto"
+    accelerator: str = Field(default=AUTO, description="recipe accelerator; auto: from GPU labels")
+    service: str = Field(default=AUTO, description="recipe service; auto: local for local runs, else any")
+    os: str = Field(default=AUTO, description="recipe os; auto: from the nodes' OS image")
+    min_bytes: str = Field(default=AUTO, description="smallest message; auto: 64KiB local, 1MiB job")
+    max_bytes: str = Field(default=AUTO, description="largest message; auto: 4MiB local, 8GiB job")
+    iters: int = Field(default=20, ge=1)
+    namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
+    image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
+
+
+class Exclusion(Model):
+    """A selected node that cannot take part, and why."""
+
+    node: str
+    reason: str
+
+
+class CertifyPlan(Model):
+    """The nodes and groups to certify, how, and the recipe criteria they imply."""
+
+    options: CertifyOptions
+    launcher: Launcher
+    nodes: list[str]
+    excluded: list[Exclusion] = Field(default_factory=list, description="not ready: they fail certification")
+    ignored: list[str] = Field(
+        default_factory=list,
+        description="selected by the selector but without GPUs: not certified, untouched",
+    )
+    groups: list[Subject] = Field(
+        description="one group per value of the group label (disjoint), then the whole set (last)"
+    )
+    gpus_per_node: int
+    min_bytes: int
+    max_bytes: int
+    criteria: dict[str, str] = Field(description="service, accelerator and os for the recipe")
+    injected: dict[str, list[str]] = Field(
+        default_factory=dict, description="local runs: faults the simulated fleet plays, per node"
+    )
+    started_at: str
+    run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
+
+    def group(self, name: str) -> Subject:
+        """The planned group ``name``.
+
+        Raises:
+            InputError: the plan has no such group.
+        """
+        found = next((g for g in self.groups if g.name == name), None)
+        if found is None:
+            raise InputError(f"group {name!r} is not in the plan ({', '.join(g.name for g in self.groups)})")
+        return found
+
+
+def now() -> str:
+    """The time now, as the plan and the node annotations write it (UTC, seconds)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _accelerator(nodes: list[Node]) -> str:
+    products = sorted({n.gpu_product for n in nodes})
+    found: set[str] = set()
+    for product in products:
+        name = next((acc for key, acc in ACCELERATORS if key in product.upper()), None)
+        if name is None:
+            holder = next(n.name for n in nodes if n.gpu_product == product)
+            raise InputError(
+                f"node {holder}: GPU product {product or '(no nvidia.com/gpu.product label)'!r} is not one "
+                f"dsx knows ({', '.join(acc for _, acc in ACCELERATORS)}); pass accelerator explicitly"
+            )
+        found.add(name)
+    if len(found) != 1:
+        raise InputError(
+            f"the selected nodes mix accelerators {sorted(found)}: certify each kind with its own selector"
+        )
+    return found.pop()
+
+
+#: Node label prefixes each managed Kubernetes service puts on its nodes, to the recipe's service names.
+SERVICE_LABELS: tuple[tuple[str, str], ...] = (
+    ("eks.amazonaws.com/", "eks"),
+    ("cloud.google.com/gke-", "gke"),
+    ("kubernetes.azure.com/", "aks"),
+)
+
+
+def _service(nodes: list[Node]) -> str:
+    """The managed service the nodes run on, from the labels it puts on them; ``any`` when unknown or
+    mixed. It selects the recipe's fabric (EFA on EKS...), so rank pods ask for the right devices."""
+    found = {
+        next((name for prefix, name in SERVICE_LABELS if any(k.startswith(prefix) for k in n.labels)), "any")
+        for n in nodes
+    }
+    return found.pop() if len(found) == 1 else "any"
+
+
+def _os(nodes: list[Node]) -> str:
+    images = {n.node_info.os_image.lower() for n in nodes}
+    if images and all("ubuntu" in i for i in images):
+        return "ubuntu"
+    if images and all("red hat" in i or "rhel" in i for i in images):
+        return "rhel"
+    return "any"
+
+
+def check_options(**values: Any) -> CertifyOptions:
+    """The operator's options, checked before anything runs: types, the selector's syntax, the message
+    sizes and their order. The plan step calls it first; ``dsx run`` calls it before a local run starts,
+    so a typo is refused up front (exit 2) rather than failing the run's first step.
+
+    Raises:
+        InputError: an option is malformed, naming it.
+    """
+    try:
+        options = CertifyOptions(**values)
+    except ValidationError as exc:
+        raise input_error(exc, "certify option") from None
+    parse_selector(options.selector or None)
+    if not re.fullmatch(
+        r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", options.group_label
+    ):
+        raise InputError(f"certify option: group_label: {options.group_label!r} is not a node label key")
+    sizes = [
+        parse_size(v, name)
+        for v, name in ((options.min_bytes, "min-bytes"), (options.max_bytes, "max-bytes"))
+        if v != AUTO
+    ]
+    if len(sizes) == 2 and sizes[0] > sizes[1]:
+        raise InputError(f"min-bytes {sizes[0]} is larger than max-bytes {sizes[1]}")
+    return options
+
+
+def _candidates(port: ClusterPort, options: CertifyOptions) -> tuple[list[Node], list[Exclusion], list[str]]:
+    """The selected managed nodes with GPUs that are Ready, those that are not (excluded: they fail),
+    and those without GPUs (ignored: not certified, untouched).
+
+    Raises:
+        InputError: no node matches, or none of them is Ready.
+    """
+    selected = port.list_nodes(options.selector or None)
+    managed = [n for n in selected if n.managed]
+    with_gpus = [n for n in managed if n.gpu_count > 0]
+    ignored = sorted(n.name for n in managed if n.gpu_count <= 0)
+    if not with_gpus:
+        what = f"selector {options.selector!r}" if options.selector else "the cluster"
+        why = "managed node with GPUs" if managed else "managed node"
+        raise InputError(f"no node to certify: {what} matches no {why}")
+    ready = [n for n in with_gpus if n.ready]
+    excluded = [Exclusion(node=n.name, reason="node is not Ready") for n in with_gpus if not n.ready]
+    if not ready:
+        raise InputError(f"no node to certify: none of {', '.join(n.name for n in with_gpus)} is Ready")
+    return ready, excluded, ignored
+
+
+def _groups(ready: list[Node], label: str) -> list[Subject]:
+    """One group per value of ``label`` with more than one member (and not the whole set), then the
+    whole set when it has more than one node.
+
+    Raises:
+        InputError: a node's label value is the whole set's name.
+    """
+    names = sorted(n.name for n in ready)
+    by_label: dict[str, list[str]] = {}
+    for node in ready:
+        value = node.labels.get(label)
+        if value:
+            by_label.setdefault(value, []).append(node.name)
+    groups: list[Subject] = []
+    for value in sorted(by_label):
+        members = sorted(by_label[value])
+        if value == WHOLE:
+            raise InputError(f"node label {label}={WHOLE}: '{WHOLE}' names the whole set")
+        if len(members) > 1 and members != names:
+            groups.append(Subject(kind="group", name=value, members=members))
+    if len(names) > 1:
+        groups.append(Subject(kind="group", name=WHOLE, members=names))
+    return groups
+
+
+def _settings(
+    port: ClusterPort, options: CertifyOptions, ready: list[Node]
+) -> tuple[Launcher, dict[str, str], int, int, int]:
+    """The launcher, the recipe criteria, GPUs per node and the message sizes, each the operator's
+    choice or, on ``auto``, what the cluster tells.
+
+    Raises:
+        InputError: the accelerator cannot be told from the nodes, or the sizes are out of order.
+    """
+    chosen: Launcher
+    if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
+        chosen = "local" if health_source(port) is not None else "job"
+    else:
+        chosen = options.launcher
+    if chosen == "local":
+        accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
+        service = "local" if options.service == AUTO else options.service
+        gpus = LOCAL_RANKS_PER_NODE
+        default_min, default_max = "64KiB", "4MiB"
+    else:
+        accelerator = _accelerator(ready) if options.accelerator == AUTO else options.accelerator
+        service = _service(ready) if options.service == AUTO else options.service
+        gpus = min(n.gpu_count for n in ready)
+        default_min, default_max = "1MiB", "8GiB"
+    os_name = _os(ready) if options.os == AUTO else options.os
+    smallest = parse_size(default_min if options.min_bytes == AUTO else options.min_bytes, "min-bytes")
+    largest = parse_size(default_max if options.max_bytes == AUTO else options.max_bytes, "max-bytes")
+    if smallest > largest:
+        raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
+    criteria = {"service": service, "accelerator": accelerator, "os": os_name}
+    return chosen, criteria, gpus, smallest, largest
+
+
+def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> CertifyPlan:
+    """The plan for ``options`` on the nodes ``port`` shows; nothing is written.
+
+    Raises:
+        InputError: no node matches, none is Ready, a group label value is ``all``, the accelerator
+            cannot be told from the nodes' labels, or the message sizes are out of order.
+    """
+    ready, excluded, ignored = _candidates(port, options)
+    chosen, criteria, gpus, smallest, largest = _settings(port, options, ready)
+    names = sorted(n.name for n in ready)
+    injected: dict[str, list[str]] = {}
+    if chosen == "local":
+        for name in names:
+            faults = local_injections(port, name, 0, "group") + local_injections(port, name, 0, "node")
+            if faults:
+                injected[name] = sorted(f.split(":", 1)[1] for f in faults)
+    return CertifyPlan(
+        options=options,
+        launcher=chosen,
+        nodes=names,
+        excluded=excluded,
+        ignored=ignored,
+        groups=_groups(ready, options.group_label),
+        gpus_per_node=gpus,
+        min_bytes=smallest,
+        max_bytes=largest,
+        criteria=criteria,
+        injected=injected,
+        started_at=now(),
+        run=run,
+    )
+
+
+def plan_outputs(plan: CertifyPlan) -> dict[str, str]:
+    """The plan's output parameters (:data:`PLAN_OUTPUTS`) for the workflow, by name."""
+    values: dict[str, Any] = {
+        "nodes": json.dumps(plan.nodes),
+        "groups": json.dumps([g.name for g in plan.groups if g.name != WHOLE]),
+        "whole": WHOLE if any(g.name == WHOLE for g in plan.groups) else "",
+        "run": plan.run.model_dump_json(),
+        "launcher": plan.launcher,
+        **plan.criteria,
+    }
+    return {key: str(values[key]) for key in PLAN_OUTPUTS}
