@@ -97,6 +97,7 @@ __all__ = [
     "release",
     "report",
     "smoke_check",
+    "sweep_group",
 ]
 
 Launcher = Literal["local", "job"]
@@ -690,6 +691,11 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
     ranks = len(group.members) * plan.gpus_per_node
     hosts = [node for node in group.members for _ in range(plan.gpus_per_node)]
     return _sweep(plan, recipe, group, ranks, hosts, inject, "multi-node")
+
+
+def sweep_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
+    """A multi-node sweep of ``group`` as the plan runs group tests (bisection tests its parts with it)."""
+    return _certify_group(group, plan, recipe)
 
 
 def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
