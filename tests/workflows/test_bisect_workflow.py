@@ -36,6 +36,20 @@ def test_bisect_group_calls_itself_on_both_halves_and_defaults_what_a_skipped_ch
     assert confirm["outputs"]["parameters"][0]["valueFrom"]["default"] == "[]"  # type: ignore[index]
 
 
+def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None:
+    tasks = {t["name"]: t for t in _templates("dsx-certify")["certify"]["dag"]["tasks"]}  # type: ignore[index]
+    for stage, targets, after in (
+        ("groups", "bisect-targets", "whole-check"),
+        ("whole", "bisect-whole-targets", "smoke-check"),
+    ):
+        bisect = tasks[f"bisect-{stage}"]
+        assert bisect["templateRef"] == {"name": "dsx-bisect", "template": "bisect-groups"}
+        assert bisect["when"] == f"{{{{tasks.{targets}.outputs.parameters.count}}}} > 0"
+        assert f"bisect-{stage}.Omitted" in tasks[after]["depends"]
+    groups = _templates("dsx-bisect")["bisect-groups"]
+    assert groups["parallelism"] == 8
+
+
 def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic"
