@@ -29,6 +29,7 @@ from workflows.templates._base import (
 
 WORKFLOW_KINDS = ("WorkflowTemplate", "CronWorkflow", "Workflow")
 ACCOUNTS = {
+    "dsx-bisect": "dsx-bisect",
     "dsx-certify": "dsx-certify",
     "dsx-recipe": "dsx-recipe",
     "dsx-bundle": "dsx-bundle",

@@ -38,6 +38,7 @@ from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import input_error
+from steps.readiness.bisect.records import with_bisection
 from steps.readiness.checks import (
     SMOKE_TEST,
     GroupRun,
@@ -105,6 +106,7 @@ __all__ = [
     "release",
     "report",
     "smoke_check",
+    "sweep_group",
 ]
 
 #: Launch and rendezvous time counted into every healthy-run estimate, seconds.
@@ -305,7 +307,9 @@ def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> lis
     standing = [m for m in group.members if m in nodes and nodes[m].status == "pass"]
     if group.name != WHOLE:
         return standing
-    racks = {o.subject.name: o for o in store.sweeps("group") if o.subject.name != WHOLE}
+    racks = {
+        o.subject.name: o for o in with_bisection(store.sweeps("group"), store) if o.subject.name != WHOLE
+    }
     results = node_results(plan.nodes, [v for o in racks.values() for v in o.verdicts])
     doubtful = {r.name for r in results if r.status != "passed"}
     return [m for m in standing if m not in doubtful]
@@ -351,6 +355,11 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
     return _sweep(plan, recipe, group, ranks, hosts, inject, "multi-node")
 
 
+def sweep_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
+    """A multi-node sweep of ``group`` as the plan runs group tests (bisection tests its parts with it)."""
+    return _certify_group(group, plan, recipe)
+
+
 def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
     """The node and group outcomes the checks stored; a planned check that stored none is an error.
 
@@ -361,7 +370,7 @@ def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOu
         nodes_found.get(n) or _missing("node", Subject(kind="node", name=n, members=[n]), plan)
         for n in plan.nodes
     ]
-    groups_found = {o.subject.name: o for o in store.sweeps("group")}
+    groups_found = {o.subject.name: o for o in with_bisection(store.sweeps("group"), store)}
     groups: list[SweepOutcome] = []
     for group in plan.groups:
         if group.name in groups_found:

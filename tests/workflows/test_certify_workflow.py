@@ -125,3 +125,21 @@ def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path:
         result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and not out.exists()
+
+
+def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_path: Path) -> None:
+    """Issue 12's story: the node checks pass; rack-01 fails together; dsx-bisect names node-02."""
+    result, out = _certify(tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    workflow = json.loads((out / "workflow.json").read_text())
+    nodes = list(workflow["status"]["nodes"].values())
+    checks = [n for n in nodes if n["displayName"].startswith("node-check(")]
+    assert len(checks) == 4 and all(n["phase"] == "Succeeded" for n in checks)
+    confirmed = [n for n in nodes if n["displayName"] == "confirm-members"]
+    assert [n["phase"] for n in confirmed] == ["Succeeded"]
+    assert _labels(out) == {n: ("failed" if n == "node-02" else "passed") for n in _labels(out)}
+    assert len(_labels(out)) == 4
+    reason = connect(f"state:{out / 'fleet.json'}").get_node("node-02").annotations
+    assert reason[vocab.ANNOTATION_CERTIFICATION_REASON].startswith(
+        "multi-node-bisect fail: node-02: slow in multi-node tests:"
+    )

@@ -25,8 +25,10 @@ from workflows.runner.templating import Unresolved, render
 from workflows.runner.values import go_json, go_unmarshal, no_constant, params_json, sorted_keys
 
 __all__ = [
+    "ABSENT",
     "Dropped",
     "Lookup",
+    "NoResult",
     "aggregate",
     "aggregate_error",
     "global_lookup",
@@ -41,12 +43,38 @@ _MEMBER_VAR = re.compile(r"(?P<prefix>tasks|steps)\.(?P<name>[-\w]+)\.(?P<field>
 _OUTPUT_PARAM = "outputs.parameters."
 
 
+ABSENT = "__argo-internal.absent-optional-output__"
+"""What an argument that is nothing but a reference to an absent optional becomes (Argo v4's
+``common.AbsentOptionalArgumentValue``): the template it goes to takes its input's own default, or
+errors when there is none (``common.ProcessArgs``)."""
+
+
 class Dropped(Exception):
-    """A reference to an output of a skipped or omitted task that declares no default."""
+    """A reference to an output parameter of a skipped or omitted task that declares no default.
+
+    Argo v4 calls it an absent optional (``scope.go``, ``addSkippedNodeOutputsToScope``): an argument that
+    is only that reference becomes :data:`ABSENT`; anywhere else (inside a longer argument, a ``when``, a
+    template's outputs without a default) it is a terminal error, never an empty string.
+    """
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
-        super().__init__(f"failed to resolve {{{{{tag}}}}}")
+        super().__init__(
+            f"unable to substitute {{{{{tag}}}}}: output is an absent optional (skipped/omitted node with no "
+            "default)"
+        )
+
+
+class NoResult(Unresolved):
+    """The result of a skipped or omitted task: Argo has none in scope, so it requeues the task that
+    reads it until the workflow ends (``buildLocalScope`` sets outputs only for nodes that have them)."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(tag)
+        self.args = (
+            f"failed to resolve {{{{{tag}}}}}: the task was skipped and has no result (Argo v4 waits for "
+            "it until the workflow ends)",
+        )
 
 
 def workflow_globals(state: RunState) -> dict[str, str]:
@@ -144,10 +172,11 @@ def _member_value(
         return aggregate(member.items, field_name)
     assert node is not None
     if node.phase in (Phase.Skipped, Phase.Omitted):
-        if field_name.startswith(_OUTPUT_PARAM):
-            default = _output_default(state, member.holder, scope, field_name[len(_OUTPUT_PARAM) :])
-            if default is not None:
-                return default
+        if not field_name.startswith(_OUTPUT_PARAM):
+            raise NoResult(tag)
+        default = _output_default(state, member.holder, scope, field_name[len(_OUTPUT_PARAM) :])
+        if default is not None:
+            return default
         raise Dropped(tag)
     if field_name == "outputs.result":
         return node.outputs.get("result")
@@ -243,7 +272,15 @@ def template_outputs(body: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
         if "parameter" in value_from:
             try:
                 value = render(str(value_from["parameter"]), lookup)
-            except (Unresolved, Dropped) as exc:
+            except Dropped as exc:
+                if "default" not in value_from:
+                    raise NodeError(
+                        f"output parameter {json.dumps(param['name'])}: "
+                        f"{json.dumps(value_from['parameter'])} is an absent optional (skipped/omitted node "
+                        "output with no default)"
+                    ) from exc
+                value = str(value_from["default"])
+            except Unresolved as exc:
                 if "default" not in value_from:
                     raise NodeError(f"Unable to resolve outputs from scope: {exc}") from exc
                 value = str(value_from["default"])

@@ -20,10 +20,10 @@ from workflows.runner.exit_handler import run_member_exit
 from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.nodes import error_node, finish, new_node
-from workflows.runner.scope import Dropped, Lookup, aggregate_error, member_lookup, template_outputs
+from workflows.runner.scope import ABSENT, Dropped, Lookup, aggregate_error, member_lookup, template_outputs
 from workflows.runner.state import Ctx, Member, RunState, Stopped
 from workflows.runner.templates import execute
-from workflows.runner.templating import Unresolved, render, render_all
+from workflows.runner.templating import TAG, Unresolved, render, render_all
 from workflows.runner.values import item_label, item_text
 from workflows.runner.when import WhenError, evaluate_when
 
@@ -38,7 +38,12 @@ def continues(phase: Phase, flags: Mapping[str, Any]) -> bool:
 
 
 def render_member(holder: Mapping[str, Any], lookup: Lookup) -> tuple[dict[str, Any], dict[str, str]]:
-    """The task or step with its references resolved, and its arguments (dropped ones left out)."""
+    """The task or step with its references resolved, and its arguments.
+
+    An argument that is nothing but a reference to an absent optional (a skipped task's output parameter
+    without a default) becomes :data:`~workflows.runner.scope.ABSENT`, as in Argo v4
+    (``markAbsentOptionalArgs``); a longer one raises :class:`~workflows.runner.scope.Dropped`.
+    """
 
     def defer(tag: str) -> bool:
         return tag == "item" or tag.startswith("item.")
@@ -50,10 +55,13 @@ def render_member(holder: Mapping[str, Any], lookup: Lookup) -> tuple[dict[str, 
     args: dict[str, str] = {}
     kept = []
     for param in (holder.get("arguments") or {}).get("parameters") or []:
+        text = item_text(param.get("value", ""))
         try:
-            value = render(item_text(param.get("value", "")), lookup, defer)
+            value = render(text, lookup, defer)
         except Dropped:
-            continue
+            if len(TAG.findall(text)) != 1 or TAG.fullmatch(text.strip()) is None:
+                raise
+            value = ABSENT
         args[str(param["name"])] = value
         kept.append({"name": param["name"], "value": value})
     rendered["arguments"] = {"parameters": kept}

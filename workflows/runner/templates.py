@@ -22,7 +22,7 @@ from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.names import pod_name
 from workflows.runner.nodes import error_node, finish, new_node, running, set_message, slot
-from workflows.runner.scope import global_lookup
+from workflows.runner.scope import ABSENT, global_lookup
 from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Stopped
 from workflows.runner.templating import Unresolved, render_all
 from workflows.runner.values import item_text, params_json
@@ -126,6 +126,9 @@ def execute(
 def process_inputs(template: Mapping[str, Any], args: Mapping[str, str]) -> list[dict[str, Any]]:
     """The template's input parameters with their values: the argument, else its value or default.
 
+    An argument that references an absent optional (:data:`~workflows.runner.scope.ABSENT`) counts as
+    not given, as Argo v4's ``common.ProcessArgs`` has it.
+
     Raises:
         NodeError: an input has no argument, value or default.
     """
@@ -133,7 +136,12 @@ def process_inputs(template: Mapping[str, Any], args: Mapping[str, str]) -> list
     for param in (template.get("inputs") or {}).get("parameters") or []:
         name = str(param.get("name"))
         entry = {k: param[k] for k in ("name", "default", "enum", "description") if k in param}
-        if name in args:
+        if args.get(name) == ABSENT and "value" not in param and "default" not in param:
+            raise NodeError(
+                f"inputs.parameters.{name}: argument references an absent optional (skipped/omitted node "
+                "output with no default)"
+            )
+        if name in args and args[name] != ABSENT:
             value = args[name]
         elif "value" in param:
             value = param["value"]

@@ -90,6 +90,7 @@ __all__ = [
     "WORKFLOW_NAMESPACE",
     "WORKFLOW_UID",
     "container_security_context",
+    "item_field",
     "param",
     "pod_security_context",
     "rank_env",
@@ -118,6 +119,7 @@ priority class, ``/dev/shm`` size, capabilities, host network, node selector, pu
 replaces it with ``rankPods`` rendered as JSON."""
 
 SERVICE_ACCOUNTS = {
+    "bisect": "dsx-bisect",
     "certify": "dsx-certify",
     "recipe": "dsx-recipe",
     "bundle": "dsx-bundle",
@@ -157,6 +159,12 @@ through Hera, which raises at compile time when the name is not declared: a work
 ``wt.get_parameter(name)``, a task's output parameter as ``task.get_parameter(name)``, its result as
 ``task.result``. (Hera fills ``{{item}}`` in by itself only for a step whose one parameter without a
 default comes from the loop, so a step with two, like a check given the item and the run, names it.)"""
+
+
+def item_field(name: str) -> str:
+    """A field of a fan-out's item (``{{item.NAME}}``; a list or object field is passed as JSON)."""
+    return f"{{{{item.{name}}}}}"
+
 
 _RETRY_BACKOFF = Backoff(duration="15s", factor=2, cap="2m")
 

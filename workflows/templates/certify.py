@@ -33,6 +33,7 @@ from workflows.templates._base import (
     step,
     workflow_template,
 )
+from workflows.templates.bisect import STAGE_ENDED, bisect_stage, bisect_targets_step
 
 __all__ = ["templates"]
 
@@ -140,6 +141,7 @@ def templates() -> list[Any]:
         env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE},
     )
     gate = step(readiness.gate, timeout="1m")
+    bisect_targets = bisect_targets_step()
     release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with (
         workflow_template(
@@ -178,9 +180,19 @@ def templates() -> list[Any]:
         smoked = smoke_check(arguments={"run": run})
         reported = report(arguments={"run": run})
         gated = gate(arguments={"summary": reported.result})
+        # Groups that failed while their members passed alone are bisected (dsx-bisect) before the next stage.
+        group_targets, group_bisect = bisect_stage(run, "groups", bisect_targets)
+        whole_targets, whole_bisect = bisect_stage(run, "whole", bisect_targets)
         planned >> resolved >> kept >> nodes
-        for before, after in ((nodes, groups), (groups, whole), (whole, smoked), (smoked, reported)):
+        for before, after in (
+            (nodes, groups),
+            (groups, group_targets),
+            (whole, whole_targets),
+            (smoked, reported),
+        ):
             before.next(after, on=_ENDED)
+        for before, after in ((group_bisect, whole), (whole_bisect, smoked)):
+            before.next(after, on=STAGE_ENDED)
         reported >> gated
     with wt, DAG(name="exit") as exit_handler:
         release(arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})

@@ -33,7 +33,7 @@ from steps.readiness.bisect.models import (
 )
 from steps.readiness.bisect.session import Kind, Session
 
-__all__ = ["bisect", "choose"]
+__all__ = ["bisect", "choose", "halves"]
 
 _Split = Callable[[list[str], bool], list[list[str]] | None]
 
@@ -44,6 +44,12 @@ def _halves(group: list[str], root: bool) -> list[list[str]] | None:
         return None
     middle = len(group) // 2
     return [group[:middle], group[middle:]]
+
+
+def halves(group: Sequence[str]) -> list[list[str]] | None:
+    """The two halves halving tests next when ``group`` fails (``None``: too small to split, so its
+    members are each confirmed beside a known-good partner)."""
+    return _halves(list(group), False)
 
 
 def _pairs(group: list[str], root: bool) -> list[list[str]] | None:

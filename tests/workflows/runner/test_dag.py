@@ -69,7 +69,8 @@ def test_when_skips_a_branch_and_later_tasks_read_its_output_defaults(run_fixtur
     assert tails.message == "when 'heads == tails' evaluated false"
     # the skipped task's output parameter resolves to its valueFrom.default ...
     assert printed(result, result.node("report-tails")) == "tails said nobody"
-    # ... and a reference without a default is dropped, so the consumer's input default applies
+    # ... and an argument that is only a reference to one without a default is an absent optional:
+    # the consumer's input default applies
     assert printed(result, result.node("report-default")) == "no result"
 
 

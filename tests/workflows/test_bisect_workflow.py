@@ -1,0 +1,72 @@
+"""``dsx-bisect``: the recursive WorkflowTemplate, run by the local runner on a simulated fleet."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from steps.cluster import connect
+from steps.cluster import vocabulary as vocab
+from tests.paths import REPO
+
+FILES = REPO / "charts/dsx/files"
+
+
+def _templates(name: str) -> dict[str, dict[str, object]]:
+    doc = yaml.safe_load((FILES / f"workflow-template-{name}.yaml").read_text())
+    return {t["name"]: t for t in doc["spec"]["templates"]}
+
+
+def test_bisect_group_calls_itself_on_both_halves_and_defaults_what_a_skipped_child_leaves() -> None:
+    group = _templates("dsx-bisect")["bisect-group"]
+    tasks = {t["name"]: t for t in group["dag"]["tasks"]}  # type: ignore[index]
+    for half in ("left", "right"):
+        assert tasks[half]["template"] == "bisect-group"
+        assert tasks[half]["when"] == "{{tasks.test-group.outputs.parameters.action}} == split"
+        assert tasks[half]["arguments"]["parameters"][1]["value"] == (
+            f"{{{{tasks.test-group.outputs.parameters.{half}}}}}"
+        )
+    # confirm-members is skipped unless the part is small: the output read from it has defaults
+    assert tasks["confirm-members"]["when"] == "{{tasks.test-group.outputs.parameters.action}} == confirm"
+    (suspects,) = group["outputs"]["parameters"]  # type: ignore[index]
+    assert suspects["valueFrom"]["default"] == "[]"
+    confirm = _templates("dsx-bisect")["confirm-members"]
+    assert confirm["outputs"]["parameters"][0]["valueFrom"]["default"] == "[]"  # type: ignore[index]
+
+
+def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None:
+    tasks = {t["name"]: t for t in _templates("dsx-certify")["certify"]["dag"]["tasks"]}  # type: ignore[index]
+    for stage, targets, after in (
+        ("groups", "bisect-targets", "whole-check"),
+        ("whole", "bisect-whole-targets", "smoke-check"),
+    ):
+        bisect = tasks[f"bisect-{stage}"]
+        assert bisect["templateRef"] == {"name": "dsx-bisect", "template": "bisect-groups"}
+        assert bisect["when"] == f"{{{{tasks.{targets}.outputs.parameters.count}}}} > 0"
+        assert f"bisect-{stage}.Omitted" in tasks[after]["depends"]
+    groups = _templates("dsx-bisect")["bisect-groups"]
+    assert groups["parallelism"] == 8
+
+
+def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic"
+    cmd = [sys.executable, "-m", "workflows.cli", "run", "bisect", "--local", "--cluster", spec]
+    result = subprocess.run(
+        [*cmd, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    nodes = json.loads((out / "workflow.json").read_text())["status"]["nodes"].values()
+    phases = {n["name"].split(".", 1)[-1]: n["phase"] for n in nodes}
+    # 8 -> 4 + 4 -> (0-1, 2-3) -> node-02 and node-03 each beside a known-good partner
+    assert phases["bisect-group.left.right.confirm-members"] == "Succeeded"
+    assert phases["bisect-group.right.left"] == "Skipped"  # node-04..07 passed: not split
+    assert phases["finish"] == "Failed"
+    port = connect(f"state:{out / 'fleet.json'}")
+    labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
+    assert labels == {f"node-{i:02d}": ("failed" if i == 2 else None) for i in range(8)}
+    reason = port.get_node("node-02").annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
+    assert reason.startswith("node-02: slow in multi-node tests:")
+    assert "beside known-good node-" in reason
