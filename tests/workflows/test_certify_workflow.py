@@ -91,20 +91,26 @@ def test_certify_template_explains_itself_in_the_argo_ui() -> None:
 
 
 def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_gave() -> None:
-    """Node checks, then racks, then the whole set, then the smoke run: no two stages at once, and a
-    stage that failed (or was skipped: no racks) never omits those after it."""
+    """Node checks, then racks (and their bisection), then the whole set (and its bisection), then the
+    smoke run: no two stages at once, and a stage that failed (or was skipped: no racks; or omitted: nothing
+    to bisect) never omits those after it."""
     doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (dag,) = [t["dag"] for t in doc["spec"]["templates"] if t["name"] == "certify"]
     depends = {t["name"]: t.get("depends", "") for t in dag["tasks"]}
-    for stage, before in (
-        ("group-check", "node-check"),
-        ("whole-check", "group-check"),
-        ("smoke-check", "whole-check"),
-        ("report", "smoke-check"),
+    ended = "({0}.Succeeded || {0}.Failed || {0}.Errored || {0}.Skipped)"
+    # a bisection runs only when its targets step found a group to bisect: omitted otherwise
+    ended_or_omitted = "({0}.Succeeded || {0}.Failed || {0}.Errored || {0}.Skipped || {0}.Omitted)"
+    for stage, after in (
+        ("group-check", ended.format("node-check")),
+        ("bisect-targets", ended.format("group-check")),
+        ("bisect-groups", "bisect-targets"),
+        ("whole-check", ended_or_omitted.format("bisect-groups")),
+        ("bisect-whole-targets", ended.format("whole-check")),
+        ("bisect-whole", "bisect-whole-targets"),
+        ("smoke-check", ended_or_omitted.format("bisect-whole")),
+        ("report", ended.format("smoke-check")),
     ):
-        assert depends[stage] == (
-            f"({before}.Succeeded || {before}.Failed || {before}.Errored || {before}.Skipped)"
-        ), stage
+        assert depends[stage] == after, stage
     assert doc["spec"]["onExit"] == "exit"  # the run's hold on its nodes is released however it ends
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     for check in ("node-check", "group-check", "smoke-check"):  # the UI shows each check's one-line verdict
