@@ -154,9 +154,10 @@ def test_every_step_template_and_task_is_named_after_its_step_function() -> None
                 assert template["name"] == function.replace("_", "-"), compiled.filename
             called: set[str] = set()
             for task in template.get("dag", {}).get("tasks", []):
-                if task["template"] not in called:
-                    assert task["name"] == task["template"], f"{compiled.filename}: {task['name']}"
-                called.add(task["template"])
+                target = task.get("template") or task["templateRef"]["template"]
+                if target not in called:
+                    assert task["name"] == target, f"{compiled.filename}: {task['name']}"
+                called.add(target)
 
 
 def test_lint_rejects_two_templates_with_one_name() -> None:
