@@ -16,8 +16,8 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 repair request: ``ok``, ``fail`` or ``never``, see :mod:`steps.cluster.sim.repair`), ``repair-delay``
 (seconds from the request to the reboot, default 2), ``forbid`` (``VERB RESOURCE`` pairs,
 ``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
-of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run repeats exactly;
-see :mod:`steps.cluster.fabric`).
+of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run
+repeats exactly; see :mod:`steps.cluster.fabric`).
 
 The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
 ``releases`` a list of releases, each a mapping (with ``chart``, ``status``, ``images``...) or the
