@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.cluster import connect
+from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import FileStore, SimCluster
 from steps.errors import InputError
@@ -147,3 +147,14 @@ def test_remediate_escalates_when_recertification_fails(tmp_path: Path) -> None:
     node = port.get_node("node-01")
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
     assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
+
+
+def test_breaker_cli_shows_a_trip_and_a_person_resets_it(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    breaker = Breaker(connect(spec), BreakerSettings(max_share=0.5))
+    assert breaker.admit("node-00", 2)[0] and not breaker.admit("node-01", 2)[0]
+    shown = dsx("sentinel", "breaker", "status", "--cluster", spec, "-o", "json")
+    assert json.loads(shown.stdout)["state"] == "open", shown.stderr
+    reset = dsx("sentinel", "breaker", "reset", "--by", "oncall", "--cluster", spec)
+    assert reset.returncode == 0, reset.stderr
+    assert Breaker(connect(spec)).status().state == "closed"
