@@ -34,6 +34,7 @@ ACCOUNTS = {
     "dsx-recipe": "dsx-recipe",
     "dsx-bundle": "dsx-bundle",
     "dsx-drift": "dsx-drift",
+    "dsx-remediate": "dsx-remediate",
 }
 SENTINEL_ACCOUNT = "dsx-sentinel"
 

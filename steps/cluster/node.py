@@ -91,6 +91,7 @@ _NODE_INFO_KEYS = (
     ("kubelet_version", "kubeletVersion"),
     ("container_runtime_version", "containerRuntimeVersion"),
     ("architecture", "architecture"),
+    ("boot_id", "bootID"),
 )
 
 
@@ -102,6 +103,8 @@ class NodeInfo(Strict):
     kubelet_version: str = ""
     container_runtime_version: str = ""
     architecture: str = ""
+    boot_id: str = ""
+    """Changes each time the machine boots: a repair that rebooted the node shows a new one."""
 
     @classmethod
     def from_manifest(cls, data: Mapping[str, Any]) -> NodeInfo:

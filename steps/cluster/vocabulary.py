@@ -27,6 +27,19 @@ Every write of ``spec.unschedulable`` names the field manager ``dsx`` (:data:`FI
 API server keeps ``metadata.managedFields`` dsx also sees a cordon set again outside dsx (kubectl uncordon,
 then kubectl cordon) after its own was lifted, and leaves that one alone too.
 
+Remediation (``dsx-remediate``, :mod:`steps.sentinel.remediate`) writes, beside ``dsx.dev/state``:
+
+- ``dsx.dev/state-since``: when the node entered its current state (RFC 3339, UTC), in the same patch
+  as the label.
+- ``dsx.dev/remediation``: the workflow that holds the node's remediation (its name).
+- ``dsx.dev/repair-requested-at``: when remediation asked the repair system for a repair; the repair
+  system (or the simulated fleet) answers by rebooting the node: a new ``status.nodeInfo.bootID``.
+- ``dsx.dev/repair-boot-id``: the node's boot id when the repair was requested (a repair shows a new one).
+- ``dsx.dev/recertify=true``: label on the one node ``dsx-certify`` recertifies for remediation now (its
+  ``nodes`` selector), put on and taken off under the fleet-wide mutex ``dsx-recertify``.
+- ``dsx.dev/replace=requested``: label on an escalated node that remediation could not bring back,
+  asking for the machine to be replaced.
+
 Topology labels set by the simulated fleet (and expected on real nodes where the operator labels racks):
 ``topology.dsx.dev/rack`` and ``topology.dsx.dev/block`` (a block is a group of racks under one
 spine switch).
@@ -58,7 +71,11 @@ __all__ = [
     "ANNOTATION_CORDON_REASON",
     "ANNOTATION_MEMBERS",
     "ANNOTATION_RECIPE_DIGEST",
+    "ANNOTATION_REMEDIATION",
+    "ANNOTATION_REPAIR_BOOT_ID",
+    "ANNOTATION_REPAIR_REQUESTED_AT",
     "ANNOTATION_REPORT_CONTENTS",
+    "ANNOTATION_STATE_SINCE",
     "ANNOTATION_SUBJECT",
     "ANNOTATION_WORKFLOW",
     "ANNOTATION_WORKFLOW_UID",
@@ -102,9 +119,12 @@ __all__ = [
     "LABEL_MANAGED",
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
+    "LABEL_RECERTIFY",
+    "LABEL_REPLACE",
     "LABEL_STATE",
     "MANAGED_FALSE",
     "PREFIX",
+    "REPLACE_REQUESTED",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
     "ApiVersion",
@@ -146,6 +166,14 @@ ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
 # the members the test runs on.
 LABEL_GROUP_TEST: Final = "dsx.dev/group-test"
 ANNOTATION_MEMBERS: Final = "dsx.dev/members"
+
+ANNOTATION_STATE_SINCE: Final = "dsx.dev/state-since"
+ANNOTATION_REMEDIATION: Final = "dsx.dev/remediation"
+ANNOTATION_REPAIR_REQUESTED_AT: Final = "dsx.dev/repair-requested-at"
+ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
+LABEL_REPLACE: Final = "dsx.dev/replace"
+LABEL_RECERTIFY: Final = "dsx.dev/recertify"
+REPLACE_REQUESTED: Final = "requested"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"

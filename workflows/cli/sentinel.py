@@ -182,4 +182,57 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             stop.set()
 
+    breaker = typer.Typer(
+        name="breaker",
+        help="The quarantine circuit breaker (ConfigMap dsx-quarantine-breaker): status, reset.",
+        no_args_is_help=True,
+    )
+
+    @breaker.command("status")
+    def breaker_status_cmd(
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
+        ),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Print whether the breaker is open, since when and why, and the nodes in its window."""
+        from steps.cluster import connect
+        from steps.sentinel.policy import Breaker
+
+        status = Breaker(connect(cluster)).status()
+        emit(
+            status,
+            output,
+            lambda s: print_table(
+                None,
+                ["state", "tripped at", "reason", "in window", "reset at", "reset by"],
+                [
+                    [
+                        s.state,
+                        s.tripped_at,
+                        s.tripped_reason,
+                        ", ".join(sorted(s.admitted)),
+                        s.reset_at,
+                        s.reset_by,
+                    ]
+                ],
+            ),
+        )
+
+    @breaker.command("reset")
+    def breaker_reset_cmd(
+        by: str = typer.Option(..., "--by", help="Who resets it (recorded)."),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
+        ),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """Close the breaker and empty its window (it never closes by itself once tripped)."""
+        from steps.cluster import connect
+        from steps.sentinel.policy import Breaker
+
+        status = Breaker(connect(cluster)).reset(by)
+        emit(status, output, lambda s: print(f"breaker closed by {s.reset_by} at {s.reset_at}"))
+
+    group.add_typer(breaker, name="breaker")
     app.add_typer(group, name="sentinel")

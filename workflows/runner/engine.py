@@ -29,6 +29,7 @@ importable from where they have always been.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,9 +39,11 @@ from workflows.runner.exit_handler import run_workflow_exit
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, RunOptions
 from workflows.runner.names import node_id, pod_name, step_or_task_name
-from workflows.runner.scope import workflow_globals
+from workflows.runner.scope import global_lookup, workflow_globals
 from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState
+from workflows.runner.synchronization import hold
 from workflows.runner.templates import DEPTH_MESSAGE, MAX_DEPTH, execute, transient
+from workflows.runner.templating import render_all
 from workflows.runner.values import MAX_RESULT_BYTES, go_json, go_quote
 from workflows.runner.workflowpod import ARTIFACT_REPOSITORY_MESSAGE, DEADLINE_MESSAGE
 
@@ -129,15 +132,21 @@ class Engine:
         """
         state = self.state
         root_ctx = Ctx(boundary_id=None, parent_id=None, depth=1, display=state.workflow)
-        root = execute(
-            state,
-            state.workflow,
-            {"template": entrypoint},
-            state.library.entry_scope,
-            state.parameters,
-            root_ctx,
+        sync = render_all(
+            dict(state.spec.get("synchronization") or {}), lambda tag: global_lookup(state, tag)
         )
-        on_exit = state.spec.get("onExit")
-        if not on_exit or state.stop.is_set():
-            return root, None
-        return root, run_workflow_exit(state, root, str(on_exit))
+        namespace = global_lookup(state, "workflow.namespace") or "default"
+        # A workflow-level mutex is held from before the entrypoint until the exit handler has ended.
+        with hold(state, sync, namespace, lambda text: print(text, file=sys.stderr)):
+            root = execute(
+                state,
+                state.workflow,
+                {"template": entrypoint},
+                state.library.entry_scope,
+                state.parameters,
+                root_ctx,
+            )
+            on_exit = state.spec.get("onExit")
+            if not on_exit or state.stop.is_set():
+                return root, None
+            return root, run_workflow_exit(state, root, str(on_exit))

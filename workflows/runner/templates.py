@@ -24,6 +24,7 @@ from workflows.runner.names import pod_name
 from workflows.runner.nodes import error_node, finish, new_node, running, set_message, slot
 from workflows.runner.scope import ABSENT, global_lookup
 from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Stopped
+from workflows.runner.synchronization import hold
 from workflows.runner.templating import Unresolved, render_all
 from workflows.runner.values import item_text, params_json
 
@@ -298,7 +299,11 @@ def execute_body(state: RunState, call: Invocation) -> NodeStatus:
     if call.pod:
         node.pod_name = local.get("pod.name")
     try:
-        with slot(state, call.ctx, pod=call.pod):
+        namespace = global_lookup(state, "workflow.namespace") or "default"
+        with (
+            hold(state, body.get("synchronization"), namespace, lambda text: set_message(state, node, text)),
+            slot(state, call.ctx, pod=call.pod),
+        ):
             running(state, node)
             _run_kind(state, node, body, call)
     except Stopped:

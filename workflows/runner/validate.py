@@ -24,7 +24,15 @@ from workflows.runner.variables import expression_problem, variable_problems
 
 __all__ = ["check", "validate"]
 
-_SPEC_SUPPORTED = {"entrypoint", "arguments", "templates", "onExit", "parallelism", "artifactRepositoryRef"}
+_SPEC_SUPPORTED = {
+    "entrypoint",
+    "arguments",
+    "templates",
+    "onExit",
+    "parallelism",
+    "artifactRepositoryRef",
+    "synchronization",
+}
 _SPEC_IGNORED = {
     "serviceAccountName",
     "automountServiceAccountToken",
@@ -65,6 +73,7 @@ _TEMPLATE_SUPPORTED = {
     "timeout",
     "activeDeadlineSeconds",
     "parallelism",
+    "synchronization",
 }
 _TEMPLATE_IGNORED = {
     "metadata",
@@ -116,7 +125,7 @@ _HINTS = {
     "artifacts": "artifacts other than outputs under /tmp/dsx-out are not kept locally",
     "hooks": "use onExit",
     "memoize": "every local run starts from scratch",
-    "synchronization": "a local run has no other workflows to wait for",
+    "semaphores": "use mutexes (a local run has no ConfigMap of semaphore limits)",
     "withSequence": "use withItems",
     "inline": "name a template",
     "templateDefaults": "set the fields on each template",
@@ -195,12 +204,26 @@ class _Checker:
                 scope, None, "spec.onExit", f"onExit {spec['onExit']!r} is not a template of this workflow"
             )
         self.positive_int(spec.get("parallelism"), scope, None, "spec.parallelism")
+        self.synchronization(spec.get("synchronization"), scope, None, "spec.synchronization")
         self.keys(
             spec.get("artifactRepositoryRef"), scope, None, "spec.artifactRepositoryRef", {"configMap", "key"}
         )
         for path, text in walk_strings({k: v for k, v in spec.items() if k != "templates"}, "spec"):
             for expr in expression_tags(text):
                 self.expression(scope, None, path, expr)
+
+    def synchronization(self, value: Any, scope: TemplateScope, template: str | None, path: str) -> None:
+        """Argo v4's ``synchronization``: the runner holds ``mutexes`` (name, namespace), nothing else."""
+        sync = self.keys(value, scope, template, path, {"mutexes"})
+        mutexes = sync.get("mutexes")
+        if mutexes is not None and not isinstance(mutexes, list):
+            self.add(scope, template, f"{path}.mutexes", "expected a list")
+            return
+        for index, mutex in enumerate(mutexes or []):
+            where = f"{path}.mutexes[{index}]"
+            found = self.keys(mutex, scope, template, where, {"name", "namespace"})
+            if mutex is not None and not found.get("name"):
+                self.add(scope, template, where, "a mutex needs a name")
 
     def expression(self, scope: TemplateScope, template: str | None, path: str, expr: str) -> None:
         self.add(scope, template, path, *expression_problem(expr))
@@ -212,8 +235,8 @@ class _Checker:
             self.add(scope, template, path, f"{value!r} is not a positive integer")
 
     def duration(self, value: Any, scope: TemplateScope, template: str, path: str) -> None:
-        if value is None:
-            return
+        if value is None or (isinstance(value, str) and "{{" in value):
+            return  # a templated duration is read when the template runs, as Argo does
         try:
             parse_duration(value)
         except ValueError as exc:
@@ -225,6 +248,7 @@ class _Checker:
         tmpl = scope.templates[name]
         base = scope.path(name)
         self.keys(tmpl, scope, name, base, _TEMPLATE_SUPPORTED, _TEMPLATE_IGNORED)
+        self.synchronization(tmpl.get("synchronization"), scope, name, f"{base}.synchronization")
         types = [t for t in _TEMPLATE_TYPES if t in tmpl]
         others = [t for t in ("containerSet", "http", "plugin", "data") if t in tmpl]
         if len(types) + len(others) != 1:

@@ -29,6 +29,7 @@ from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagat
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
 from steps.cluster.selectors import matches
+from steps.cluster.sim import repair
 from steps.cluster.sim.controllers import (
     collect_dependents,
     configmap_refusal,
@@ -328,6 +329,7 @@ class SimCluster(PortBase):
                     managers = [self.field_manager] if node.unschedulable else []
                 update = {"resource_version": fleet.next_revision(), "unschedulable_managers": managers}
                 node = node.model_copy(update=update)
+                repair.schedule(fleet, before, node, time.time())
                 fleet.nodes[name] = node
                 return node.to_manifest()
             if res.kind == "Pod" and self._typed(res):
@@ -353,7 +355,18 @@ class SimCluster(PortBase):
 
     # ----------------------------------------------------------------- primitives
 
+    def _settle(self) -> None:
+        """Let the simulated repair system reboot the nodes whose repair is due."""
+        now = time.time()
+        with self.store.transaction(write=False) as fleet:
+            if not repair.due(fleet, now):
+                return
+        with self.store.transaction() as fleet:
+            repair.reboot_due(fleet, now)
+
     def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
+        if res.kind == "Node":
+            self._settle()
         with self.store.transaction(write=False) as fleet:
             self._gate(fleet, "get", res, name, namespace=namespace)
             return self._find(fleet, res, name, namespace)
@@ -366,6 +379,8 @@ class SimCluster(PortBase):
             key, _, node = field_selector.partition("=")
             if key != "spec.nodeName" or res.kind != "Pod":
                 raise ApiStatusError(400, f'field label not supported: "{key}"')
+        if res.kind == "Node":
+            self._settle()
         with self.store.transaction(write=False) as fleet:
             self._gate(fleet, "list", res, None, node=node, namespace=namespace)
             out = []

@@ -166,6 +166,10 @@ class Fleet(_Model):
         uids: the uids handed out so far (see :meth:`new_uid`).
         api: injected API misbehaviour.
         fabric: how the scale-out fabric behaves in modelled group tests (noise, seed).
+        repair: how the repair system answers a repair request (``ok``, ``fail``, ``never``; see
+            :mod:`steps.cluster.sim.repair`).
+        repair_delay_s: seconds from the request to the reboot.
+        repairs_due: per node, when (Unix time) its requested repair reboots it.
         log: the call log, oldest first; at most ``log_limit`` entries are kept.
         dropped_calls: entries dropped from the front of the log.
     """
@@ -181,6 +185,9 @@ class Fleet(_Model):
     uids: int = 0
     api: ApiFaults = Field(default_factory=ApiFaults)
     fabric: FabricSettings = Field(default_factory=FabricSettings)
+    repair: str = "ok"
+    repair_delay_s: float = 2.0
+    repairs_due: dict[str, float] = Field(default_factory=dict)
     log: list[CallRecord] = Field(default_factory=list)
     dropped_calls: int = 0
     log_limit: int = 20000

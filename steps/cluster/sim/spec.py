@@ -12,10 +12,12 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 :mod:`steps.cluster.sim.faults`; ``node-03:driver=570.124.06`` puts one node on another driver),
 ``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``releases`` (deployed Helm releases,
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
-``api-conflicts``, ``api-latency-ms``, ``forbid`` (``VERB RESOURCE`` pairs, ``;``-separated, e.g.
-``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise of modelled group
-tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run repeats exactly;
-see :mod:`steps.cluster.fabric`).
+``api-conflicts``, ``api-latency-ms``, ``repair`` (how the simulated repair system answers a
+repair request: ``ok``, ``fail`` or ``never``, see :mod:`steps.cluster.sim.repair`), ``repair-delay``
+(seconds from the request to the reboot, default 2), ``forbid`` (``VERB RESOURCE`` pairs,
+``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
+of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run
+repeats exactly; see :mod:`steps.cluster.fabric`).
 
 The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
 ``releases`` a list of releases, each a mapping (with ``chart``, ``status``, ``images``...) or the
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -50,6 +52,7 @@ from steps.cluster.sim.gpus import GPU_MODELS, GpuModel, cuda_for_driver, gpu_mo
 from steps.cluster.sim.hardware import gpu_hardware, node_nics
 from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, NodeHealth, Pdb, owner_key
+from steps.cluster.sim.repair import boot_id
 from steps.errors import InputError
 from steps.yamlio import LineDict, load_yaml, plain
 
@@ -85,6 +88,8 @@ class FleetSpec(BaseModel):
     forbid: list[str] = Field(default_factory=list)
     noise: float = Field(0.0, ge=0.0, lt=0.5)
     seed: int = 0
+    repair: Literal["ok", "fail", "never"] = "ok"
+    repair_delay: float = Field(2.0, ge=0.0, alias="repair-delay")
 
     @field_validator("gpu")
     @classmethod
@@ -300,6 +305,7 @@ def _node(spec: FleetSpec, model: GpuModel, count: int, name: str, rack: int, re
             kubelet_version=spec.kubelet,
             container_runtime_version=spec.runtime,
             architecture=model.arch,
+            boot_id=boot_id(name),
         ),
         resource_version=revision,
     )
@@ -351,6 +357,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     for node, faults in sorted(spec.faults.items()):
         for fault in faults:
             apply_fault(fleet, node, fault)
+    fleet.repair, fleet.repair_delay_s = spec.repair, spec.repair_delay
     fleet.api.errors = spec.api_errors
     fleet.api.conflicts = spec.api_conflicts
     fleet.api.latency_ms = spec.api_latency_ms

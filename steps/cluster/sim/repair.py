@@ -1,0 +1,124 @@
+"""The simulated repair system: a node whose repair was requested reboots after a delay.
+
+Remediation asks for a repair by writing ``dsx.dev/repair-requested-at`` on the node. The simulated fleet
+answers as a provider's repair service would, by the fleet's ``repair`` key:
+
+- ``ok`` (default): after ``repair-delay`` seconds the node reboots (a new ``status.nodeInfo.bootID``,
+  ``Ready``), its hardware is healthy again (every fault's effect gone, GPUs offered again) and the
+  sentinel's conditions read ``False`` (a fresh agent finds nothing);
+- ``fail``: the node reboots and looks repaired (new boot id, Ready, conditions cleared), but GPU 0
+  stays broken (the device plugin stops offering it), so recertification fails;
+- ``never``: nothing happens; the node keeps its boot id.
+
+The reboot happens on the first read of the fleet after it is due, so it works across the processes
+that share a ``state:`` fleet, with the wall clock as the time.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from steps.cluster import vocabulary as vocab
+from steps.cluster.health import NvlinkReport
+from steps.cluster.port import GPU_RESOURCE, Condition, Node
+from steps.cluster.sim.model import Fleet
+
+__all__ = ["REPAIR_MODES", "boot_id", "due", "reboot_due", "schedule"]
+
+REPAIR_MODES = ("ok", "fail", "never")
+
+
+def boot_id(node: str, previous: str = "") -> str:
+    """The boot id of ``node``'s next boot (deterministic: derived from the node and the last boot)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"https://dsx.dev/sim/boot/{node}/{previous}"))
+
+
+def schedule(fleet: Fleet, before: Node | None, after: Node, now: float) -> None:
+    """Note a repair when a write adds or changes the node's repair request (never for ``repair=never``)."""
+    wanted = after.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "")
+    had = before.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "") if before else ""
+    if wanted and wanted != had and fleet.repair != "never":
+        fleet.repairs_due[after.name] = now + fleet.repair_delay_s
+
+
+def due(fleet: Fleet, now: float) -> bool:
+    """Whether a repair is due to happen."""
+    return any(at <= now for at in fleet.repairs_due.values())
+
+
+def _healthy_conditions(node: Node) -> list[Condition]:
+    sentinel = set(vocab.CONDITION_SENTINEL.values())
+    out = []
+    for c in node.conditions:
+        if c.type == "Ready":
+            c = c.model_copy(
+                update={
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            )
+        elif c.type in sentinel and c.status == "True":
+            c = c.model_copy(
+                update={"status": "False", "reason": "Repaired", "message": "healthy after the repair"}
+            )
+        out.append(c)
+    return out
+
+
+def reboot_due(fleet: Fleet, now: float) -> list[str]:
+    """Reboot every node whose repair is due; the nodes rebooted."""
+    done = []
+    for name, at in sorted(fleet.repairs_due.items()):
+        if at > now or name not in fleet.nodes:
+            continue
+        del fleet.repairs_due[name]
+        node, health = fleet.nodes[name], fleet.health[name]
+        info = node.node_info.model_copy(update={"boot_id": boot_id(name, node.node_info.boot_id)})
+        allocatable = dict(node.allocatable)
+        health.ready = True
+        if fleet.repair == "ok":
+            health.gpus = [
+                g.model_copy(
+                    update={
+                        "healthy": True,
+                        "xids": (),
+                        "ecc_uncorrectable": 0,
+                        "nvlink_gbps": g.nominal_nvlink_gbps,
+                        "retired_pages_pending": False,
+                        "remap_pending": False,
+                        "throttle_reasons": (),
+                        "temperature_c": 42.0,
+                        "pcie_generation": g.pcie_max_generation,
+                        "pcie_width": g.pcie_max_width,
+                        "nvlinks": tuple(NvlinkReport(link=link.link) for link in g.nvlinks),
+                        "reset_required": False,
+                    }
+                )
+                for g in health.gpus
+            ]
+            health.nics = [
+                n.model_copy(update={"up": True, "state": "ACTIVE", "phys_state": "LinkUp"})
+                for n in health.nics
+            ]
+            health.link_gbps = health.nominal_link_gbps
+            health.link_failure_rate, health.link_hangs = 0.0, False
+            health.faults = []
+            if GPU_RESOURCE in node.capacity:
+                allocatable[GPU_RESOURCE] = node.capacity[GPU_RESOURCE]
+        elif health.gpus:
+            health.gpus[0] = health.gpus[0].model_copy(update={"healthy": False})
+            offered = len([g for g in health.gpus if g.healthy])
+            allocatable[GPU_RESOURCE] = str(offered)
+            if "failing-gpu" not in health.faults:
+                health.faults.append("failing-gpu")
+        fleet.nodes[name] = node.model_copy(
+            update={
+                "node_info": info,
+                "conditions": _healthy_conditions(node),
+                "allocatable": allocatable,
+                "resource_version": fleet.next_revision(),
+            }
+        )
+        done.append(name)
+    return done

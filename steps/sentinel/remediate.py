@@ -1,0 +1,481 @@
+"""The steps of ``dsx-remediate``: guard, quarantine, drain, repair, recertification verdict, outcome.
+
+Every step is idempotent and reads where the node stands before it acts, so a workflow stopped after any
+step and submitted again picks up where the last one stopped: the node's ``dsx.dev/state`` label says how
+far remediation got, and a step whose work is already done says so and returns. Every state change is
+written to the node (the label with ``dsx.dev/state-since``, in one patch) and appended to the ledger
+(:mod:`steps.sentinel.ledger`, the format a goodput report reads).
+
+Rules every step keeps:
+
+- The cordon is owned by :data:`OWNER` (``dsx.dev/cordoned-by=sentinel``). A node cordoned outside dsx
+  before remediation came keeps that cordon: remediation records it and never uncordons the node.
+- A person who uncordons the node mid-remediation cancels it: the next step sees the node schedulable
+  (or cordoned by someone else), records ``cancelled``, clears the state label and stops the workflow.
+- No node is left cordoned by dsx without a state label saying why: a failure escalates the node
+  (``state=escalated``, ``dsx.dev/replace=requested``, a Warning Event) or leaves the label of the step
+  that stopped, for a resubmission to pick up.
+- A pod leaves only through the Eviction API, unless the drain policy says otherwise
+  (:mod:`steps.sentinel.drain`).
+
+Step modules are read by Hera's runner in the pod, so this one keeps its annotations evaluated.
+"""
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from steps.cluster import ClusterPort, CordonRefusedError, Node, NotFoundError, changes, connect
+from steps.cluster import vocabulary as vocab
+from steps.errors import DsxError, InputError
+from steps.files import write_text
+from steps.models import input_error
+from steps.sentinel import ledger
+from steps.sentinel.drain import DrainPolicy
+from steps.sentinel.drain import drain as drain_pods
+from steps.sentinel.events import HealthEvent
+from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
+
+__all__ = [
+    "ACTIVE_STATES",
+    "OWNER",
+    "RemediationCancelled",
+    "conclude",
+    "drain",
+    "guard",
+    "quarantine",
+    "record_outcome",
+    "repaired",
+    "request_repair",
+]
+
+OWNER = "sentinel"
+"""The ``by`` of remediation's cordon (``dsx.dev/cordoned-by``)."""
+
+ACTIVE_STATES = [s.value for s in vocab.NodeState if s is not vocab.NodeState.escalated]
+"""States of a node whose remediation is under way (in the order it moves through them)."""
+
+
+class RemediationCancelled(DsxError):
+    """A person took the node back (uncordoned it) while remediation ran."""
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _output(name: str, value: str) -> None:
+    """An output parameter of the step (``$DSX_OUTPUT_DIR/params/NAME``), when the runner asks for one."""
+    folder = os.environ.get(vocab.ENV_OUTPUT_DIR)
+    if folder:
+        write_text(Path(folder) / "params" / name, value)
+
+
+def _condition(check: str) -> str:
+    if check not in vocab.CONDITION_SENTINEL:
+        known = ", ".join(sorted(vocab.CONDITION_SENTINEL))
+        raise InputError(f"check {check!r} is not a sentinel check (known: {known})")
+    return vocab.CONDITION_SENTINEL[check]
+
+
+def _node(port: ClusterPort, name: str) -> Node:
+    try:
+        return port.get_node(name)
+    except NotFoundError:
+        raise DsxError(f"node {name} does not exist (deleted during remediation?)") from None
+
+
+def _state(node: Node) -> str:
+    return node.labels.get(vocab.LABEL_STATE, "")
+
+
+def _attempt(port: ClusterPort, node: str) -> int:
+    history = ledger.entries(port, node)
+    return max(1, ledger.attempts(history))
+
+
+def _set_state(port: ClusterPort, node: str, state: str | None, workflow: str, **extra: str | None) -> Node:
+    """The state label and the time it changed, in one patch, with any further annotations."""
+    notes: dict[str, str | None] = {vocab.ANNOTATION_STATE_SINCE: changes.format_time(_now())}
+    if state is not None:
+        notes[vocab.ANNOTATION_REMEDIATION] = workflow
+    notes.update(extra)
+    return port.set_node_metadata(node, labels={vocab.LABEL_STATE: state}, annotations=notes)
+
+
+def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
+    """The node, when remediation still holds it; else record the cancellation and raise.
+
+    Remediation holds the node while it carries a state label and a cordon whose dsx record is
+    :data:`OWNER`'s (its own cordon, or its record on a cordon that predates dsx).
+    """
+    node = _node(port, name)
+    cordon = node.cordon
+    if cordon is not None and cordon.holder == OWNER:
+        return node
+    whose = "uncordoned" if cordon is None else f"cordoned by someone else ({cordon.describe()})"
+    detail = f"{name} was {whose} during remediation (state {_state(node) or 'none'}); remediation cancelled"
+    attempt = _attempt(port, name)
+    _set_state(port, name, None, workflow, **{vocab.ANNOTATION_REMEDIATION: None})
+    ledger.record(port, name, "cancelled", workflow=workflow, attempt=attempt, check=check, detail=detail)
+    port.record_event(name, "DsxRemediationCancelled", detail, "Warning")
+    raise RemediationCancelled(detail)
+
+
+def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str) -> None:
+    """Leave the node cordoned with ``state=escalated``, ask for a replacement, say so; then raise."""
+    attempt = _attempt(port, name)
+    port.set_node_metadata(
+        name,
+        labels={
+            vocab.LABEL_STATE: vocab.NodeState.escalated.value,
+            vocab.LABEL_REPLACE: vocab.REPLACE_REQUESTED,
+        },
+        annotations={
+            vocab.ANNOTATION_STATE_SINCE: changes.format_time(_now()),
+            vocab.ANNOTATION_REMEDIATION: workflow,
+        },
+    )
+    ledger.record(
+        port,
+        name,
+        vocab.NodeState.escalated.value,
+        workflow=workflow,
+        attempt=attempt,
+        check=check,
+        detail=why,
+    )
+    port.record_event(name, "DsxRemediationEscalated", f"{name} escalated: {why}", "Warning")
+    raise DsxError(f"{name} escalated: {why}")
+
+
+def guard(
+    node: str,
+    check: str,
+    event: str = "",
+    workflow_name: str = "",
+    dry_run: bool = False,
+    max_attempts: int = 3,
+    breaker_share: float = 0.1,
+    breaker_window_s: float = 3600.0,
+) -> str:
+    """Decide whether this remediation may go on; the output ``proceed`` is ``true`` or ``false``.
+
+    Refused (the workflow fails, nothing on the node changes): a node that does not exist, one opted
+    out with ``dsx.dev/managed=false``, one already ``escalated`` (a person must look at it first), an
+    open circuit breaker. A node past ``max_attempts`` since it was last in service is escalated. A node
+    already in remediation (an earlier workflow that stopped) is picked up where it stands; the
+    per-node mutex of the workflow ensures no other remediation runs meanwhile. An ``event`` (the
+    HealthEvent as JSON) that the policy does not send to remediation ends the workflow with
+    ``proceed=false`` (a ``taint`` decision adds the taint). ``dry_run`` decides, records and stops.
+    """
+    _condition(check)
+    port = connect()
+    current = _node(port, node)
+    history = ledger.entries(port, node)
+    done = ledger.attempts(history)
+    state = _state(current)
+
+    def refuse(why: str) -> str:
+        ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=why)
+        raise DsxError(f"remediation of {node} refused: {why}")
+
+    if not current.managed:
+        return refuse(f"{node} opts out (dsx.dev/managed=false)")
+    if state == vocab.NodeState.escalated.value:
+        return refuse(
+            f"{node} is escalated since {current.annotations.get(vocab.ANNOTATION_STATE_SINCE, '?')}; "
+            "clear its dsx.dev/state label once it is dealt with"
+        )
+    if state in ACTIVE_STATES:
+        before = current.annotations.get(vocab.ANNOTATION_REMEDIATION, "an earlier run")
+        ledger.record(
+            port,
+            node,
+            "requested",
+            workflow=workflow_name,
+            attempt=max(done, 1),
+            check=check,
+            detail=f"resumed where {before} stopped ({state})",
+        )
+        _output("proceed", "true")
+        return f"{node}: resuming remediation at {state}"
+    policy = QuarantinePolicy(
+        breaker=BreakerSettings(max_share=breaker_share, window_s=breaker_window_s), dry_run=dry_run
+    )
+    if event.strip():
+        try:
+            reading = HealthEvent.model_validate_json(event)
+        except ValidationError as exc:
+            raise input_error(exc, "parameter event") from None
+        breaker_open = Breaker(port, policy.breaker).status().state == "open"
+        decision = decide(reading, current, policy, breaker_open)
+        if decision.decision != "remediate":
+            if decision.decision == "taint" and not dry_run:
+                port.add_taint(node)
+            ledger.record(
+                port,
+                node,
+                "refused",
+                workflow=workflow_name,
+                attempt=done,
+                check=check,
+                detail=f"{decision.decision}: {decision.reason}" + (" (dry run)" if dry_run else ""),
+            )
+            _output("proceed", "false")
+            return f"{node}: {decision.decision} ({decision.reason}); no remediation"
+    if done >= max_attempts:
+        _output("proceed", "false")
+        _escalate(
+            port,
+            node,
+            workflow_name,
+            check,
+            f"{done} remediation attempts since it was last in service (limit {max_attempts})",
+        )
+    if dry_run:
+        ledger.record(
+            port,
+            node,
+            "refused",
+            workflow=workflow_name,
+            attempt=done,
+            check=check,
+            detail="dry run: would quarantine, drain, repair and recertify",
+        )
+        _output("proceed", "false")
+        return f"{node}: dry run: would remediate"
+    gpu_nodes = sum(1 for n in port.list_nodes() if n.gpu_count > 0)
+    admitted, why = Breaker(port, policy.breaker).admit(node, gpu_nodes)
+    if not admitted:
+        return refuse(why)
+    ledger.record(port, node, "requested", workflow=workflow_name, attempt=done + 1, check=check, detail=why)
+    _output("proceed", "true")
+    return f"{node}: remediation attempt {done + 1} ({why})"
+
+
+def quarantine(node: str, check: str, workflow_name: str = "") -> str:
+    """Cordon the node as :data:`OWNER` and mark it ``quarantined``, with the taint.
+
+    A cordon made outside dsx is kept (and recorded as such: dsx will not lift it); a cordon of
+    another dsx owner refuses the quarantine.
+    """
+    _condition(check)
+    port = connect()
+    current = _node(port, node)
+    if _state(current) in ACTIVE_STATES:
+        _held(port, node, workflow_name, check)
+        if _state(current) != vocab.NodeState.quarantined.value:
+            return f"{node}: already past quarantine ({_state(current)})"
+    try:
+        result = port.cordon(node, f"dsx-remediate {workflow_name}: {check}", by=OWNER)
+    except CordonRefusedError as exc:
+        raise DsxError(f"quarantine of {node} refused: {exc}") from None
+    port.add_taint(node)
+    _set_state(port, node, vocab.NodeState.quarantined.value, workflow_name)
+    ledger.record(
+        port,
+        node,
+        vocab.NodeState.quarantined.value,
+        workflow=workflow_name,
+        attempt=_attempt(port, node),
+        check=check,
+        detail=result.summary,
+    )
+    port.record_event(node, "DsxQuarantined", result.summary)
+    return result.summary
+
+
+def _past(node: Node, state: vocab.NodeState) -> bool:
+    """Whether the node's remediation is already beyond ``state``."""
+    current = _state(node)
+    return current in ACTIVE_STATES and ACTIVE_STATES.index(current) > ACTIVE_STATES.index(state.value)
+
+
+def drain(node: str, check: str, workflow_name: str = "", policy: str = "{}") -> dict[str, Any]:
+    """Drain the node through the Eviction API (``policy``: a :class:`DrainPolicy` as JSON).
+
+    Every pod and its outcome is the step's result and a ledger entry's detail. A drain past its
+    deadline escalates the node; a node that disappeared ends the remediation.
+    """
+    try:
+        settings = DrainPolicy.model_validate(json.loads(policy or "{}"))
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            raise input_error(exc, "parameter drain-policy") from None
+        raise InputError(f"parameter drain-policy: not JSON ({exc})") from None
+    port = connect()
+    current = _held(port, node, workflow_name, check)
+    if _past(current, vocab.NodeState.draining):
+        return {"node": node, "message": f"already drained ({_state(current)})", "pods": []}
+    _set_state(port, node, vocab.NodeState.draining.value, workflow_name)
+    attempt = _attempt(port, node)
+    ledger.record(
+        port, node, vocab.NodeState.draining.value, workflow=workflow_name, attempt=attempt, check=check
+    )
+    report = drain_pods(port, node, settings)
+    told = "; ".join(f"{p.pod} {p.outcome}" for p in report.pods)
+    ledger.record(
+        port,
+        node,
+        vocab.NodeState.draining.value,
+        workflow=workflow_name,
+        attempt=attempt,
+        check=check,
+        detail=f"{report.summary()}: {told}"[:2000],
+    )
+    if report.node_gone:
+        raise DsxError(f"{node} disappeared during the drain; nothing left to remediate")
+    if report.escalate:
+        _held(port, node, workflow_name, check)
+        _escalate(port, node, workflow_name, check, f"drain incomplete: {report.message}")
+    return report.model_dump()
+
+
+def request_repair(node: str, check: str, workflow_name: str = "") -> str:
+    """Ask the repair system for a repair (``dsx.dev/repair-requested-at``); output ``boot-id``: the
+    boot id the repaired node must no longer show."""
+    port = connect()
+    current = _held(port, node, workflow_name, check)
+    asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT)
+    if _state(current) == vocab.NodeState.awaiting_repair.value and asked:
+        boot = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
+        _output("boot-id", boot)
+        return f"{node}: repair already requested at {asked}"
+    if _past(current, vocab.NodeState.awaiting_repair):
+        boot = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
+        _output("boot-id", boot)
+        return f"{node}: already repaired ({_state(current)})"
+    boot = current.node_info.boot_id
+    at = changes.format_time(_now())
+    _set_state(
+        port,
+        node,
+        vocab.NodeState.awaiting_repair.value,
+        workflow_name,
+        **{vocab.ANNOTATION_REPAIR_REQUESTED_AT: at, vocab.ANNOTATION_REPAIR_BOOT_ID: boot},
+    )
+    ledger.record(
+        port,
+        node,
+        vocab.NodeState.awaiting_repair.value,
+        workflow=workflow_name,
+        attempt=_attempt(port, node),
+        check=check,
+        detail=f"repair requested (boot id {boot or 'unknown'})",
+    )
+    port.record_event(
+        node, "DsxRepairRequested", f"dsx-remediate {workflow_name} asks for a repair of {node}"
+    )
+    _output("boot-id", boot)
+    return f"{node}: repair requested at {at}"
+
+
+def repaired(node: str, check: str, workflow_name: str = "") -> str:
+    """After the repair wait: the node must be Ready, on a new boot, with the check's condition cleared.
+
+    Anything else (the wait ran out: no repair came) escalates the node. On success the node moves to
+    ``recertifying`` and its certification label to ``pending``, so a certification that never ran can
+    never read as a pass.
+    """
+    condition = _condition(check)
+    port = connect()
+    current = _held(port, node, workflow_name, check)
+    if _past(current, vocab.NodeState.recertifying) or _state(current) == vocab.NodeState.recertifying.value:
+        return f"{node}: already repaired"
+    before = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
+    problems = []
+    if not current.ready:
+        problems.append("not Ready")
+    if before and current.node_info.boot_id == before:
+        problems.append(f"still on boot {before} (no reboot)")
+    fault = current.condition(condition)
+    if fault is not None and fault.status == "True":
+        problems.append(f"condition {condition} still True")
+    if problems:
+        _escalate(port, node, workflow_name, check, "the repair did not come: " + ", ".join(problems))
+    _set_state(port, node, vocab.NodeState.recertifying.value, workflow_name)
+    port.set_labels(node, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
+    ledger.record(
+        port,
+        node,
+        vocab.NodeState.recertifying.value,
+        workflow=workflow_name,
+        attempt=_attempt(port, node),
+        check=check,
+        detail=f"repaired: boot {current.node_info.boot_id}",
+    )
+    return f"{node}: repaired (boot {current.node_info.boot_id}); recertifying"
+
+
+def conclude(node: str, check: str, workflow_name: str = "") -> str:
+    """After recertification: a pass puts the node back in service; anything else escalates it.
+
+    Back in service: dsx's cordon lifted (a cordon that predates dsx stays, and the result says so),
+    the taint removed, the state label and remediation annotations cleared.
+    """
+    port = connect()
+    current = _held(port, node, workflow_name, check)
+    verdict = current.labels.get(vocab.LABEL_CERTIFICATION, "")
+    if verdict != vocab.Certification.passed.value:
+        why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
+        _escalate(
+            port,
+            node,
+            workflow_name,
+            check,
+            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else ""),
+        )
+    try:
+        summary = port.uncordon(node, by=OWNER).summary
+    except CordonRefusedError as exc:
+        summary = f"{node} left cordoned: {exc}"
+    port.remove_taint(node)
+    attempt = _attempt(port, node)
+    _set_state(
+        port,
+        node,
+        None,
+        workflow_name,
+        **{
+            vocab.ANNOTATION_REMEDIATION: None,
+            vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
+            vocab.ANNOTATION_REPAIR_BOOT_ID: None,
+        },
+    )
+    port.set_labels(node, {vocab.LABEL_REPLACE: None})
+    ledger.record(
+        port,
+        node,
+        ledger.IN_SERVICE,
+        workflow=workflow_name,
+        attempt=attempt,
+        check=check,
+        detail=f"certified; {summary}",
+    )
+    port.record_event(node, "DsxBackInService", f"{node} recertified and back in service: {summary}")
+    return summary
+
+
+def record_outcome(node: str, check: str, workflow_name: str = "", status: str = "") -> str:
+    """The exit handler: record how the workflow ended and where the node stands.
+
+    A node left in an active state (the workflow stopped, or a step failed for the infrastructure)
+    keeps its label and cordon, so that a resubmitted workflow picks up from there.
+    """
+    port = connect()
+    try:
+        current = port.get_node(node)
+    except NotFoundError:
+        state = "node gone"
+    else:
+        state = _state(current) or "in service"
+    detail = f"workflow {status or 'ended'}; node {state}"
+    ledger.record(
+        port, node, "ended", workflow=workflow_name, attempt=_attempt(port, node), check=check, detail=detail
+    )
+    return f"{node}: {detail}"

@@ -1,0 +1,160 @@
+"""Quarantine policy, circuit breaker, drain, and the compiled dsx-remediate run by the local runner."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.sim import FileStore, SimCluster
+from steps.errors import InputError
+from steps.sentinel import ledger
+from steps.sentinel.drain import DrainPolicy, NamespaceMode, drain
+from steps.sentinel.events import HealthEvent
+from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
+from tests.cli import dsx
+
+FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
+
+
+def _event(severity: str = "fatal", action: str = "reset-gpu", healthy: bool = False) -> HealthEvent:
+    return HealthEvent(
+        node="node-01",
+        check="xid",
+        component="gpu",
+        entity="GPU-0",
+        code="79",
+        severity=severity,
+        action=action,
+        healthy=healthy,  # type: ignore[arg-type]
+    )
+
+
+def test_rules_by_severity_and_action_with_opt_out_and_breaker() -> None:
+    port = connect("sim:nodes=2,gpu=h100,workloads=false")
+    node = port.get_node("node-01")
+    policy = QuarantinePolicy()
+    assert decide(_event(), node, policy).decision == "remediate"
+    assert decide(_event(action="restart-app"), node, policy).decision == "taint"
+    assert decide(_event(severity="degraded"), node, policy).decision == "observe"
+    assert decide(_event(healthy=True), node, policy).decision == "observe"
+    assert decide(_event(), node, policy, breaker_open=True).decision == "taint"
+    opted_out = port.set_labels("node-01", {vocab.LABEL_MANAGED: "false"})
+    assert decide(_event(), opted_out, policy).decision == "observe"
+
+
+def test_breaker_trips_stays_open_until_reset() -> None:
+    port = connect("sim:nodes=10,gpu=h100,workloads=false")
+    now = [dt.datetime(2025, 1, 1, tzinfo=dt.UTC)]
+    breaker = Breaker(port, BreakerSettings(max_share=0.2, window_s=600), clock=lambda: now[0])
+    assert breaker.admit("node-00", 10)[0]
+    assert breaker.admit("node-00", 10)[0]  # the same node again is not a second node
+    assert breaker.admit("node-01", 10)[0]
+    admitted, why = breaker.admit("node-02", 10)
+    assert not admitted and "tripped" in why
+    now[0] += dt.timedelta(hours=2)  # the window has passed, yet the breaker stays open
+    assert not breaker.admit("node-03", 10)[0]
+    assert breaker.status().state == "open"
+    breaker.reset("alice")
+    assert breaker.status().reset_by == "alice"
+    assert breaker.admit("node-03", 10)[0]
+
+
+def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
+    port = connect("sim:nodes=4,gpu=h100")
+    port.cordon("node-01", "test", by="sentinel")
+    report = drain(port, "node-01", DrainPolicy(deadline_s=0.5, poll_s=0.05, backoff_s=0.05))
+    outcomes = {p.pod: p.outcome for p in report.pods}
+    assert report.escalate and not report.complete
+    assert outcomes["serving/gateway-7f6d5b-0"] == "blocked"  # minAvailable 2 of 2: never evicted
+    assert outcomes["gpu-operator/nvidia-device-plugin-daemonset-1"] == "skipped-daemonset"
+    assert outcomes["serving/inference-5d8f7c-1"] == "evicted"
+    assert "serving/gateway-7f6d5b-0" in {p.ref for p in port.pods_on("node-01")}
+    assert not [c for c in port.calls() if c.method == "delete_pod"]
+
+
+def test_drain_force_and_delete_after_timeout_are_recorded() -> None:
+    port = connect("sim:nodes=4,gpu=h100")
+    port.cordon("node-01", "test", by="sentinel")  # else the controllers put replacements back on it
+    modes = {"serving": NamespaceMode(mode="delete-after-timeout", timeout_s=0.1)}
+    report = drain(port, "node-01", DrainPolicy(namespaces=modes, deadline_s=5, poll_s=0.05, backoff_s=0.05))
+    gateway = next(p for p in report.pods if p.pod == "serving/gateway-7f6d5b-0")
+    assert report.complete and gateway.outcome == "deleted" and gateway.attempts >= 1
+
+
+def test_bad_drain_policy_is_an_input_error() -> None:
+    from steps.sentinel.remediate import drain as drain_step
+
+    with pytest.raises(InputError, match="drain-policy"):
+        drain_step("node-01", "xid", "wf", policy="{not json")
+
+
+def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster, str]:
+    out = tmp_path / "run"
+    result = dsx(
+        "run",
+        "remediate",
+        "--local",
+        "--cluster",
+        spec,
+        "--out",
+        str(out),
+        "-p",
+        "node=node-01",
+        "-p",
+        "check=xid",
+        "-p",
+        f"drain-policy={json.dumps(FAST)}",
+        "-p",
+        "repair-timeout=4s",
+        *extra,
+        timeout=600,
+    )
+    port = SimCluster(FileStore(out / "fleet.json"))
+    return result.returncode, port, result.stdout + result.stderr
+
+
+def test_remediate_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
+    code, port, output = _remediate(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    assert code == 0, output
+    node = port.get_node("node-01")
+    assert not node.unschedulable and not node.has_taint(vocab.TAINT_UNHEALTHY)
+    assert vocab.LABEL_STATE not in node.labels and vocab.LABEL_RECERTIFY not in node.labels
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    states = [e.state for e in ledger.entries(port, "node-01")]
+    assert states[:2] == ["requested", "quarantined"] and states[-2:] == ["in-service", "ended"]
+    evictions = [c for c in port.calls() if c.method == "evict"]
+    assert evictions and not any(c.args.get("pod", "").endswith("daemonset-1") for c in evictions)
+
+
+def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None:
+    code, port, output = _remediate(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
+    assert code == 1, output
+    node = port.get_node("node-01")
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+
+
+def test_remediate_escalates_when_recertification_fails(tmp_path: Path) -> None:
+    code, port, output = _remediate(
+        tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5"
+    )
+    assert code == 1, output
+    node = port.get_node("node-01")
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
+
+
+def test_breaker_cli_shows_a_trip_and_a_person_resets_it(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    breaker = Breaker(connect(spec), BreakerSettings(max_share=0.5))
+    assert breaker.admit("node-00", 2)[0] and not breaker.admit("node-01", 2)[0]
+    shown = dsx("sentinel", "breaker", "status", "--cluster", spec, "-o", "json")
+    assert json.loads(shown.stdout)["state"] == "open", shown.stderr
+    reset = dsx("sentinel", "breaker", "reset", "--by", "oncall", "--cluster", spec)
+    assert reset.returncode == 0, reset.stderr
+    assert Breaker(connect(spec)).status().state == "closed"

@@ -1,0 +1,169 @@
+"""``dsx-remediate``: take a faulty node out of service, repair it, and let it back only once it passed again.
+
+guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
+request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``, with a
+deadline) -> repaired (Ready, new boot, the check's condition cleared; else escalated) -> recertify
+(``dsx-certify`` through ``templateRef``, on the node alone) -> conclude (a pass: uncordon and clear the
+state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning Event). The exit handler,
+record-outcome, writes how the workflow ended to the ledger.
+
+The workflow holds the mutex ``dsx-remediate-<node>``: two events for one node never run two
+remediations; the second waits and then finds the node where the first left it.
+
+``repair-wait`` can only wait on a label-selector condition over plain paths (Argo's
+``successCondition``): a new boot id is one; Ready and the fault's condition sit in a list, so the
+``repaired`` step checks them after the wait.
+
+Recertification runs ``dsx-certify``'s ``certify`` DAG on this workflow's parameters, so this template
+declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify=true``, the label the
+``recertify`` DAG puts on this node alone while it holds the fleet-wide mutex ``dsx-recertify``.
+"""
+
+from typing import Any
+
+from hera.workflows import DAG, Parameter, Resource, Task, TaskResult
+from hera.workflows.models import ContinueOn, Mutex, Synchronization, TemplateRef, ValueFrom
+
+from steps.cluster import vocabulary as vocab
+from steps.readiness.certify import AUTO
+from steps.sentinel import recertify as recert
+from steps.sentinel import remediate as steps
+from workflows.templates._base import OUTPUT_DIR, WORKFLOW_NAME, param, step, workflow_template
+
+__all__ = ["RECERTIFY_SELECTOR", "templates"]
+
+RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
+_ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
+
+
+def _out(name: str) -> list[Parameter]:
+    return [Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}", default=""))]
+
+
+def _parameters() -> list[Parameter]:
+    return [
+        param("node", "The node to remediate."),
+        param(
+            "check",
+            "The sentinel check that found the fault (its condition must clear).",
+            "xid",
+            enum=sorted(vocab.CONDITION_SENTINEL),
+        ),
+        param("event", "The HealthEvent as JSON (from the Sensor); empty: a person asked for it.", ""),
+        param("dry-run", "true: decide and record, change nothing.", "false", enum=["false", "true"]),
+        param("max-attempts", "Attempts since the node was last in service before it is escalated.", "3"),
+        param("breaker-share", "Largest share of GPU nodes quarantined within the breaker's window.", "0.1"),
+        param("breaker-window-s", "The circuit breaker's sliding window, in seconds.", "3600"),
+        param("drain-policy", "The drain's modes, deadline and force switch, as JSON (DrainPolicy).", "{}"),
+        param("repair-timeout", "How long to wait for the repair (a new boot id) before escalating.", "4h"),
+        # Certification's own parameters (read by dsx-certify's DAG as workflow parameters).
+        param(
+            "nodes",
+            "Fixed: the node under recertification carries this label.",
+            RECERTIFY_SELECTOR,
+            enum=[RECERTIFY_SELECTOR],
+        ),
+        param("group-label", "Certification: node label of the multi-node groups.", vocab.LABEL_RACK),
+        param("launcher", "Certification: where group tests run.", AUTO),
+        param("accelerator", "Certification: recipe accelerator.", AUTO),
+        param("service", "Certification: recipe service.", AUTO),
+        param("os", "Certification: recipe OS.", AUTO),
+        param("min-bytes", "Certification: smallest all-reduce message.", AUTO),
+        param("max-bytes", "Certification: largest all-reduce message.", AUTO),
+        param("iters", "Certification: timed iterations per message size.", "20"),
+    ]
+
+
+_REPAIR_WAIT = """apiVersion: v1
+kind: Node
+metadata:
+  name: "{{inputs.parameters.node}}"
+"""
+
+
+def templates() -> list[Any]:
+    """The remediation WorkflowTemplate."""
+    guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"))
+    quarantine = step(steps.quarantine, timeout="5m", retries=2)
+    drain = step(steps.drain, timeout="2h", retries=2)
+    request_repair = step(steps.request_repair, timeout="5m", retries=2, outputs=_out("boot-id"))
+    repaired = step(steps.repaired, timeout="5m", retries=2)
+    conclude = step(steps.conclude, timeout="5m", retries=2)
+    record_outcome = step(steps.record_outcome, timeout="5m", retries=2)
+    mark = step(recert.mark, timeout="5m", retries=2)
+    unmark = step(recert.unmark, timeout="5m", retries=2)
+    with workflow_template(
+        "dsx-remediate",
+        "Remediate a faulty node: guard (managed, breaker closed, attempts), cordon and taint it "
+        "(dsx.dev/state=quarantined), drain it through the Eviction API, ask for a repair and wait for it "
+        "(a new boot id, Ready, the fault's condition cleared), recertify it with dsx-certify, and "
+        "uncordon it only on a pass; otherwise it stays cordoned with dsx.dev/state=escalated and "
+        "dsx.dev/replace=requested. Every state change is kept in the ConfigMap dsx-remediation-ledger.",
+        "remediate",
+        _parameters(),
+        synchronization=Synchronization(mutexes=[Mutex(name="dsx-remediate-{{workflow.parameters.node}}")]),
+    ) as wt:
+        node, check = wt.get_parameter("node"), wt.get_parameter("check")
+        repair_wait = Resource(
+            name="repair-wait",
+            inputs=[Parameter(name="node"), Parameter(name="boot-id")],
+            action="get",
+            manifest=_REPAIR_WAIT,
+            success_condition="status.nodeInfo.bootID != {{inputs.parameters.boot-id}}",
+            timeout="{{workflow.parameters.repair-timeout}}",
+        )
+        with DAG(
+            name="recertify",
+            inputs=[Parameter(name="node")],
+            synchronization=Synchronization(mutexes=[Mutex(name="dsx-recertify")]),
+        ) as recertify:
+            marked = mark(arguments={"node": "{{inputs.parameters.node}}"})
+            certified = Task(
+                name="certify",
+                template_ref=TemplateRef(name="dsx-certify", template="certify"),
+                continue_on=ContinueOn(failed=True),
+            )
+            unmarked = unmark(arguments={"node": "{{inputs.parameters.node}}"})
+            marked >> certified
+            certified.next(unmarked, on=_ENDED)
+        with DAG(name="remediate"):
+            guarded = guard(
+                arguments={
+                    "node": node,
+                    "check": check,
+                    "event": wt.get_parameter("event"),
+                    "workflow_name": WORKFLOW_NAME,
+                    "dry_run": wt.get_parameter("dry-run"),
+                    "max_attempts": wt.get_parameter("max-attempts"),
+                    "breaker_share": wt.get_parameter("breaker-share"),
+                    "breaker_window_s": wt.get_parameter("breaker-window-s"),
+                }
+            )
+            go = f"{guarded.get_parameter('proceed').value} == true"
+            common = {"node": node, "check": check, "workflow_name": WORKFLOW_NAME}
+            quarantined = quarantine(arguments=common, when=go)
+            drained = drain(arguments={**common, "policy": wt.get_parameter("drain-policy")}, when=go)
+            requested = request_repair(arguments=common, when=go)
+            waited = repair_wait(
+                arguments={"node": node, "boot-id": requested.get_parameter("boot-id")},
+                when=go,
+                continue_on=ContinueOn(failed=True),
+            )
+            checked = repaired(arguments=common, when=go)
+            recertified = recertify(arguments={"node": node}, when=go)
+            concluded = conclude(arguments=common, when=go)
+            guarded >> quarantined >> drained >> requested >> waited
+            waited.next(checked, on=_ENDED)
+            checked >> recertified
+            recertified.next(concluded, on=_ENDED)
+    with wt, DAG(name="exit") as exit_handler:
+        record_outcome(
+            arguments={
+                "node": node,
+                "check": check,
+                "workflow_name": WORKFLOW_NAME,
+                "status": "{{workflow.status}}",
+            }
+        )
+    wt.on_exit = exit_handler
+    return [wt]
