@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from workflows.runner import fields
 from workflows.runner.conditions import ConditionError, parse_condition
 from workflows.runner.depends import DependsError, depends_logic, task_names
 from workflows.runner.durations import parse_duration
@@ -23,116 +24,6 @@ from workflows.runner.templating import expression_tags, walk_strings
 from workflows.runner.variables import expression_problem, variable_problems
 
 __all__ = ["check", "validate"]
-
-_SPEC_SUPPORTED = {
-    "entrypoint",
-    "arguments",
-    "templates",
-    "onExit",
-    "parallelism",
-    "artifactRepositoryRef",
-    "synchronization",
-}
-_SPEC_IGNORED = {
-    "serviceAccountName",
-    "automountServiceAccountToken",
-    "executor",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "imagePullSecrets",
-    "securityContext",
-    "podGC",
-    "ttlStrategy",
-    "podMetadata",
-    "workflowMetadata",
-    "priority",
-    "podPriorityClassName",
-    "podPriority",
-    "schedulerName",
-    "podDisruptionBudget",
-    "hostNetwork",
-    "dnsPolicy",
-    "dnsConfig",
-    "hostAliases",
-    "metrics",
-    "archiveLogs",
-    "podSpecPatch",
-}
-_TEMPLATE_SUPPORTED = {
-    "name",
-    "inputs",
-    "outputs",
-    "dag",
-    "steps",
-    "script",
-    "container",
-    "resource",
-    "suspend",
-    "retryStrategy",
-    "timeout",
-    "activeDeadlineSeconds",
-    "parallelism",
-    "synchronization",
-}
-_TEMPLATE_IGNORED = {
-    "metadata",
-    "nodeSelector",
-    "affinity",
-    "tolerations",
-    "serviceAccountName",
-    "automountServiceAccountToken",
-    "securityContext",
-    "podSpecPatch",
-    "priorityClassName",
-    "priority",
-    "schedulerName",
-    "hostAliases",
-    "metrics",
-    "executor",
-    "failFast",
-}
-_TEMPLATE_TYPES = ("dag", "steps", "script", "container", "resource", "suspend")
-_CONTAINER_SUPPORTED = {"image", "command", "args", "source", "env", "name"}
-_CONTAINER_IGNORED = {
-    "imagePullPolicy",
-    "resources",
-    "securityContext",
-    "ports",
-    "livenessProbe",
-    "readinessProbe",
-    "startupProbe",
-    "lifecycle",
-    "terminationMessagePath",
-    "terminationMessagePolicy",
-    "tty",
-}
-_TASK_KEYS = {
-    "name",
-    "template",
-    "templateRef",
-    "arguments",
-    "when",
-    "withItems",
-    "withParam",
-    "onExit",
-    "continueOn",
-}
-_HINTS = {
-    "volumes": "steps share files through $DSX_OUTPUT_DIR and output parameters",
-    "volumeMounts": "steps share files through $DSX_OUTPUT_DIR and output parameters",
-    "volumeClaimTemplates": "steps share files through $DSX_OUTPUT_DIR and output parameters",
-    "artifacts": "artifacts other than outputs under /tmp/dsx-out are not kept locally",
-    "hooks": "use onExit",
-    "memoize": "every local run starts from scratch",
-    "semaphores": "use mutexes (a local run has no ConfigMap of semaphore limits)",
-    "withSequence": "use withItems",
-    "inline": "name a template",
-    "templateDefaults": "set the fields on each template",
-    "retryStrategy": "set retryStrategy on each template",
-    "workflowTemplateRef": "run the WorkflowTemplate by name",
-    "valueFrom": "pass the value as a parameter",
-}
 
 
 class _Checker:
@@ -157,7 +48,7 @@ class _Checker:
     def unsupported(
         self, scope: TemplateScope, template: str | None, path: str, key: str, hint: str = ""
     ) -> None:
-        self.add(scope, template, path, f"unsupported construct '{key}'", hint or _HINTS.get(key, ""))
+        self.add(scope, template, path, f"unsupported construct '{key}'", hint or fields.HINTS.get(key, ""))
 
     def keys(
         self,
@@ -184,7 +75,7 @@ class _Checker:
     def spec(self) -> None:
         scope = self.library.entry_scope
         spec = spec_of(self.library.entry)
-        self.keys(spec, scope, None, "spec", _SPEC_SUPPORTED, _SPEC_IGNORED)
+        self.keys(spec, scope, None, "spec", fields.SPEC_SUPPORTED, fields.SPEC_IGNORED)
         arguments = self.keys(spec.get("arguments"), scope, None, "spec.arguments", {"parameters"})
         for index, param in enumerate(arguments.get("parameters") or []):
             self.keys(
@@ -247,9 +138,9 @@ class _Checker:
     def template(self, scope: TemplateScope, name: str) -> None:
         tmpl = scope.templates[name]
         base = scope.path(name)
-        self.keys(tmpl, scope, name, base, _TEMPLATE_SUPPORTED, _TEMPLATE_IGNORED)
+        self.keys(tmpl, scope, name, base, fields.TEMPLATE_SUPPORTED, fields.TEMPLATE_IGNORED)
         self.synchronization(tmpl.get("synchronization"), scope, name, f"{base}.synchronization")
-        types = [t for t in _TEMPLATE_TYPES if t in tmpl]
+        types = [t for t in fields.TEMPLATE_TYPES if t in tmpl]
         others = [t for t in ("containerSet", "http", "plugin", "data") if t in tmpl]
         if len(types) + len(others) != 1:
             if not others:
@@ -257,7 +148,7 @@ class _Checker:
                     scope,
                     name,
                     base,
-                    f"a template needs exactly one of {', '.join(_TEMPLATE_TYPES)}"
+                    f"a template needs exactly one of {', '.join(fields.TEMPLATE_TYPES)}"
                     f" (found {', '.join(types) or 'none'})",
                 )
             return
@@ -390,8 +281,10 @@ class _Checker:
             self.add(scope, name, f"{path}.backoff.factor", f"{factor!r} is not an integer factor")
 
     def container(self, scope: TemplateScope, name: str, path: str, body: Any, kind: str) -> None:
-        supported = _CONTAINER_SUPPORTED if kind == "script" else _CONTAINER_SUPPORTED - {"source"}
-        body = self.keys(body, scope, name, path, supported, _CONTAINER_IGNORED)
+        supported = fields.CONTAINER_SUPPORTED
+        if kind != "script":
+            supported = supported - {"source"}
+        body = self.keys(body, scope, name, path, supported, fields.CONTAINER_IGNORED)
         for index, env in enumerate(body.get("env") or []):
             self.keys(env, scope, name, f"{path}.env[{index}]", {"name", "value"})
         command = body.get("command") or []
@@ -447,7 +340,7 @@ class _Checker:
     def holder(
         self, scope: TemplateScope, name: str, path: str, holder: Mapping[str, Any], extra: set[str]
     ) -> None:
-        self.keys(holder, scope, name, path, _TASK_KEYS | extra)
+        self.keys(holder, scope, name, path, fields.TASK_KEYS | extra)
         if ("template" in holder) == ("templateRef" in holder):
             if "inline" not in holder:
                 self.add(scope, name, path, "a task or step needs exactly one of template and templateRef")
