@@ -83,6 +83,73 @@ def _threshold(catalogue: FaultCatalogue, check: str, code: str, default: float)
     return default if found is None else found
 
 
+def _memory_readings(gpu: GpuReport, name: str, retired_limit: float) -> list[Reading]:
+    """ECC and the memory's repairs (remapped rows, retired pages) of one GPU."""
+    ecc = Reading("ecc", gpu.uuid)
+    if gpu.ecc_uncorrectable:
+        volatile = f"{name}: {gpu.ecc_uncorrectable} uncorrectable ECC errors"
+        ecc.faults.append(("volatile-uncorrectable", volatile))
+    if gpu.ecc_uncorrectable_aggregate:
+        lifetime = f"{name}: {gpu.ecc_uncorrectable_aggregate} uncorrectable ECC errors over its life"
+        ecc.faults.append(("aggregate-uncorrectable", lifetime))
+    remap = Reading("remap", gpu.uuid)
+    if gpu.remap_failed:
+        remap.faults.append(("remap-failed", f"{name}: a memory row could not be remapped"))
+    if gpu.remap_pending:
+        remap.faults.append(("remap-pending", f"{name}: a remapped row waits for a GPU reset"))
+    if gpu.retired_pages_pending:
+        remap.faults.append(("retired-pages-pending", f"{name}: a retired page waits for a GPU reset"))
+    if gpu.retired_pages >= retired_limit:
+        remap.faults.append(("retired-pages-limit", f"{name}: {gpu.retired_pages} pages retired"))
+    return [ecc, remap]
+
+
+def _thermal_reading(gpu: GpuReport, name: str) -> Reading:
+    """Temperature against the GPU's slowdown and shutdown thresholds, and clocks held down."""
+    thermal = Reading("thermal", gpu.uuid)
+    temp = gpu.temperature_c
+    if gpu.shutdown_temperature_c and temp >= gpu.shutdown_temperature_c:
+        thermal.faults.append(
+            ("temperature-shutdown", f"{name}: {temp:g} C, shutdown at {gpu.shutdown_temperature_c:g} C")
+        )
+    elif gpu.slowdown_temperature_c and temp >= gpu.slowdown_temperature_c:
+        thermal.faults.append(
+            ("temperature-slowdown", f"{name}: {temp:g} C, slowdown at {gpu.slowdown_temperature_c:g} C")
+        )
+    if {"hw-thermal", "sw-thermal"} & set(gpu.throttle_reasons):
+        thermal.faults.append(("thermal-throttle", f"{name}: clocks held down for temperature ({temp:g} C)"))
+    if "hw-power-brake" in gpu.throttle_reasons:
+        thermal.faults.append(("power-brake", f"{name}: clocks held down by the power brake"))
+    return thermal
+
+
+def _link_readings(gpu: GpuReport, name: str, link_limit: float) -> list[Reading]:
+    """PCIe generation and width against their maximum, NVLink state and error counters (where the GPU
+    reports them)."""
+    readings: list[Reading] = []
+    if gpu.pcie_max_generation or gpu.pcie_max_width:
+        pcie = Reading("pcie", gpu.uuid)
+        if gpu.pcie_generation < gpu.pcie_max_generation or gpu.pcie_width < gpu.pcie_max_width:
+            pcie.faults.append(
+                (
+                    "link-degraded",
+                    f"{name}: PCIe gen {gpu.pcie_generation} x{gpu.pcie_width}, "
+                    f"should be gen {gpu.pcie_max_generation} x{gpu.pcie_max_width}",
+                )
+            )
+        readings.append(pcie)
+    if gpu.nvlinks:
+        nvlink = Reading("nvlink", gpu.uuid)
+        down = [str(link.link) for link in gpu.nvlinks if not link.active]
+        if down:
+            nvlink.faults.append(("link-down", f"{name}: NVLink {', '.join(down)} down"))
+        errors = sum(k.crc_errors + k.replay_errors + k.recovery_errors for k in gpu.nvlinks)
+        if errors >= link_limit:
+            nvlink.faults.append(("link-errors", f"{name}: {errors} NVLink CRC, replay and recovery errors"))
+        readings.append(nvlink)
+    return readings
+
+
 def gpu_events(
     report: NodeReport, catalogue: FaultCatalogue, now: dt.datetime, expected_gpus: int | None = None
 ) -> list[HealthEvent]:
@@ -102,66 +169,8 @@ def gpu_events(
         lost = Reading("gpu-missing", gpu.uuid)
         if not gpu.healthy:
             lost.faults.append(("gpu-lost", f"{name}: lost (fallen off the bus or unusable)"))
-        ecc = Reading("ecc", gpu.uuid)
-        if gpu.ecc_uncorrectable:
-            ecc.faults.append(
-                ("volatile-uncorrectable", f"{name}: {gpu.ecc_uncorrectable} uncorrectable ECC errors")
-            )
-        if gpu.ecc_uncorrectable_aggregate:
-            ecc.faults.append(
-                (
-                    "aggregate-uncorrectable",
-                    f"{name}: {gpu.ecc_uncorrectable_aggregate} uncorrectable ECC errors over its life",
-                )
-            )
-        remap = Reading("remap", gpu.uuid)
-        if gpu.remap_failed:
-            remap.faults.append(("remap-failed", f"{name}: a memory row could not be remapped"))
-        if gpu.remap_pending:
-            remap.faults.append(("remap-pending", f"{name}: a remapped row waits for a GPU reset"))
-        if gpu.retired_pages_pending:
-            remap.faults.append(("retired-pages-pending", f"{name}: a retired page waits for a GPU reset"))
-        if gpu.retired_pages >= retired_limit:
-            remap.faults.append(("retired-pages-limit", f"{name}: {gpu.retired_pages} pages retired"))
-        thermal = Reading("thermal", gpu.uuid)
-        temp = gpu.temperature_c
-        if gpu.shutdown_temperature_c and temp >= gpu.shutdown_temperature_c:
-            thermal.faults.append(
-                ("temperature-shutdown", f"{name}: {temp:g} C, shutdown at {gpu.shutdown_temperature_c:g} C")
-            )
-        elif gpu.slowdown_temperature_c and temp >= gpu.slowdown_temperature_c:
-            thermal.faults.append(
-                ("temperature-slowdown", f"{name}: {temp:g} C, slowdown at {gpu.slowdown_temperature_c:g} C")
-            )
-        if {"hw-thermal", "sw-thermal"} & set(gpu.throttle_reasons):
-            thermal.faults.append(
-                ("thermal-throttle", f"{name}: clocks held down for temperature ({temp:g} C)")
-            )
-        if "hw-power-brake" in gpu.throttle_reasons:
-            thermal.faults.append(("power-brake", f"{name}: clocks held down by the power brake"))
-        readings += [lost, ecc, remap, thermal]
-        if gpu.pcie_max_generation or gpu.pcie_max_width:
-            pcie = Reading("pcie", gpu.uuid)
-            if gpu.pcie_generation < gpu.pcie_max_generation or gpu.pcie_width < gpu.pcie_max_width:
-                pcie.faults.append(
-                    (
-                        "link-degraded",
-                        f"{name}: PCIe gen {gpu.pcie_generation} x{gpu.pcie_width}, "
-                        f"should be gen {gpu.pcie_max_generation} x{gpu.pcie_max_width}",
-                    )
-                )
-            readings.append(pcie)
-        if gpu.nvlinks:
-            nvlink = Reading("nvlink", gpu.uuid)
-            down = [str(link.link) for link in gpu.nvlinks if not link.active]
-            if down:
-                nvlink.faults.append(("link-down", f"{name}: NVLink {', '.join(down)} down"))
-            errors = sum(k.crc_errors + k.replay_errors + k.recovery_errors for k in gpu.nvlinks)
-            if errors >= link_limit:
-                nvlink.faults.append(
-                    ("link-errors", f"{name}: {errors} NVLink CRC, replay and recovery errors")
-                )
-            readings.append(nvlink)
+        readings += [lost, *_memory_readings(gpu, name, retired_limit), _thermal_reading(gpu, name)]
+        readings += _link_readings(gpu, name, link_limit)
         reset = Reading("reset-required", gpu.uuid)
         if gpu.reset_required:
             reset.faults.append(("reset-required", f"{name}: the driver asks for a GPU reset"))

@@ -63,176 +63,162 @@ def _source(value: str) -> Any:
     return value
 
 
+def _one_pass(sentinel: Any, output: OutputFormat) -> None:
+    """``agent --once``: one pass, what changed printed; exit 1 if the node has a degraded or fatal fault."""
+    result = sentinel.run_once()
+    emit(result.changed, output, _events_table)
+    if result.queued:
+        typer.echo(f"warning: {result.queued} writes not delivered (API server unreachable)", err=True)
+    states = sentinel.agent.state.values()
+    if any(s.event is not None and s.event.severity != "info" for s in states):
+        raise typer.Exit(1)
+
+
+def catalog_cmd(overrides: Path | None = OVERRIDES_OPTION, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Print the effective fault catalogue: check, code, severity, action and mode of every entry
+    (code * is the default for an XID or SXid the catalogue does not list)."""
+    emit(_catalogue(overrides).entries(), output, _catalogue_table)
+
+
+def probe_cmd(
+    node: str = typer.Option(
+        os.environ.get("DSX_NODE_NAME") or os.uname().nodename, "--node", help="This node's name."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Probe a simulated node of this fleet instead of this machine."
+    ),
+    kernel_log: str | None = KERNEL_LOG_OPTION,
+    sysfs: str | None = SYSFS_OPTION,
+    expected: int | None = EXPECTED_OPTION,
+    overrides: Path | None = OVERRIDES_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Run every probe once on this node and print the readings. Exit 1 when one finds a degraded
+    or fatal fault (a machine without a GPU: NVML unavailable), 0 when all are healthy."""
+    from steps.sentinel.node import build_probes
+
+    catalogue = _catalogue(overrides)
+    port = None
+    if cluster is not None:
+        from steps.cluster import connect
+
+        port = connect(cluster)
+    probes, nvml = build_probes(
+        node, catalogue, port=port, kernel_log=kernel_log, sysfs=sysfs, expected_gpus=expected
+    )
+    events: list[Any] = []
+    try:
+        for name, probe in probes.probes():
+            try:
+                events.extend(probe())
+            except OSError as exc:  # an unreadable kernel log or sysfs: said, not a traceback
+                typer.echo(f"warning: probe {name}: {exc}", err=True)
+    finally:
+        if nvml is not None:
+            nvml.close()
+    emit(events, output, _events_table)
+    bad = [e for e in events if not e.healthy and e.severity != "info"]
+    if any(e.check == "nvml" for e in bad):
+        typer.echo("NVML is not available on this machine (no NVIDIA GPU or driver)", err=True)
+    if bad:
+        raise typer.Exit(1)
+
+
+def agent_cmd(
+    node: str = typer.Option(
+        os.environ.get("DSX_NODE_NAME") or "",
+        "--node",
+        help="The node this agent watches ($DSX_NODE_NAME).",
+    ),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    once: bool = typer.Option(False, "--once", help="Run one pass, print what changed, exit."),
+    interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
+    debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
+    metrics_port: int = typer.Option(9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."),
+    source: str = SOURCE_OPTION,
+    kernel_log: str | None = KERNEL_LOG_OPTION,
+    sysfs: str | None = SYSFS_OPTION,
+    expected: int | None = EXPECTED_OPTION,
+    overrides: Path | None = OVERRIDES_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint.
+    With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
+    from steps.cluster import connect
+    from steps.errors import InputError
+    from steps.sentinel.agent import serve
+    from steps.sentinel.node import build_sentinel
+
+    if not node:
+        raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
+    sentinel = build_sentinel(
+        connect(cluster),
+        node,
+        _catalogue(overrides),
+        source=_source(source),
+        kernel_log=kernel_log,
+        sysfs=sysfs,
+        expected_gpus=expected,
+        debounce=debounce,
+    )
+    if once:
+        _one_pass(sentinel, output)
+        return
+    if metrics_port:
+        serve(sentinel.agent, "0.0.0.0", metrics_port, interval)
+    stop = threading.Event()
+    try:
+        sentinel.agent.run(interval, stop, sentinel.wait, sentinel.after_pass)
+    except KeyboardInterrupt:
+        stop.set()
+
+
+def _breaker_table(s: Any) -> None:
+    row = [s.state, s.tripped_at, s.tripped_reason, ", ".join(sorted(s.admitted)), s.reset_at, s.reset_by]
+    print_table(None, ["state", "tripped at", "reason", "in window", "reset at", "reset by"], [row])
+
+
+def breaker_status_cmd(
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Print whether the breaker is open, since when and why, and the nodes in its window."""
+    from steps.cluster import connect
+    from steps.sentinel.policy import Breaker
+
+    status = Breaker(connect(cluster)).status()
+    emit(status, output, _breaker_table)
+
+
+def breaker_reset_cmd(
+    by: str = typer.Option(..., "--by", help="Who resets it (recorded)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Close the breaker and empty its window (it never closes by itself once tripped)."""
+    from steps.cluster import connect
+    from steps.sentinel.policy import Breaker
+
+    status = Breaker(connect(cluster)).reset(by)
+    emit(status, output, lambda s: print(f"breaker closed by {s.reset_by} at {s.reset_at}"))
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``sentinel`` command group."""
+    """Add the ``sentinel`` command group and its ``breaker`` subgroup."""
     group = typer.Typer(
         name="sentinel",
         help="The per-node health agent: NVML, kernel log and sysfs probes, the fault catalogue.",
         no_args_is_help=True,
     )
-
-    @group.command("catalog")
-    def catalog_cmd(overrides: Path | None = OVERRIDES_OPTION, output: OutputFormat = OUTPUT_OPTION) -> None:
-        """Print the effective fault catalogue: check, code, severity, action and mode of every entry
-        (code * is the default for an XID or SXid the catalogue does not list)."""
-        emit(_catalogue(overrides).entries(), output, _catalogue_table)
-
-    @group.command("probe")
-    def probe_cmd(
-        node: str = typer.Option(
-            os.environ.get("DSX_NODE_NAME") or os.uname().nodename, "--node", help="This node's name."
-        ),
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Probe a simulated node of this fleet instead of this machine."
-        ),
-        kernel_log: str | None = KERNEL_LOG_OPTION,
-        sysfs: str | None = SYSFS_OPTION,
-        expected: int | None = EXPECTED_OPTION,
-        overrides: Path | None = OVERRIDES_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Run every probe once on this node and print the readings. Exit 1 when one finds a degraded
-        or fatal fault (a machine without a GPU: NVML unavailable), 0 when all are healthy."""
-        from steps.sentinel.node import build_probes
-
-        catalogue = _catalogue(overrides)
-        port = None
-        if cluster is not None:
-            from steps.cluster import connect
-
-            port = connect(cluster)
-        probes, nvml = build_probes(
-            node, catalogue, port=port, kernel_log=kernel_log, sysfs=sysfs, expected_gpus=expected
-        )
-        events: list[Any] = []
-        try:
-            for name, probe in probes.probes():
-                try:
-                    events.extend(probe())
-                except OSError as exc:  # an unreadable kernel log or sysfs: said, not a traceback
-                    typer.echo(f"warning: probe {name}: {exc}", err=True)
-        finally:
-            if nvml is not None:
-                nvml.close()
-        emit(events, output, _events_table)
-        bad = [e for e in events if not e.healthy and e.severity != "info"]
-        if any(e.check == "nvml" for e in bad):
-            typer.echo("NVML is not available on this machine (no NVIDIA GPU or driver)", err=True)
-        if bad:
-            raise typer.Exit(1)
-
-    @group.command("agent")
-    def agent_cmd(
-        node: str = typer.Option(
-            os.environ.get("DSX_NODE_NAME") or "",
-            "--node",
-            help="The node this agent watches ($DSX_NODE_NAME).",
-        ),
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
-        ),
-        once: bool = typer.Option(False, "--once", help="Run one pass, print what changed, exit."),
-        interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
-        debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
-        metrics_port: int = typer.Option(
-            9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."
-        ),
-        source: str = SOURCE_OPTION,
-        kernel_log: str | None = KERNEL_LOG_OPTION,
-        sysfs: str | None = SYSFS_OPTION,
-        expected: int | None = EXPECTED_OPTION,
-        overrides: Path | None = OVERRIDES_OPTION,
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint.
-        With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
-        from steps.cluster import connect
-        from steps.errors import InputError
-        from steps.sentinel.agent import serve
-        from steps.sentinel.node import build_sentinel
-
-        if not node:
-            raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
-        sentinel = build_sentinel(
-            connect(cluster),
-            node,
-            _catalogue(overrides),
-            source=_source(source),
-            kernel_log=kernel_log,
-            sysfs=sysfs,
-            expected_gpus=expected,
-            debounce=debounce,
-        )
-        if once:
-            result = sentinel.run_once()
-            emit(result.changed, output, _events_table)
-            if result.queued:
-                typer.echo(
-                    f"warning: {result.queued} writes not delivered (API server unreachable)", err=True
-                )
-            states = sentinel.agent.state.values()
-            if any(s.event is not None and s.event.severity != "info" for s in states):
-                raise typer.Exit(1)
-            return
-        if metrics_port:
-            serve(sentinel.agent, "0.0.0.0", metrics_port, interval)
-        stop = threading.Event()
-        try:
-            sentinel.agent.run(interval, stop, sentinel.wait, sentinel.after_pass)
-        except KeyboardInterrupt:
-            stop.set()
-
+    group.command("catalog")(catalog_cmd)
+    group.command("probe")(probe_cmd)
+    group.command("agent")(agent_cmd)
     breaker = typer.Typer(
         name="breaker",
         help="The quarantine circuit breaker (ConfigMap dsx-quarantine-breaker): status, reset.",
         no_args_is_help=True,
     )
-
-    @breaker.command("status")
-    def breaker_status_cmd(
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
-        ),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Print whether the breaker is open, since when and why, and the nodes in its window."""
-        from steps.cluster import connect
-        from steps.sentinel.policy import Breaker
-
-        status = Breaker(connect(cluster)).status()
-        emit(
-            status,
-            output,
-            lambda s: print_table(
-                None,
-                ["state", "tripped at", "reason", "in window", "reset at", "reset by"],
-                [
-                    [
-                        s.state,
-                        s.tripped_at,
-                        s.tripped_reason,
-                        ", ".join(sorted(s.admitted)),
-                        s.reset_at,
-                        s.reset_by,
-                    ]
-                ],
-            ),
-        )
-
-    @breaker.command("reset")
-    def breaker_reset_cmd(
-        by: str = typer.Option(..., "--by", help="Who resets it (recorded)."),
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
-        ),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Close the breaker and empty its window (it never closes by itself once tripped)."""
-        from steps.cluster import connect
-        from steps.sentinel.policy import Breaker
-
-        status = Breaker(connect(cluster)).reset(by)
-        emit(status, output, lambda s: print(f"breaker closed by {s.reset_by} at {s.reset_at}"))
-
+    breaker.command("status")(breaker_status_cmd)
+    breaker.command("reset")(breaker_reset_cmd)
     group.add_typer(breaker, name="breaker")
     app.add_typer(group, name="sentinel")
