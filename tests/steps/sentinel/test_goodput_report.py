@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import gzip
 import json
 import time
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from steps.cluster import shareable
+from steps.cluster import connect, shareable
 from steps.errors import InputError
+from steps.sentinel import ledger
 from steps.sentinel.goodput.ledger_report import STATES, NodeStory, Observation, Verdict, account, parse_since
 from steps.sentinel.goodput.metrics import exposition
 from tests.cli import dsx, dsx_here
@@ -153,3 +156,31 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--since 'a week'" in err
     code, _, err = dsx_here(capsys, "goodput", "--cluster", "sim:nodes=2", "--plot", "x.svg")
     assert code == 2 and "--plot" in err
+
+
+def test_the_weekly_workflow_keeps_the_report_in_a_configmap(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=3,gpu=h100,workloads=false", tmp_path)
+    port = connect(spec)
+    now = dt.datetime.now(dt.UTC)
+    for hours, state in (
+        (30, "quarantined"),
+        (29, "awaiting-repair"),
+        (5, "recertifying"),
+        (4, "in-service"),
+    ):
+        ledger.record(
+            port, "node-02", state, workflow="wf", attempt=1, check="ecc", now=now - dt.timedelta(hours=hours)
+        )
+    run = dsx("run", "goodput", "--local", "--cluster", spec, "--out", str(tmp_path / "run"), timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    kept = port.get_object("v1", "ConfigMap", "dsx-goodput-report", port.namespace)
+    assert kept is not None and kept["metadata"]["annotations"]["dsx.dev/report-contents"] == "complete"
+    report = json.loads(gzip.decompress(base64.b64decode(kept["binaryData"]["report.json.gz"])))
+    _sums_to_period(report)
+    node = next(n for n in report["nodes"] if n["node"] == "node-02")
+    assert node["hours"]["awaiting-repair"] == pytest.approx(24) and node["lost_by_cause"][
+        "ecc"
+    ] == pytest.approx(8)
+    assert report["fleet"]["mean_time_to_repair_s"] == pytest.approx(26 * H)
+    assert "dsx_goodput_lost_gpu_hours" in kept["data"]["metrics.prom"]
+    assert "remediations repaired 1" in kept["data"]["summary.txt"]
