@@ -35,6 +35,7 @@ import bisect
 import datetime as dt
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -216,13 +217,15 @@ def _time(text: Any) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return changes.parse_time(text).timestamp()
+        moment = dt.datetime.fromisoformat(text)  # RFC 3339 with Z reads since Python 3.11
     except ValueError:
         return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def _stamp(at: float) -> str:
-    return changes.format_time(dt.datetime.fromtimestamp(at, dt.UTC))
+    """RFC 3339 in UTC to the second, as :func:`steps.cluster.changes.format_time` writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def _event_time(event: Mapping[str, Any]) -> float | None:
@@ -479,14 +482,22 @@ def _node(
             f"not the period's {period:.3f} s"
         )
     now = timeline[-1][2] if timeline else IN_SERVICE
-    node_account = NodeAccount(
-        node=story.name,
-        gpus=story.gpus,
-        state=now,
-        hours={s: v / 3600 for s, v in seconds.items()},
-        lost_gpu_hours=sum(lost.values()) * story.gpus / 3600,
-        lost_by_cause={c: v * story.gpus / 3600 for c, v in sorted(lost.items())},
-        timeline=[Segment(start=_stamp(a), end=_stamp(b), state=s) for a, b, s in timeline],
+    stamps: dict[float, str] = {}
+    for segment in timeline:
+        for at in segment[:2]:
+            if at not in stamps:
+                stamps[at] = _stamp(at)
+    # One validation of plain data (pydantic-core is quicker at it than building each Segment).
+    node_account = NodeAccount.model_validate(
+        {
+            "node": story.name,
+            "gpus": story.gpus,
+            "state": now,
+            "hours": {s: v / 3600 for s, v in seconds.items()},
+            "lost_gpu_hours": sum(lost.values()) * story.gpus / 3600,
+            "lost_by_cause": {c: v * story.gpus / 3600 for c, v in sorted(lost.items())},
+            "timeline": [{"start": stamps[a], "end": stamps[b], "state": s} for a, b, s in timeline],
+        }
     )
     return node_account, remediations
 

@@ -50,6 +50,7 @@ def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counte
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     metrics = tmp_path / "goodput.prom"
+    time.sleep(1.1)  # the period ends after the node came back (times are to the second)
     result = dsx("goodput", "--cluster", spec, "--since", "7d", "-o", "json", "--metrics", str(metrics))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
