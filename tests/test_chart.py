@@ -35,6 +35,7 @@ ACCOUNTS = {
     "dsx-bundle": "dsx-bundle",
     "dsx-drift": "dsx-drift",
     "dsx-remediate": "dsx-remediate",
+    "dsx-goodput": "dsx-goodput",
 }
 SENTINEL_ACCOUNT = "dsx-sentinel"
 
@@ -226,6 +227,19 @@ def test_every_account_gets_only_what_its_steps_call() -> None:
     assert not [g for g in certify if g[0] == "*" and g[2] != "nodes"]
     everything = [g for account in [*ACCOUNTS.values(), "dsx-ranks"] for g in _granted(docs, account)]
     assert not [g for g in everything if "*" in g[1:]]
+
+
+def test_the_goodput_account_reads_nodes_ledger_and_events_and_keeps_its_report() -> None:
+    docs = _render(CHART)
+    assert _granted(docs, "dsx-goodput") == [
+        ("*", "", "nodes", "list"),
+        ("default", "", "events", "list"),
+        ("gpu-ops", "", "configmaps", "create"),
+        ("gpu-ops", "", "configmaps", "get"),
+        ("gpu-ops", "", "configmaps", "patch"),
+        ("gpu-ops", "argoproj.io", "workflowtaskresults", "create"),
+        ("gpu-ops", "argoproj.io", "workflowtaskresults", "patch"),
+    ]
 
 
 def test_no_account_may_read_secrets_unless_a_value_asks() -> None:

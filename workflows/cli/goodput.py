@@ -1,4 +1,5 @@
-"""``dsx goodput simulate``: a fleet's lifetime under each policy, side by side."""
+"""``dsx goodput``: what the fleet lost, from the ledger (the group's own command); ``dsx goodput
+simulate``: a fleet's lifetime under each policy, side by side."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
 
 if TYPE_CHECKING:
+    from steps.sentinel.goodput.ledger_report import GoodputReport
     from steps.sentinel.goodput.simulate import SimulationReport, Spread
 
 __all__ = ["register"]
@@ -85,6 +87,109 @@ def _table(report: SimulationReport) -> None:
     print_table("GPU-hours lost by fault class (mean)", ["class", *(p.policy for p in policies)], by_class)
 
 
+def _duration(seconds: float | None) -> str:
+    """``74s``, ``12m 03s``, ``3h 20m``, ``2d 04h``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d {whole % 86400 // 3600:02d}h"
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def _report_table(report: GoodputReport, top: int) -> None:
+    from steps.sentinel.goodput.ledger_report import STATES
+
+    fleet = report.fleet
+    out = console()
+    share = f" ({fleet.goodput:.2%} in service)" if fleet.goodput is not None else ""
+    out.print(
+        f"{fleet.nodes:,} nodes, {fleet.gpus:,} GPUs, {report.since} to {report.until} "
+        f"({report.period_hours:,.1f} h): {fleet.gpu_hours:,.1f} GPU-hours, "
+        f"{fleet.in_service_gpu_hours:,.2f} in service, {fleet.lost_gpu_hours:,.2f} lost{share}"
+    )
+    rate = f"{fleet.recertification_pass_rate:.0%}" if fleet.recertification_pass_rate is not None else "-"
+    out.print(
+        f"mean time to detect {_duration(fleet.mean_time_to_detect_s)} (faults: {fleet.detections}, "
+        f"observed to quarantine); mean time to repair {_duration(fleet.mean_time_to_repair_s)} "
+        f"(repairs: {fleet.repairs}, cordon to uncordon); recertification pass rate {rate} "
+        f"({fleet.recertifications_passed} passed, {fleet.recertifications_failed} failed)"
+    )
+    print_table(
+        "time by state",
+        ["state", "node-hours", "GPU-hours", "nodes now"],
+        [
+            [
+                s,
+                _hours(fleet.hours_by_state[s]),
+                _hours(fleet.gpu_hours_by_state[s]),
+                str(fleet.nodes_by_state[s]),
+            ]
+            for s in STATES
+        ],
+    )
+    lost = fleet.lost_gpu_hours
+    print_table(
+        "GPU-hours lost by cause",
+        ["cause", "GPU-hours", "share"],
+        [[c, _hours(v), f"{v / lost:.1%}" if lost else "-"] for c, v in fleet.lost_by_cause.items()],
+    )
+    ranked = [n for n in report.nodes if n.lost_gpu_hours > 0][:top]
+    print_table(
+        f"nodes ranked by GPU-hours lost (top {top})",
+        ["node", "GPUs", "state now", "GPU-hours lost", "time out", "largest cause"],
+        [
+            [
+                n.node,
+                str(n.gpus),
+                n.state,
+                _hours(n.lost_gpu_hours),
+                _duration((report.period_hours - n.hours["in-service"]) * 3600),
+                max(n.lost_by_cause.items(), key=lambda kv: (kv[1], kv[0]))[0] if n.lost_by_cause else "-",
+            ]
+            for n in ranked
+        ],
+    )
+    print_table(
+        "remediations started in the period",
+        [
+            "node",
+            "attempt",
+            "fault",
+            "observed",
+            "quarantined",
+            "back",
+            "detect",
+            "repair",
+            "recert",
+            "outcome",
+        ],
+        [
+            [
+                r.node,
+                str(r.attempt),
+                r.cause + (f" (XID {r.xid})" if r.xid else ""),
+                r.observed_at or "-",
+                r.quarantined_at,
+                r.returned_at or "-",
+                _duration(r.detect_s),
+                _duration(r.repair_s),
+                r.recertification or "-",
+                r.outcome,
+            ]
+            for r in report.remediations
+        ],
+    )
+
+
 def _finite(value: float, option: str, low: float, high: float, *, open_low: bool = False) -> float:
     """``value`` when finite and within bounds, else an input error naming the option."""
     from steps.errors import InputError
@@ -100,9 +205,70 @@ def register(app: typer.Typer) -> None:
     """Add the ``goodput`` command group."""
     group = typer.Typer(
         name="goodput",
-        help="Goodput: what a fleet loses to faults, and what each policy wins back.",
-        no_args_is_help=True,
+        help="Goodput: what a fleet lost to faults (from the ledger), and what each policy wins back.",
+        invoke_without_command=True,
     )
+
+    @group.callback()
+    def report_cmd(
+        ctx: typer.Context,
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
+        ),
+        since: str = typer.Option(
+            "7d",
+            "--since",
+            help="Start of the period: a duration back from --until (90m, 36h, 7d, 2w) or RFC 3339.",
+        ),
+        until: str | None = typer.Option(None, "--until", help="End of the period, RFC 3339 (default: now)."),
+        plot: Path | None = typer.Option(
+            None,
+            "--plot",
+            help="Also draw a PNG: node states over the period and the GPU-hours lost by cause.",
+        ),
+        metrics: Path | None = typer.Option(
+            None, "--metrics", help="Also write the Prometheus metrics (text exposition format) to this file."
+        ),
+        top: int = typer.Option(10, "--top", min=1, help="Nodes shown in the table's ranking."),
+        output: OutputFormat = OUTPUT_OPTION,
+    ) -> None:
+        """What the fleet lost over a period, read from what remediation and certification wrote: per
+        node and for the fleet, GPU-hours in service and out of it by cause (fault class or XID bucket,
+        waiting for repair, waiting for recertification, certification failure, slow node found by
+        bisection), mean time to detect (fault observed to quarantine) and to repair (cordon to
+        uncordon), the recertification pass rate, and the nodes ranked by GPU-hours lost. Every second
+        of every node is counted in one state. Subcommand simulate: what each policy would win."""
+        if ctx.invoked_subcommand is not None:
+            return
+        import datetime as dt
+
+        from steps.cluster import changes, connect
+        from steps.errors import InputError
+        from steps.files import write_text
+        from steps.sentinel.goodput.ledger_report import parse_since, report
+        from steps.sentinel.goodput.metrics import exposition
+
+        if plot is not None and plot.suffix.lower() != ".png":
+            raise InputError(f"--plot {plot}: the plot is a PNG; name the file .png")
+        end = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        if until is not None:
+            try:
+                end = changes.parse_time(until.strip())
+            except ValueError:
+                raise InputError(
+                    f"--until {until!r}: expected an RFC 3339 time (2025-06-01T00:00:00Z)"
+                ) from None
+            if end.tzinfo is None:
+                raise InputError(f"--until {until!r}: an RFC 3339 time needs its offset (Z for UTC)")
+        start = parse_since(since, end)
+        result = report(connect(cluster), start, end)
+        if plot is not None:
+            from steps.sentinel.goodput.plot import plot_report
+
+            plot_report(result, plot)
+        if metrics is not None:
+            write_text(metrics, exposition(result))
+        emit(result, output, lambda r: _report_table(r, top))
 
     @group.command("simulate")
     def simulate_cmd(

@@ -126,6 +126,7 @@ SERVICE_ACCOUNTS = {
     "drift": "dsx-drift",
     "ranks": RANK_SERVICE_ACCOUNT,
     "remediate": "dsx-remediate",
+    "goodput": "dsx-goodput",
 }
 """The service account of each workflow (named like the workflow) and of the rank pods. The chart maps
 each compiled name ``dsx-KEY`` to ``serviceAccounts.names.KEY`` and gives each account its own RBAC."""

@@ -1,0 +1,187 @@
+"""``dsx goodput``: the ledger read back, every minute of every node accounted for."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from steps.cluster import connect, shareable
+from steps.errors import InputError
+from steps.sentinel import ledger
+from steps.sentinel.goodput.ledger_report import STATES, NodeStory, Observation, Verdict, account, parse_since
+from steps.sentinel.goodput.metrics import exposition
+from tests.cli import dsx, dsx_here
+
+FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
+T0 = dt.datetime(2025, 3, 1, tzinfo=dt.UTC).timestamp()
+H = 3600.0
+
+
+def _sums_to_period(report: dict) -> None:
+    period = report["period_hours"]
+    for node in report["nodes"]:
+        assert set(node["hours"]) == set(STATES)
+        assert sum(node["hours"].values()) == pytest.approx(period, abs=1e-9), node["node"]
+    fleet = report["fleet"]
+    assert sum(fleet["hours_by_state"].values()) == pytest.approx(period * fleet["nodes"])
+    assert fleet["in_service_gpu_hours"] + sum(fleet["lost_by_cause"].values()) == pytest.approx(
+        fleet["gpu_hours"]
+    )
+
+
+def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counted(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5", tmp_path)
+    # The agent sees XID 79 (its Event and condition say when), then the remediation takes the node.
+    seen = dsx("sentinel", "agent", "--once", "--node", "node-01", "--cluster", spec, "--metrics-port", "0")
+    assert seen.returncode == 1, seen.stderr
+    time.sleep(1.1)
+    run = dsx(
+        "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
+        "-p", "node=node-01", "-p", "check=xid", "-p", f"drain-policy={json.dumps(FAST)}",
+        "-p", "repair-timeout=4s",
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    metrics = tmp_path / "goodput.prom"
+    time.sleep(1.1)  # the period ends after the node came back (times are to the second)
+    result = dsx("goodput", "--cluster", spec, "--since", "7d", "-o", "json", "--metrics", str(metrics))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["period_hours"] == 168.0 and report["fleet"]["nodes"] == 4
+    _sums_to_period(report)
+    [fixed] = report["remediations"]
+    assert (fixed["node"], fixed["check"], fixed["xid"], fixed["cause"]) == (
+        "node-01",
+        "xid",
+        "79",
+        "xid:RESTART_BM",
+    )
+    assert fixed["outcome"] == "in-service" and fixed["recertification"] == "passed"
+    assert fixed["detect_s"] >= 1 and fixed["repair_s"] > 0
+    assert fixed["observed_at"] <= fixed["quarantined_at"] < fixed["returned_at"]
+    first = report["nodes"][0]  # ranked by GPU-hours lost
+    assert first["node"] == "node-01" and first["lost_gpu_hours"] > 0
+    assert {"waiting-for-repair", "waiting-for-recertification"} <= set(first["lost_by_cause"])
+    assert [s["state"] for s in first["timeline"]][-2:] == ["recertifying", "in-service"]
+    assert all(n["lost_gpu_hours"] == 0 for n in report["nodes"][1:])
+    fleet = report["fleet"]
+    assert fleet["mean_time_to_repair_s"] == fixed["repair_s"] and fleet["recertification_pass_rate"] == 1.0
+    families = {f.name: f for f in text_string_to_metric_families(metrics.read_text())}
+    repairs = {s.name: s.value for s in families["dsx_goodput_remediation_duration_seconds"].samples}
+    assert repairs["dsx_goodput_remediation_duration_seconds_count"] == 1
+    assert repairs["dsx_goodput_remediation_duration_seconds_sum"] == fixed["repair_s"]
+    nodes = {s.labels["state"]: s.value for s in families["dsx_goodput_nodes"].samples}
+    assert nodes["in-service"] == 4 and sum(nodes.values()) == 4
+    table = dsx("goodput", "--cluster", spec, "--plot", str(tmp_path / "goodput.png"))
+    assert table.returncode == 0 and "node-01" in table.stdout and "mean time to repair" in table.stdout
+    assert (tmp_path / "goodput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _story(name: str, ledger: list[tuple[float, str]], **extra: object) -> NodeStory:
+    entries = [
+        {"at": dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "state": state,
+         "attempt": 1, "check": "xid"}
+        for at, state in ledger
+    ]  # fmt: skip
+    return NodeStory(name=name, gpus=8, ledger=entries, **extra)  # type: ignore[arg-type]
+
+
+def test_states_are_clipped_to_the_period_and_causes_follow_the_state() -> None:
+    start, end = T0, T0 + 24 * H
+    stories = [
+        # Quarantined before the period began: only its part inside counts.
+        _story(
+            "a",
+            [
+                (start - H, "requested"),
+                (start - H, "quarantined"),
+                (start + H, "awaiting-repair"),
+                (start + 2 * H, "recertifying"),
+                (start + 3 * H, "in-service"),
+                (start + 3 * H, "ended"),
+            ],
+            observations=[Observation(start - 2 * H, "xid", "48")],
+        ),
+        # Found slow by bisection ten hours in; still labelled failed.
+        _story("b", [], verdicts=[Verdict(start + 10 * H, "failed", "multi-node-bisect fail: node-b: slow")]),
+        # Escalated with no ledger left: the label and its since say when.
+        _story("c", [], state="escalated", state_since=start + 20 * H),
+        # Failed certification, then passed: out for those five hours only.
+        _story(
+            "d",
+            [],
+            verdicts=[Verdict(start + 2 * H, "failed", "nccl busbw"), Verdict(start + 7 * H, "passed")],
+        ),
+    ]
+    report = account(stories, start, end)
+    nodes = {n.node: n for n in report.nodes}
+    assert nodes["a"].hours["quarantined"] == 1 and nodes["a"].hours["awaiting-repair"] == 1
+    assert nodes["a"].hours["recertifying"] == 1 and nodes["a"].hours["in-service"] == 21
+    assert nodes["a"].lost_by_cause == {
+        "xid:WORKFLOW_XID_48": 8.0,
+        "waiting-for-repair": 8.0,
+        "waiting-for-recertification": 8.0,
+    }
+    assert nodes["b"].hours["bisection-suspect"] == 14 and nodes["b"].lost_by_cause == {
+        "slow-node-bisection": 112.0
+    }
+    assert nodes["c"].hours["escalated"] == 4 and nodes["c"].state == "escalated"
+    assert nodes["d"].hours["certification-failed"] == 5 and nodes["d"].state == "in-service"
+    assert [n.node for n in report.nodes] == ["b", "d", "c", "a"]
+    assert report.remediations == []  # quarantined before the period: not a remediation of it
+    assert report.fleet.repairs == 0
+    _sums_to_period(report.model_dump())
+    text = exposition(report)
+    assert 'dsx_goodput_lost_gpu_hours{cause="slow-node-bisection"} 112.0' in text
+    assert "_created" not in text and exposition(report) == text
+
+
+def test_the_period_and_its_errors() -> None:
+    until = dt.datetime(2025, 3, 8, tzinfo=dt.UTC)
+    assert parse_since("7d", until) == dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
+    assert parse_since("2025-03-07T12:00:00Z", until) == dt.datetime(2025, 3, 7, 12, tzinfo=dt.UTC)
+    for bad in ("7x", "2025-03-09T00:00:00Z", "2025-03-01T00:00:00"):
+        with pytest.raises(InputError, match="--since"):
+            parse_since(bad, until)
+
+
+def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = dsx_here(capsys, "goodput", "--cluster", "sim:nodes=2", "--since", "a week")
+    assert code == 2 and "--since 'a week'" in err
+    code, _, err = dsx_here(capsys, "goodput", "--cluster", "sim:nodes=2", "--plot", "x.svg")
+    assert code == 2 and "--plot" in err
+
+
+def test_the_weekly_workflow_keeps_the_report_in_a_configmap(tmp_path: Path) -> None:
+    spec = shareable("sim:nodes=3,gpu=h100,workloads=false", tmp_path)
+    port = connect(spec)
+    now = dt.datetime.now(dt.UTC)
+    for hours, state in (
+        (30, "quarantined"),
+        (29, "awaiting-repair"),
+        (5, "recertifying"),
+        (4, "in-service"),
+    ):
+        ledger.record(
+            port, "node-02", state, workflow="wf", attempt=1, check="ecc", now=now - dt.timedelta(hours=hours)
+        )
+    run = dsx("run", "goodput", "--local", "--cluster", spec, "--out", str(tmp_path / "run"), timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    kept = port.get_object("v1", "ConfigMap", "dsx-goodput-report", port.namespace)
+    assert kept is not None and kept["metadata"]["annotations"]["dsx.dev/report-contents"] == "complete"
+    report = json.loads(gzip.decompress(base64.b64decode(kept["binaryData"]["report.json.gz"])))
+    _sums_to_period(report)
+    node = next(n for n in report["nodes"] if n["node"] == "node-02")
+    assert node["hours"]["awaiting-repair"] == pytest.approx(24) and node["lost_by_cause"][
+        "ecc"
+    ] == pytest.approx(8)
+    assert report["fleet"]["mean_time_to_repair_s"] == pytest.approx(26 * H)
+    assert "dsx_goodput_lost_gpu_hours" in kept["data"]["metrics.prom"]
+    assert "remediations repaired 1" in kept["data"]["summary.txt"]
