@@ -100,8 +100,11 @@ def _group_test(
                 "ranks can play; use --nodes to select fewer, or --measure model"
             )
         from steps.readiness.evidence import output_dir
+        from steps.readiness.thresholds import Thresholds
 
-        return local_test(port, output_dir(str(out_dir) if out_dir else None)), 0.0, None
+        # dsx's default thresholds, as the workflow's steps judge a dsx-bisect of its own
+        noise = Thresholds().nccl.noise_band
+        return local_test(port, output_dir(str(out_dir) if out_dir else None)), noise, None
     return fabric_test(model), model.settings.noise, model.healthy_s(nodes)
 
 
