@@ -9,6 +9,7 @@ The recipe carries a ``thresholds`` mapping with camelCase keys (as in the recip
           - {size: 1GiB, busBwGBps: 340, scope: multi-node}
         relative: {madFactor: 3.0, minGroups: 3}
         timeoutFactor: 2.5
+        noiseBand: 0.03
       training: {steps: 30, stragglerSkew: 0.15, minMfu: 0.30, peakTflops: 989}
 
 Expected bus bandwidth is named at large sizes, never the sweep's average. Sizes accept B, KiB, MiB,
@@ -71,6 +72,13 @@ class NcclThresholds(Camel):
     all_reduce: list[AllReduceThreshold] = Field(default_factory=list)
     relative: RelativeThresholds = Field(default_factory=RelativeThresholds)
     timeout_factor: float = Field(default=2.5, ge=1.0)
+    noise_band: float = Field(
+        default=0.03,
+        ge=0.0,
+        lt=0.5,
+        description="a bisection test whose figure lies within this fraction of its threshold is run again "
+        "(twice at most) and the median counts",
+    )
     straggler_skew: float = Field(
         default=0.15, gt=0, description="a rank spending this fraction of the run more outside the collective"
     )

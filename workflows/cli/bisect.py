@@ -11,6 +11,7 @@ import typer
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
 
 if TYPE_CHECKING:
+    from steps.cluster.port import ClusterPort
     from steps.readiness.bisect import BisectResult, GroupTest
 
 __all__ = ["Measure", "StrategyChoice", "register"]
@@ -72,19 +73,22 @@ def _figure(value: float | None) -> str:
 
 
 def _group_test(
-    cluster: str, nodes: list[str], measure: Measure, seed: int | None, out_dir: Path | None
+    port: ClusterPort,
+    cluster: str,
+    nodes: list[str],
+    measure: Measure,
+    seed: int | None,
+    out_dir: Path | None,
 ) -> tuple[GroupTest, float, float | None]:
     """The group test for ``nodes``, the noise it measures with, and how long a healthy test lasts.
 
     Raises:
         InputError: the cluster has no fabric model, or is too large or not simulated for local ranks.
     """
-    from steps.cluster import connect
     from steps.cluster.fabric import fabric_model
     from steps.errors import InputError
     from steps.readiness.bisect.probes import fabric_test, local_test
 
-    port = connect(cluster)
     model = fabric_model(port, nodes)
     if model is None:
         raise InputError(
@@ -100,8 +104,11 @@ def _group_test(
                 "ranks can play; use --nodes to select fewer, or --measure model"
             )
         from steps.readiness.evidence import output_dir
+        from steps.readiness.thresholds import Thresholds
 
-        return local_test(port, output_dir(str(out_dir) if out_dir else None)), 0.0, None
+        # dsx's default thresholds, as the workflow's steps judge a dsx-bisect of its own
+        noise = Thresholds().nccl.noise_band
+        return local_test(port, output_dir(str(out_dir) if out_dir else None)), noise, None
     return fabric_test(model), model.settings.noise, model.healthy_s(nodes)
 
 
@@ -139,13 +146,14 @@ def register(app: typer.Typer) -> None:
         from steps.errors import InputError
         from steps.readiness.bisect import bisect
 
-        nodes = [n.name for n in connect(cluster).list_nodes(selector)]
+        port = connect(cluster)  # once: a simulated fleet of thousands of nodes takes seconds to build
+        nodes = [n.name for n in port.list_nodes(selector)]
         if len(nodes) < 2:
             where = f"--nodes {selector!r}" if selector else f"cluster {cluster!r}"
             raise InputError(
                 f"dsx bisect: {where} selects {len(nodes)} node(s); a group test needs two or more"
             )
-        test, noise, pass_s = _group_test(cluster, nodes, measure, seed, out_dir)
+        test, noise, pass_s = _group_test(port, cluster, nodes, measure, seed, out_dir)
         result = bisect(nodes, test, strategy.value, noise=noise, free=free, pass_s=pass_s)
         emit(result, output, _table)
         if not result.healthy:

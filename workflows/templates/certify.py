@@ -49,6 +49,12 @@ def _verdict_output() -> list[Parameter]:
     return [Parameter(name="verdict", value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/verdict", default=""))]
 
 
+def _check_step(check: Any) -> Any:
+    """A check's step: it runs its tests on the nodes (Jobs in the run's namespace), within the outer
+    bound, and gives its one-line verdict."""
+    return step(check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output())
+
+
 def _plan_step() -> Any:
     return step(
         readiness.plan,
@@ -124,14 +130,8 @@ def templates() -> list[Any]:
     plan = _plan_step()
     resolve_recipe = step(runtime.resolve_recipe, timeout="5m", retries=2)
     keep_recipe = step(readiness.keep_recipe, timeout="5m", retries=2, env=dict(_JOB_ENV))
-    node_check = step(
-        readiness.node_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
-    )
-    group_check = step(
-        readiness.group_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
-    )
-    smoke_check = step(
-        readiness.smoke_check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output()
+    node_check, group_check, smoke_check = (
+        _check_step(check) for check in (readiness.node_check, readiness.group_check, readiness.smoke_check)
     )
     report = step(
         readiness.report,

@@ -32,6 +32,7 @@ from steps.models import Frozen, input_error
 from steps.readiness import certify
 from steps.readiness.bisect.models import GroupResult
 from steps.readiness.bisect.records import Record, Records, suspect_reason
+from steps.readiness.bisect.session import judged
 from steps.readiness.bisect.strategies import halves
 from steps.readiness.checks import SweepOutcome
 from steps.readiness.evidence import output_dir
@@ -39,6 +40,7 @@ from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from steps.readiness.planning import LOCAL_RANKS_PER_NODE
 from steps.readiness.sizes import parse_size
+from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
     "ACTIONS",
@@ -184,16 +186,38 @@ def _group_result(outcome: SweepOutcome) -> GroupResult:
 
 
 class _Test:
-    """The certification's group test over a plan, numbering its subjects."""
+    """The certification's group test over a plan, judged as ``dsx bisect`` judges it: a figure within the
+    recipe's noise band of its threshold is measured again and the median counts; a hang (past the
+    recipe's ``timeoutFactor`` times a healthy run) counts at once, as its own outcome."""
 
     def __init__(self, plan: certify.CertifyPlan, recipe: dict[str, object]) -> None:
         self.plan = plan
         self.recipe = recipe
+        self.noise = load_thresholds(_mapping(recipe.get("thresholds"))).nccl.noise_band
 
-    def __call__(self, members: Sequence[str]) -> GroupResult:
+    def once(self, members: Sequence[str]) -> GroupResult:
+        """One sweep of ``members`` together."""
         name = "bisect-" + "-".join(members) if len(members) <= 3 else f"bisect-{members[0]}-{len(members)}"
         subject = Subject(kind="group", name=name, members=list(members))
         return _group_result(certify.sweep_group(subject, self.plan, dict(self.recipe)))
+
+    def record(self, group: str, kind: Literal["split", "partner"], members: list[str]) -> Record:
+        """Test ``members`` (again, inside the noise band) and keep what counted as a record."""
+        counted, runs = judged(self.once, members, self.noise)
+        return Record(
+            group=group,
+            kind=kind,
+            members=members,
+            outcome=counted.outcome,
+            figure=counted.figure,
+            threshold=counted.threshold,
+            attempts=len(runs),
+            reason=counted.reason,
+        )
+
+
+def _mapping(value: object) -> dict[str, object] | None:
+    return value if isinstance(value, dict) else None
 
 
 def _tester(run: RunRef) -> tuple[OutcomeStore, _Test]:
@@ -219,18 +243,9 @@ def test_group(run: RunRef, members: list[str], group: str = STANDALONE, tested:
         result = GroupResult(outcome="fail", reason=f"group {group} failed its own test")
     else:
         store, test = _tester(run)
-        result = test(nodes)
-        Records(store).put(
-            Record(
-                group=group,
-                kind="split",
-                members=nodes,
-                outcome=result.outcome,
-                figure=result.figure,
-                threshold=result.threshold,
-                reason=result.reason,
-            )
-        )
+        record = test.record(group, "split", nodes)
+        Records(store).put(record)
+        result = GroupResult(outcome=record.outcome, figure=record.figure, reason=record.reason)
     parts = halves(nodes) if result.outcome != "pass" else None
     if result.outcome == "pass":
         step = GroupStep(action="pass", outcome=result.outcome, reason=result.reason)
@@ -286,16 +301,7 @@ def confirm_members(
                 file=sys.stderr,
             )
             continue
-        result = test([member, good[0]])
-        record = Record(
-            group=group,
-            kind="partner",
-            members=[member, good[0]],
-            outcome=result.outcome,
-            figure=result.figure,
-            threshold=result.threshold,
-            reason=result.reason,
-        )
+        record = test.record(group, "partner", [member, good[0]])
         records.put(record)
         if record.suspect is not None:
             _label_failed(record, digest)
@@ -308,19 +314,9 @@ def _clear_one_pair(members: list[str], test: _Test, records: Records, group: st
     """With no known-good node anywhere, test pairs of the members until one passes: both are cleared."""
     for index, first in enumerate(members):
         for second in members[index + 1 :]:
-            result = test([first, second])
-            records.put(
-                Record(
-                    group=group,
-                    kind="split",
-                    members=[first, second],
-                    outcome=result.outcome,
-                    figure=result.figure,
-                    threshold=result.threshold,
-                    reason=result.reason,
-                )
-            )
-            if result.outcome == "pass":
+            record = test.record(group, "split", [first, second])
+            records.put(record)
+            if record.outcome == "pass":
                 return
 
 

@@ -16,6 +16,8 @@ import json
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import Field
+
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.models import Frozen
@@ -47,6 +49,8 @@ class Record(Frozen):
         outcome: ``pass``, ``fail`` or ``hang``.
         figure: the measured bus bandwidth in GB/s, if any.
         threshold: the threshold it was judged against, in GB/s.
+        attempts: runs of the test: a figure within the noise band of its threshold is measured again
+            and the median counts (``figure``).
         reason: what the test said.
     """
 
@@ -56,6 +60,7 @@ class Record(Frozen):
     outcome: Outcome
     figure: float | None = None
     threshold: float | None = None
+    attempts: int = Field(1, ge=1)
     reason: str = ""
 
     @property

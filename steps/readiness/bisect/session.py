@@ -15,9 +15,44 @@ from typing import Literal
 
 from steps.readiness.bisect.models import GroupResult, GroupTest, TestRun
 
-__all__ = ["Kind", "Session"]
+__all__ = ["Kind", "Session", "in_band", "judged"]
 
 Kind = Literal["group", "split", "pair", "partner"]
+
+
+def in_band(result: GroupResult, noise: float) -> bool:
+    """Whether a figure lies within ``noise`` (a fraction) of its threshold, either side: too close to
+    say pass or fail. A failed or hung collective has no figure: its outcome counts at once."""
+    if result.figure is None or result.threshold is None or noise <= 0:
+        return False
+    return abs(result.figure - result.threshold) <= noise * result.threshold
+
+
+def judged(
+    test: GroupTest, members: Sequence[str], noise: float, repeats: int = 2
+) -> tuple[GroupResult, list[GroupResult]]:
+    """Run one group test, again (up to ``repeats`` more times) while its figure lies in the noise band.
+
+    Every path that bisects (``dsx bisect``, the workflow's steps) judges a test this way, so they reach
+    the same verdicts. Returns what counts and every run: with repeats, the median figure against the
+    threshold; a repeat that failed or hung outright counts as it is.
+    """
+    results = [test(list(members))]
+    while in_band(results[-1], noise) and len(results) <= repeats:
+        results.append(test(list(members)))
+    figures = [r.figure for r in results if r.figure is not None]
+    counted = results[-1]
+    if len(results) > 1 and len(figures) == len(results) and counted.threshold is not None:
+        median = statistics.median(figures)
+        counted = counted.model_copy(
+            update={
+                "figure": median,
+                "outcome": "pass" if median >= counted.threshold else "fail",
+                "reason": f"median of {len(figures)} runs within the noise band: {median:.1f} GB/s "
+                f"{'>=' if median >= counted.threshold else '<'} {counted.threshold:.1f} GB/s",
+            }
+        )
+    return counted, results
 
 
 class Session:
@@ -59,28 +94,9 @@ class Session:
         """Nodes that may partner a suspect now: members cleared so far, then the lent ones; none busy."""
         return [n for n in (*sorted(self.cleared), *self.outside) if n not in busy]
 
-    def _in_band(self, result: GroupResult) -> bool:
-        if result.figure is None or result.threshold is None or self.noise <= 0:
-            return False
-        return abs(result.figure - result.threshold) <= self.noise * result.threshold
-
     def _judged(self, kind: Kind, members: list[str]) -> tuple[GroupResult, float]:
         """Run one test, again while its figure is within the noise band; what counts and the time."""
-        results = [self.test(members)]
-        while self._in_band(results[-1]) and len(results) <= self.repeats:
-            results.append(self.test(members))
-        figures = [r.figure for r in results if r.figure is not None]
-        counted = results[-1]
-        if len(results) > 1 and len(figures) == len(results) and counted.threshold is not None:
-            median = statistics.median(figures)
-            counted = counted.model_copy(
-                update={
-                    "figure": median,
-                    "outcome": "pass" if median >= counted.threshold else "fail",
-                    "reason": f"median of {len(figures)} runs within the noise band: {median:.1f} GB/s "
-                    f"{'>=' if median >= counted.threshold else '<'} {counted.threshold:.1f} GB/s",
-                }
-            )
+        counted, results = judged(self.test, members, self.noise, self.repeats)
         for attempt, result in enumerate(results, start=1):
             last = attempt == len(results)
             self.runs.append(

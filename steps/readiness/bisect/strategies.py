@@ -17,6 +17,7 @@ the member (its outcome gives the fault: slow, fail or hang) or clears it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -196,25 +197,47 @@ def _run(
     )
 
 
+_PRIOR = (1, 2, 3, 4)
+"""How many members of a failing group ``auto`` reckons with, each as likely: one to four."""
+
+
+def _stand_in(
+    members: Sequence[str], faulty: int, fail_s: float, pass_s: float
+) -> tuple[GroupTest, GroupResult]:
+    """A group test of ``members`` with ``faulty`` of them at fault, at places drawn once for the size."""
+    bad = set(random.Random(f"{len(members)}-{faulty}").sample(list(members), min(faulty, len(members))))
+
+    def test(nodes: Sequence[str]) -> GroupResult:
+        failing = not bad.isdisjoint(nodes)
+        return GroupResult(outcome="fail" if failing else "pass", duration_s=fail_s if failing else pass_s)
+
+    return test, test(members)
+
+
 def choose(
     members: Sequence[str], fail_s: float, pass_s: float, free: int | None = None
 ) -> Literal["halving", "pairs"]:
-    """What ``auto`` runs: the strategy holding the fewer node-seconds on a stand-in for the group.
+    """What ``auto`` runs: the strategy whose node-seconds exceed the better one's the least, on average
+    over stand-ins for the group with one to four faulty members.
 
-    The stand-in has one faulty member, in the middle; a test holding it takes ``fail_s`` (as long as the
-    group's failing test: a hang holds its nodes to the timeout), any other ``pass_s``; at most ``free``
-    nodes are under test at once.
+    Which strategy holds fewer node-seconds turns on how many members are at fault, which is not known
+    before bisecting: with every node free, pairs clears the group in one round; with few free, its
+    pairs wait in waves while halving's large tests clear half the group at once, unless faults sit in
+    both halves. Each stand-in is bisected both ways with the session's own accounting: a test holding a
+    faulty member takes ``fail_s`` (as long as the group's failing test: a hang holds its nodes to the
+    timeout), any other ``pass_s``; at most ``free`` nodes are under test at once.
     """
-    bad = members[len(members) // 2]
-
-    def stand_in(nodes: Sequence[str]) -> GroupResult:
-        failing = bad in nodes
-        return GroupResult(outcome="fail" if failing else "pass", duration_s=fail_s if failing else pass_s)
-
-    failed = stand_in(members)
-    halving = _run(list(members), stand_in, "halving", failed, free).node_seconds
-    pairs = _run(list(members), stand_in, "pairs", failed, free).node_seconds
-    return "pairs" if pairs < halving else "halving"
+    excess = {"halving": 0.0, "pairs": 0.0}
+    for faulty in _PRIOR:
+        test, failed = _stand_in(members, faulty, fail_s, pass_s)
+        cost = {
+            strategy: _run(list(members), test, strategy, failed, free).node_seconds
+            for strategy in ("halving", "pairs")
+        }
+        best = min(cost.values()) or 1.0
+        for strategy, held in cost.items():
+            excess[strategy] += held / best
+    return "pairs" if excess["pairs"] < excess["halving"] else "halving"
 
 
 def bisect(

@@ -77,28 +77,49 @@ def test_halving_needs_at_most_twice_the_lower_bound_of_tests_on_1024_nodes(k: i
             assert result.tests <= factor * bound, (k, noise, faults, result.tests)
 
 
+def _costs(n: int, faults: dict[int, str], free: int | None, seed: int) -> dict[str, float]:
+    """Node-seconds of each strategy bisecting the same failing group, faults named exactly."""
+    cost = {}
+    for strategy in ("halving", "pairs", "auto"):
+        names, model = _fleet(n, faults, 0.03, seed=seed)
+        test = fabric_test(model)
+        result = bisect(
+            names,
+            test,
+            strategy,  # type: ignore[arg-type]
+            noise=0.03,
+            free=free,
+            failed=test(names),
+            pass_s=model.healthy_s(names),
+        )
+        assert _found(result) == _expected(names, faults)
+        cost[strategy] = result.node_seconds
+    return cost
+
+
 def test_auto_holds_no_more_than_a_tenth_over_the_better_strategy_with_every_node_free() -> None:
-    free = None
     rng = random.Random(11)
     for case in range(12):
         n, k = rng.choice([64, 256]), rng.randint(1, 4)
         faults = _scenario(rng, n, k)
-        cost = {}
-        for strategy in ("halving", "pairs", "auto"):
-            names, model = _fleet(n, faults, 0.03, seed=case)
-            test = fabric_test(model)
-            result = bisect(
-                names,
-                test,
-                strategy,  # type: ignore[arg-type]
-                noise=0.03,
-                free=free,
-                failed=test(names),
-                pass_s=model.healthy_s(names),
-            )
-            assert _found(result) == _expected(names, faults)
-            cost[strategy] = result.node_seconds
-        assert cost["auto"] <= 1.1 * min(cost["halving"], cost["pairs"]), (n, free, faults, cost)
+        cost = _costs(n, faults, None, case)
+        assert cost["auto"] <= 1.1 * min(cost["halving"], cost["pairs"]), (n, faults, cost)
+
+
+@pytest.mark.parametrize(("n", "free"), [(64, 32), (256, 32), (1024, 32), (1024, 128)])
+def test_auto_holds_on_average_no_more_than_a_tenth_over_the_better_strategy_with_few_nodes_free(
+    n: int, free: int
+) -> None:
+    """With few nodes free the better strategy turns on how many members are at fault, which nobody
+    knows before bisecting: over one to four faulty members, auto's node-seconds stay within a tenth of
+    the better strategy's, scenario by scenario on average (a single scenario may cost more)."""
+    rng = random.Random(f"{n}-{free}")
+    ratios = []
+    for case in range(8):
+        faults = _scenario(rng, n, 1 + case % 4)
+        cost = _costs(n, faults, free, case)
+        ratios.append(cost["auto"] / min(cost["halving"], cost["pairs"]))
+    assert sum(ratios) / len(ratios) <= 1.1, ratios
 
 
 def test_few_free_nodes_make_auto_choose_halving_and_many_pairs() -> None:
