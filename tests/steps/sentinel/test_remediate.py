@@ -65,7 +65,7 @@ def test_breaker_trips_stays_open_until_reset() -> None:
 
 
 def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
-    port = connect("sim:nodes=4,gpu=h100")
+    port = connect("sim:nodes=4,gpu=h100,blocking-pdb=true")
     port.cordon("node-01", "test", by="sentinel")
     report = drain(port, "node-01", DrainPolicy(deadline_s=0.5, poll_s=0.05, backoff_s=0.05))
     outcomes = {p.pod: p.outcome for p in report.pods}
@@ -78,7 +78,7 @@ def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
 
 
 def test_drain_force_and_delete_after_timeout_are_recorded() -> None:
-    port = connect("sim:nodes=4,gpu=h100")
+    port = connect("sim:nodes=4,gpu=h100,blocking-pdb=true")
     port.cordon("node-01", "test", by="sentinel")  # else the controllers put replacements back on it
     modes = {"serving": NamespaceMode(mode="delete-after-timeout", timeout_s=0.1)}
     report = drain(port, "node-01", DrainPolicy(namespaces=modes, deadline_s=5, poll_s=0.05, backoff_s=0.05))
