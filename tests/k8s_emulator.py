@@ -8,7 +8,8 @@ It speaks the JSON the kubernetes client expects, for every call dsx makes:
 - ``resourceVersion`` on every object, bumped on every write; a write naming a stale one gets 409;
 - the status subresource (``/status`` changes only ``status``; the main resource ignores it);
 - the eviction subresource, refusing with 429 and the API's message while a PodDisruptionBudget
-  allows no disruption (500 when two budgets select the pod);
+  allows no disruption (500 when two budgets select the pod), by the budget's status as the
+  disruption controller writes it (see below);
 - a delete, or an eviction's ``deleteOptions``, whose ``preconditions.uid`` names another object than the
   one stored gets 409 (for an eviction after the budget check, as in the API server);
 - RBAC refusals (403) and a bearer token check (401), both configurable;
@@ -57,6 +58,17 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
   stays, holding its node's resources, until the kubelet confirms its containers stopped:
   ``pkg/registry/core/pod/strategy.go`` CheckGracefulDelete. With no kubelet double it leaves at once.
+- Disruption controller: a budget's status (currentHealthy: ready pods not being deleted and not in
+  disruptedPods for less than 2 minutes; desiredHealthy and expectedPods: an integer minAvailable
+  over every matching pod, maxUnavailable or a percentage over the scale of the pods' controllers, a
+  pod whose controller has no scale (a Job's) failing safe with no disruption allowed;
+  disruptionsAllowed, never while no pod is expected): ``pkg/controller/disruption/disruption.go``.
+  Eviction: pending, finished and terminating pods go without a check; a budget with an empty selector
+  matches nothing; an unready pod goes while the budget is met; else the stored status must allow a
+  disruption (429 while its observedGeneration lags), which the eviction decrements and records in
+  disruptedPods: ``pkg/registry/core/pod/storage/eviction.go``. With the controllers running, the
+  status is brought up to date before each eviction (a controller that has seen every change).
+  Seeded outside controllers have the scale of their seeded pods.
 - Not modelled: namespaces need not exist; no watch; no server-side apply; no priorities or preemption.
 - Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
   to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
@@ -117,9 +129,19 @@ CLUSTER_SCOPED = {
     "customresourcedefinitions",
     "clusterworkflowtemplates",
 }
-WITH_STATUS = {"nodes", "pods", "deployments", "daemonsets", "replicasets", "statefulsets", "jobs"}
+WITH_STATUS = {
+    "nodes",
+    "pods",
+    "deployments",
+    "daemonsets",
+    "replicasets",
+    "statefulsets",
+    "jobs",
+    "poddisruptionbudgets",
+}
 SMP_KEYS = {"conditions": "type", "addresses": "type", "containers": "name", "volumes": "name", "env": "name"}
 TERMINAL = ("Succeeded", "Failed")
+SCALED = ("ReplicaSet", "StatefulSet", "Deployment", "ReplicationController")  # kinds with a scale
 
 # Finalizers and labels the API server and the Job controller use (batch/v1 types.go).
 ORPHAN = "orphan"
@@ -574,6 +596,7 @@ class Emulator:
     _forbidden: set[tuple[str, str]] = field(default_factory=set)
     _owner_next: dict[str, int] = field(default_factory=dict)
     _external_owners: set[str] = field(default_factory=set)
+    _external_scale: dict[str, int] = field(default_factory=dict)  # outside controller uid -> its pods
     _created: dict[str, int] = field(default_factory=dict)  # uid -> creation order
     _job_start: dict[str, float] = field(default_factory=dict)  # uid -> when the controller first saw it
     _job_backoff: dict[str, tuple[int, float]] = field(default_factory=dict)  # uid -> (failures, last)
@@ -658,6 +681,11 @@ class Emulator:
                 for ref in meta.get("ownerReferences") or []:
                     if ref.get("uid") not in uids:
                         self._external_owners.add(str(ref.get("uid")))
+                        if ref.get("controller") and plural == "pods":
+                            uid = str(ref.get("uid"))
+                            self._external_scale[uid] = self._external_scale.get(uid, 0) + 1
+                if plural == "poddisruptionbudgets":
+                    meta.setdefault("generation", 1)
                 ns = meta.get("namespace", "") if plural not in CLUSTER_SCOPED else ""
                 self._created[meta["uid"]] = len(self._created)
                 self._bump(obj)
@@ -1056,6 +1084,9 @@ class Emulator:
         obj["kind"] = kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _now_text(self.clock())
+        if route.plural == "poddisruptionbudgets":
+            meta["generation"] = 1
+            obj["status"] = {}
         if route.plural == "jobs" and route.group_version == "batch/v1":
             meta["generation"] = 1
             errors = _default_job(obj)
@@ -1275,6 +1306,7 @@ class Emulator:
             changed = self._collect_garbage()
             changed = self._sync_jobs() or changed
             changed = schedule_pending(self) or changed
+            changed = self._sync_budgets() or changed
             if not changed:
                 return
 
@@ -1614,27 +1646,142 @@ class Emulator:
 
     # ------------------------------------------------------------------ eviction and outside controllers
 
-    def _budgets_for(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
-        labels = pod["metadata"].get("labels") or {}
-        ns = pod["metadata"].get("namespace", "")
+    def _budgets(self, namespace: str) -> list[tuple[Key, dict[str, Any]]]:
         return [
-            pdb
-            for (_, plural, pdb_ns, _), pdb in sorted(self._objects.items())
-            if plural == "poddisruptionbudgets"
-            and pdb_ns == ns
-            and all(
-                labels.get(k) == v
-                for k, v in ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels", {}).items()
-            )
+            (key, pdb)
+            for key, pdb in sorted(self._objects.items())
+            if key[1] == "poddisruptionbudgets" and key[2] == namespace
         ]
 
+    def _selected(self, pdb: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+        """Every pod of the namespace the budget's selector matches (the disruption controller's list:
+        finished and terminating pods included)."""
+        from tests.k8s_kubelet import _label_selector
+
+        selector = (pdb.get("spec") or {}).get("selector")
+        return [
+            p
+            for (_, plural, ns, _), p in sorted(self._objects.items())
+            if plural == "pods"
+            and ns == namespace
+            and _label_selector(selector, p["metadata"].get("labels") or {})
+        ]
+
+    def _scale_of(self, ref: dict[str, Any], namespace: str) -> int | None:
+        """The scale of a pod's controller (a Deployment's for its ReplicaSet), or ``None`` when the
+        disruption controller finds none (a Job has no scale)."""
+        if ref.get("kind") not in SCALED:
+            return None
+        if ref.get("uid") in self._external_scale:
+            return self._external_scale[str(ref.get("uid"))]
+        owner = self._owner_of(ref, namespace)
+        if owner is None:
+            return None
+        above = _controller_ref(owner)
+        if ref.get("kind") == "ReplicaSet" and above and above.get("kind") == "Deployment":
+            deployment = self._owner_of(above, namespace)
+            return None if deployment is None else int((deployment.get("spec") or {}).get("replicas", 1))
+        return int((owner.get("spec") or {}).get("replicas", 1))
+
+    def _expected(self, pdb: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[int, int]:
+        """``(expectedPods, desiredHealthy)`` as the disruption controller's getExpectedPodCount has them;
+        raises ``LookupError`` where it fails (a pod whose controller has no scale)."""
+        spec = pdb.get("spec") or {}
+        if "maxUnavailable" not in spec and isinstance(spec.get("minAvailable"), int):
+            return len(pods), int(spec["minAvailable"])
+        if "maxUnavailable" not in spec and "minAvailable" not in spec:
+            return 0, 0
+        scales: dict[str, int] = {}
+        for pod in pods:
+            ref = _controller_ref(pod)
+            if ref is None:
+                continue  # unmanaged: the controller warns and leaves it out
+            scale = self._scale_of(ref, pod["metadata"].get("namespace", ""))
+            if scale is None:
+                raise LookupError(f'found no controllers for pod "{pod["metadata"]["name"]}"')
+            scales[str(ref.get("uid"))] = scale
+        expected = sum(scales.values())
+
+        def scaled(value: Any) -> int:
+            if isinstance(value, str) and value.endswith("%"):
+                return -(-expected * int(value[:-1]) // 100)  # rounded up
+            return int(value)
+
+        if "maxUnavailable" in spec:
+            return expected, max(0, expected - scaled(spec["maxUnavailable"]))
+        return expected, scaled(spec["minAvailable"])
+
+    def _budget_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
+        """The status the disruption controller writes (trySync, else failSafe)."""
+        ns = pdb["metadata"].get("namespace", "")
+        status = copy.deepcopy(pdb.get("status") or {})
+        generation = pdb["metadata"].get("generation", 1)
+        pods = self._selected(pdb, ns)
+        try:
+            expected, desired = self._expected(pdb, pods)
+        except LookupError as exc:
+            status.update(disruptionsAllowed=0, observedGeneration=generation)
+            status["conditions"] = [_allowed_condition(False, "SyncFailed", str(exc), generation)]
+            return status
+        now = self.clock()
+        disrupted: dict[str, str] = {}
+        for pod in pods:
+            at = _parse_time((status.get("disruptedPods") or {}).get(pod["metadata"]["name"]))
+            if at is not None and not pod["metadata"].get("deletionTimestamp") and at + 120 > now:
+                disrupted[pod["metadata"]["name"]] = _now_text(at)  # DeletionTimeout: 2 minutes
+        healthy = sum(
+            1
+            for p in pods
+            if not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["name"] not in disrupted
+            and _pod_ready(p)
+        )
+        allowed = max(0, healthy - desired) if expected > 0 else 0
+        reason = "SufficientPods" if allowed > 0 else "InsufficientPods"
+        return {
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "disruptionsAllowed": allowed,
+            "disruptedPods": disrupted,
+            "observedGeneration": generation,
+            "conditions": [_allowed_condition(allowed > 0, reason, "", generation)],
+        }
+
+    def _sync_budgets(self) -> bool:
+        """One pass of the disruption controller; whether it changed a budget's status."""
+        changed = False
+        for key, pdb in [(k, o) for k, o in sorted(self._objects.items()) if k[1] == "poddisruptionbudgets"]:
+            status = self._budget_status(pdb)
+            if status != (pdb.get("status") or {}):
+                new = copy.deepcopy(pdb)
+                new["status"] = status
+                self._store(key, new)
+                changed = True
+        return changed
+
     def _evict(self, route: _Route, body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The eviction subresource as the API server's EvictionREST.Create (kubernetes
+        ``pkg/registry/core/pod/storage/eviction.go``): a pod that is pending, finished or already being
+        deleted goes without a budget check; otherwise its one budget (an empty selector matches nothing)
+        must allow a disruption by its stored status, which the eviction decrements, naming the pod in
+        ``disruptedPods`` so the controller counts it unhealthy until it is deleted or two minutes pass."""
+        from tests.k8s_kubelet import _label_selector
+
         pod = self._objects.get(self._key(route))
         if pod is None:
             raise self._not_found(route)
-        phase = (pod.get("status") or {}).get("phase")
-        budgets = self._budgets_for(pod)
-        if budgets and phase == "Running":
+        options = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
+        ignore = _phase(pod) in (*TERMINAL, "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
+        labels = pod["metadata"].get("labels") or {}
+        budgets = [
+            (key, pdb)
+            for key, pdb in self._budgets(route.namespace)
+            if (selector := (pdb.get("spec") or {}).get("selector"))
+            and (selector.get("matchLabels") or selector.get("matchExpressions"))
+            and _label_selector(selector, labels)
+        ]
+        if budgets and not ignore:
             if len(budgets) > 1:
                 raise _fail(
                     500,
@@ -1642,56 +1789,39 @@ class Emulator:
                     "This pod has more than one PodDisruptionBudget, which the eviction "
                     "subresource does not support.",
                 )
-            budget = budgets[0]
-            selector = budget["spec"]["selector"]["matchLabels"]
-            covered = [
-                p
-                for (_, plural, ns, _), p in self._objects.items()
-                if plural == "pods"
-                and ns == route.namespace
-                and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
-                and (p.get("status") or {}).get("phase") not in TERMINAL
-            ]
-            expected = len(covered)
-            healthy = sum(1 for p in covered if (p.get("status") or {}).get("phase") == "Running")
-            spec = budget["spec"]
-
-            def scaled(value: Any) -> int:
-                if isinstance(value, str) and value.endswith("%"):
-                    return -(-expected * int(value[:-1]) // 100)
-                return int(value)
-
-            if "minAvailable" in spec:
-                desired = scaled(spec["minAvailable"])
-            elif "maxUnavailable" in spec:
-                desired = max(0, expected - scaled(spec["maxUnavailable"]))
-            else:
-                desired = expected
-            if healthy - desired < 1:
-                name = budget["metadata"]["name"]
-                raise _fail(
-                    429,
-                    "TooManyRequests",
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    {
-                        "causes": [
-                            {
-                                "reason": "DisruptionBudget",
-                                "message": f"The disruption budget {name} needs "
-                                f"{desired} healthy pods and has {healthy} currently",
-                            }
-                        ]
-                    },
-                )
-        self._check_uid(route, pod, (body or {}).get("deleteOptions") if isinstance(body, dict) else None)
-        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
-        grace = options.get("gracePeriodSeconds")
+            if self.controllers:
+                self._sync_budgets()  # the disruption controller has seen every change so far
+            key, pdb = budgets[0][0], self._objects[budgets[0][0]]
+            self._check_budget(key, pdb, pod)
+        self._check_uid(route, pod, options)
+        grace = (options or {}).get("gracePeriodSeconds")
         self._delete(self._key(route), "Background", None if grace is None else int(grace))
         return (
             201,
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
             {},
         )
+
+    def _check_budget(self, key: Key, pdb: dict[str, Any], pod: dict[str, Any]) -> None:
+        """checkAndDecrement: refuse with 429 (or 403), else take one disruption and record the pod."""
+        status = pdb.get("status") or {}
+        name = pdb["metadata"]["name"]
+        desired, healthy = int(status.get("desiredHealthy", 0)), int(status.get("currentHealthy", 0))
+        if not _pod_ready(pod) and healthy >= desired > 0:
+            return  # an unready pod counts for nothing: it may go without a disruption
+        if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 1)):
+            raise _too_many(f"The disruption budget {name} is still being processed by the server.")
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if allowed < 0:
+            raise _fail(403, "Forbidden", f'poddisruptionbudget.policy "{name}" is forbidden')
+        if allowed == 0:
+            raise _too_many(
+                f"The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"
+            )
+        new = copy.deepcopy(pdb)
+        new["status"]["disruptionsAllowed"] = allowed - 1
+        new["status"].setdefault("disruptedPods", {})[pod["metadata"]["name"]] = _now_text(self.clock())
+        self._store(key, new)
 
     def _count_owner(self, pod: dict[str, Any]) -> None:
         if pod.get("kind") != "Pod" or not (owner := _controller_ref(pod)):
@@ -1752,9 +1882,30 @@ class Emulator:
         if not node:
             pod["spec"].pop("nodeName")
         pod["status"] = {"phase": "Running" if node else "Pending"}
+        if node:  # started at once by the outside controller's node, ready
+            pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         self._created[pod["metadata"]["uid"]] = len(self._created)
         self._bump(pod)
         self._objects[("v1", "pods", ns, pod["metadata"]["name"])] = pod
+
+
+def _too_many(cause: str) -> _Answer:
+    return _fail(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        {"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+    )
+
+
+def _allowed_condition(allowed: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {
+        "type": "DisruptionAllowed",
+        "status": "True" if allowed else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
 
 
 def _phase(pod: dict[str, Any]) -> str:

@@ -89,7 +89,11 @@ class Pod(Strict):
             "kind": "Pod",
             "metadata": metadata,
             "spec": spec,
-            "status": {"phase": self.phase},
+            # A running pod of the fleet is ready (the disruption controller counts only ready pods).
+            "status": {
+                "phase": self.phase,
+                "conditions": [{"type": "Ready", "status": "True" if self.phase == "Running" else "False"}],
+            },
         }
 
 

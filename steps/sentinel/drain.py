@@ -85,7 +85,17 @@ class DrainPolicy(Frozen):
 
 
 class PodOutcome(Strict):
-    """What became of one pod of the drained node."""
+    """What became of one pod of the drained node.
+
+    Attributes:
+        pod: ``namespace/name``.
+        owner: ``Kind/name`` of its controller (empty for a bare pod).
+        mode: its namespace's drain mode.
+        outcome: what became of it (``waiting`` while nothing has).
+        attempts: the eviction (or deletion) requests made for it.
+        message: the API's last word about it.
+        at: when its outcome was last set.
+    """
 
     pod: str
     owner: str = ""
@@ -94,6 +104,12 @@ class PodOutcome(Strict):
     attempts: int = 0
     message: str = ""
     at: str = ""
+
+    def settle(self, outcome: Outcome, message: str | None = None) -> None:
+        """Set the outcome, stamped now (and the message, when one is given)."""
+        self.outcome, self.at = outcome, _stamp()
+        if message is not None:
+            self.message = message
 
 
 class DrainReport(Frozen):
@@ -128,6 +144,113 @@ def _stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class _Drain:
+    """One drain's bookkeeping: every pod's record, when each may be tried again, and its backoff."""
+
+    def __init__(self, port: ClusterPort, node: str, policy: DrainPolicy, start: float) -> None:
+        self.port, self.node, self.policy, self.start = port, node, policy, start
+        self.records: dict[str, PodOutcome] = {}
+        self.next_try: dict[str, float] = {}
+        self.backoff: dict[str, float] = {}
+        self.first_blocked: dict[str, float] = {}
+        self.forced = False
+
+    def report(self, complete: bool, escalate: bool, message: str, gone: bool = False) -> DrainReport:
+        return DrainReport(
+            node=self.node,
+            complete=complete,
+            escalate=escalate,
+            node_gone=gone,
+            forced=self.forced,
+            pods=[self.records[k] for k in sorted(self.records)],
+            message=message,
+        )
+
+    def node_gone(self) -> DrainReport:
+        for record in self.records.values():
+            if record.outcome in ("waiting", "blocked"):
+                record.settle("gone", "the node was deleted")
+        return self.report(False, False, "the node disappeared during the drain", gone=True)
+
+    def round(self, pods: list[Pod], now: float) -> list[Pod]:
+        """Act on every pod of the node once; the pods still on it (terminating, waiting or blocked)."""
+        present = {p.ref for p in pods}
+        for ref, record in self.records.items():
+            if ref not in present and record.outcome in ("waiting", "blocked"):
+                record.settle("gone", record.message or "left the node before dsx evicted it")
+        return [pod for pod in pods if self.handle(pod, now)]
+
+    def handle(self, pod: Pod, now: float) -> bool:
+        """Act on one pod; whether it is still on the node."""
+        mode = self.policy.mode_of(pod.namespace)
+        record = self.records.setdefault(
+            pod.ref,
+            PodOutcome(pod=pod.ref, owner=f"{pod.owner_kind}/{pod.owner_name}".strip("/"), mode=mode.mode),
+        )
+        skipped = _skip(pod)
+        if skipped is not None:
+            record.outcome = skipped
+            record.at = record.at or _stamp()
+            return False
+        if record.outcome in ("evicted", "deleted", "completed"):
+            return True  # still terminating
+        if pod.phase in _FINISHED and pod.owner_kind == "Job":
+            # A finished Job pod holds nothing; evicting it ignores budgets (canIgnorePDB).
+            result = self.port.evict(pod)
+            record.outcome = "completed" if result.outcome != "blocked" else "blocked"
+            record.attempts += 1
+            record.message, record.at = result.message or f"the Job's pod {pod.phase}", _stamp()
+            return False
+        if mode.mode == "allow-completion" and pod.owner_kind == "Job" and now - self.start < mode.timeout_s:
+            record.outcome, record.message = "waiting", "a Job's pod allowed to complete"
+            return True
+        if now < self.next_try.get(pod.ref, 0.0):
+            return True
+        blocked_since = self.first_blocked.get(pod.ref)
+        if (
+            mode.mode == "delete-after-timeout"
+            and blocked_since is not None
+            and now - blocked_since >= mode.timeout_s
+        ):
+            self.port.delete_pod(pod, mode.grace_seconds)
+            record.settle(
+                "deleted",
+                f"deleted after its budget blocked eviction for {mode.timeout_s:g}s (namespace mode)",
+            )
+            return True
+        return self.evict(pod, record, mode, now)
+
+    def evict(self, pod: Pod, record: PodOutcome, mode: NamespaceMode, now: float) -> bool:
+        """Ask the Eviction API; a refusal waits its backoff. Whether the pod is still on the node."""
+        result = self.port.evict(pod, mode.grace_seconds)
+        record.attempts += 1
+        record.message, record.at = result.message, _stamp()
+        if result.outcome == "blocked":
+            record.outcome = "blocked"
+            self.first_blocked.setdefault(pod.ref, now)
+            wait = self.backoff.get(pod.ref, self.policy.backoff_s)
+            self.next_try[pod.ref] = now + wait
+            self.backoff[pod.ref] = min(wait * 2, self.policy.backoff_cap_s)
+            return True
+        record.outcome = "evicted" if result.outcome == "evicted" else "gone"
+        return result.outcome == "evicted"
+
+    def past_deadline(self, left: list[Pod]) -> DrainReport:
+        """Escalate with the pods left, or, when the policy says force, delete them and say so."""
+        if not self.policy.force:
+            stuck = ", ".join(p.ref for p in left)
+            return self.report(
+                False, True, f"deadline of {self.policy.deadline_s:g}s passed with pods left: {stuck}"
+            )
+        self.forced = True
+        for pod in left:
+            record = self.records[pod.ref]
+            if record.outcome in ("waiting", "blocked"):
+                self.port.delete_pod(pod, 0)
+                record.settle("deleted", f"deleted by force after the drain's deadline ({record.message})")
+        return self.report(True, False, "drained by force after the deadline")
+
+
 def drain(
     port: ClusterPort,
     node: str,
@@ -149,109 +272,15 @@ def drain(
         sleep: waits between rounds.
     """
     policy = policy or DrainPolicy()
-    start = clock()
-    records: dict[str, PodOutcome] = {}
-    next_try: dict[str, float] = {}
-    backoff: dict[str, float] = {}
-    first_blocked: dict[str, float] = {}
-    forced = False
-
-    def report(complete: bool, escalate: bool, message: str, gone: bool = False) -> DrainReport:
-        return DrainReport(
-            node=node,
-            complete=complete,
-            escalate=escalate,
-            node_gone=gone,
-            forced=forced,
-            pods=[records[k] for k in sorted(records)],
-            message=message,
-        )
-
+    work = _Drain(port, node, policy, clock())
     while True:
         try:
             pods = port.pods_on(node)
         except NotFoundError:
-            for record in records.values():
-                if record.outcome in ("waiting", "blocked"):
-                    record.outcome, record.message, record.at = "gone", "the node was deleted", _stamp()
-            return report(False, False, "the node disappeared during the drain", gone=True)
-        present = {p.ref: p for p in pods}
-        for ref, record in records.items():
-            if ref not in present and record.outcome in ("waiting", "blocked"):
-                record.outcome, record.at = "gone", _stamp()
-                record.message = record.message or "left the node before dsx evicted it"
-        now = clock()
-        left: list[Pod] = []
-        for pod in pods:
-            mode = policy.mode_of(pod.namespace)
-            record = records.setdefault(
-                pod.ref,
-                PodOutcome(
-                    pod=pod.ref, owner=f"{pod.owner_kind}/{pod.owner_name}".strip("/"), mode=mode.mode
-                ),
-            )
-            skipped = _skip(pod)
-            if skipped is not None:
-                record.outcome = skipped
-                record.at = record.at or _stamp()
-                continue
-            if record.outcome in ("evicted", "deleted", "completed"):
-                left.append(pod)  # still terminating
-                continue
-            if pod.phase in _FINISHED and pod.owner_kind == "Job":
-                # A finished Job pod holds nothing; evicting it ignores budgets (canIgnorePDB).
-                result = port.evict(pod)
-                record.outcome = "completed" if result.outcome != "blocked" else "blocked"
-                record.attempts += 1
-                record.message, record.at = result.message or f"the Job's pod {pod.phase}", _stamp()
-                continue
-            if mode.mode == "allow-completion" and pod.owner_kind == "Job" and now - start < mode.timeout_s:
-                record.outcome, record.message = "waiting", "a Job's pod allowed to complete"
-                left.append(pod)
-                continue
-            if now < next_try.get(pod.ref, 0.0):
-                left.append(pod)
-                continue
-            if (
-                mode.mode == "delete-after-timeout"
-                and pod.ref in first_blocked
-                and now - first_blocked[pod.ref] >= mode.timeout_s
-            ):
-                port.delete_pod(pod, mode.grace_seconds)
-                record.outcome, record.at = "deleted", _stamp()
-                record.message = (
-                    f"deleted after its budget blocked eviction for {mode.timeout_s:g}s (namespace mode)"
-                )
-                left.append(pod)
-                continue
-            result = port.evict(pod, mode.grace_seconds)
-            record.attempts += 1
-            record.message, record.at = result.message, _stamp()
-            if result.outcome == "blocked":
-                record.outcome = "blocked"
-                first_blocked.setdefault(pod.ref, now)
-                wait = backoff.get(pod.ref, policy.backoff_s)
-                next_try[pod.ref] = now + wait
-                backoff[pod.ref] = min(wait * 2, policy.backoff_cap_s)
-                left.append(pod)
-            else:
-                record.outcome = "evicted" if result.outcome == "evicted" else "gone"
-                if result.outcome == "evicted":
-                    left.append(pod)
+            return work.node_gone()
+        left = work.round(pods, clock())
         if not left:
-            return report(True, False, "drained")
-        if clock() - start >= policy.deadline_s:
-            if not policy.force:
-                stuck = ", ".join(p.ref for p in left)
-                return report(
-                    False, True, f"deadline of {policy.deadline_s:g}s passed with pods left: {stuck}"
-                )
-            forced = True
-            for pod in left:
-                record = records[pod.ref]
-                if record.outcome in ("waiting", "blocked"):
-                    port.delete_pod(pod, 0)
-                    record.outcome, record.at = "deleted", _stamp()
-                    record.message = f"deleted by force after the drain's deadline ({record.message})"
-            return report(True, False, "drained by force after the deadline")
+            return work.report(True, False, "drained")
+        if clock() - work.start >= policy.deadline_s:
+            return work.past_deadline(left)
         sleep(policy.poll_s)

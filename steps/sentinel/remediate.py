@@ -153,6 +153,50 @@ def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str)
     raise DsxError(f"{name} escalated: {why}")
 
 
+def _resume(port: ClusterPort, current: Node, workflow_name: str, check: str, done: int) -> str:
+    """A node already in remediation: an earlier workflow stopped; this one picks it up where it stands."""
+    before = current.annotations.get(vocab.ANNOTATION_REMEDIATION, "an earlier run")
+    ledger.record(
+        port,
+        current.name,
+        "requested",
+        workflow=workflow_name,
+        attempt=max(done, 1),
+        check=check,
+        detail=f"resumed where {before} stopped ({_state(current)})",
+    )
+    _output("proceed", "true")
+    return f"{current.name}: resuming remediation at {_state(current)}"
+
+
+def _by_event(
+    port: ClusterPort,
+    current: Node,
+    event: str,
+    policy: QuarantinePolicy,
+    workflow_name: str,
+    check: str,
+    done: int,
+) -> str | None:
+    """The policy's decision on the event; a message when it sends the node anywhere but remediation."""
+    try:
+        reading = HealthEvent.model_validate_json(event)
+    except ValidationError as exc:
+        raise input_error(exc, "parameter event") from None
+    breaker_open = Breaker(port, policy.breaker).status().state == "open"
+    decision = decide(reading, current, policy, breaker_open)
+    if decision.decision == "remediate":
+        return None
+    if decision.decision == "taint" and not policy.dry_run:
+        port.add_taint(current.name)
+    detail = f"{decision.decision}: {decision.reason}" + (" (dry run)" if policy.dry_run else "")
+    ledger.record(
+        port, current.name, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail
+    )
+    _output("proceed", "false")
+    return f"{current.name}: {decision.decision} ({decision.reason}); no remediation"
+
+
 def guard(
     node: str,
     check: str,
@@ -176,8 +220,7 @@ def guard(
     _condition(check)
     port = connect()
     current = _node(port, node)
-    history = ledger.entries(port, node)
-    done = ledger.attempts(history)
+    done = ledger.attempts(ledger.entries(port, node))
     state = _state(current)
 
     def refuse(why: str) -> str:
@@ -187,66 +230,24 @@ def guard(
     if not current.managed:
         return refuse(f"{node} opts out (dsx.dev/managed=false)")
     if state == vocab.NodeState.escalated.value:
+        since = current.annotations.get(vocab.ANNOTATION_STATE_SINCE, "?")
         return refuse(
-            f"{node} is escalated since {current.annotations.get(vocab.ANNOTATION_STATE_SINCE, '?')}; "
-            "clear its dsx.dev/state label once it is dealt with"
+            f"{node} is escalated since {since}; clear its dsx.dev/state label once it is dealt with"
         )
     if state in ACTIVE_STATES:
-        before = current.annotations.get(vocab.ANNOTATION_REMEDIATION, "an earlier run")
-        ledger.record(
-            port,
-            node,
-            "requested",
-            workflow=workflow_name,
-            attempt=max(done, 1),
-            check=check,
-            detail=f"resumed where {before} stopped ({state})",
-        )
-        _output("proceed", "true")
-        return f"{node}: resuming remediation at {state}"
+        return _resume(port, current, workflow_name, check, done)
     policy = QuarantinePolicy(
         breaker=BreakerSettings(max_share=breaker_share, window_s=breaker_window_s), dry_run=dry_run
     )
-    if event.strip():
-        try:
-            reading = HealthEvent.model_validate_json(event)
-        except ValidationError as exc:
-            raise input_error(exc, "parameter event") from None
-        breaker_open = Breaker(port, policy.breaker).status().state == "open"
-        decision = decide(reading, current, policy, breaker_open)
-        if decision.decision != "remediate":
-            if decision.decision == "taint" and not dry_run:
-                port.add_taint(node)
-            ledger.record(
-                port,
-                node,
-                "refused",
-                workflow=workflow_name,
-                attempt=done,
-                check=check,
-                detail=f"{decision.decision}: {decision.reason}" + (" (dry run)" if dry_run else ""),
-            )
-            _output("proceed", "false")
-            return f"{node}: {decision.decision} ({decision.reason}); no remediation"
+    if event.strip() and (told := _by_event(port, current, event, policy, workflow_name, check, done)):
+        return told
     if done >= max_attempts:
         _output("proceed", "false")
-        _escalate(
-            port,
-            node,
-            workflow_name,
-            check,
-            f"{done} remediation attempts since it was last in service (limit {max_attempts})",
-        )
+        why = f"{done} remediation attempts since it was last in service (limit {max_attempts})"
+        _escalate(port, node, workflow_name, check, why)
     if dry_run:
-        ledger.record(
-            port,
-            node,
-            "refused",
-            workflow=workflow_name,
-            attempt=done,
-            check=check,
-            detail="dry run: would quarantine, drain, repair and recertify",
-        )
+        detail = "dry run: would quarantine, drain, repair and recertify"
+        ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail)
         _output("proceed", "false")
         return f"{node}: dry run: would remediate"
     gpu_nodes = sum(1 for n in port.list_nodes() if n.gpu_count > 0)

@@ -21,7 +21,7 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Resource, Task, TaskResult
+from hera.workflows import DAG, Parameter, Resource, Task, TaskResult, WorkflowTemplate
 from hera.workflows.models import ContinueOn, Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
@@ -81,6 +81,54 @@ metadata:
 """
 
 
+def _repair_wait() -> Resource:
+    """Wait, up to the repair timeout, for the node to come back on a new boot id."""
+    return Resource(
+        name="repair-wait",
+        inputs=[Parameter(name="node"), Parameter(name="boot-id")],
+        action="get",
+        manifest=_REPAIR_WAIT,
+        success_condition="status.nodeInfo.bootID != {{inputs.parameters.boot-id}}",
+        timeout="{{workflow.parameters.repair-timeout}}",
+    )
+
+
+def _recertify() -> DAG:
+    """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict."""
+    mark = step(recert.mark, timeout="5m", retries=2)
+    unmark = step(recert.unmark, timeout="5m", retries=2)
+    with DAG(
+        name="recertify",
+        inputs=[Parameter(name="node")],
+        synchronization=Synchronization(mutexes=[Mutex(name="dsx-recertify")]),
+    ) as recertify:
+        marked = mark(arguments={"node": "{{inputs.parameters.node}}"})
+        certified = Task(
+            name="certify",
+            template_ref=TemplateRef(name="dsx-certify", template="certify"),
+            continue_on=ContinueOn(failed=True),
+        )
+        unmarked = unmark(arguments={"node": "{{inputs.parameters.node}}"})
+        marked >> certified
+        certified.next(unmarked, on=_ENDED)
+    return recertify
+
+
+def _exit_handler(wt: WorkflowTemplate) -> None:
+    """record-outcome, whatever the workflow's end."""
+    record_outcome = step(steps.record_outcome, timeout="5m", retries=2)
+    with wt, DAG(name="exit") as exit_handler:
+        record_outcome(
+            arguments={
+                "node": wt.get_parameter("node"),
+                "check": wt.get_parameter("check"),
+                "workflow_name": WORKFLOW_NAME,
+                "status": "{{workflow.status}}",
+            }
+        )
+    wt.on_exit = exit_handler
+
+
 def templates() -> list[Any]:
     """The remediation WorkflowTemplate."""
     guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"))
@@ -89,9 +137,6 @@ def templates() -> list[Any]:
     request_repair = step(steps.request_repair, timeout="5m", retries=2, outputs=_out("boot-id"))
     repaired = step(steps.repaired, timeout="5m", retries=2)
     conclude = step(steps.conclude, timeout="5m", retries=2)
-    record_outcome = step(steps.record_outcome, timeout="5m", retries=2)
-    mark = step(recert.mark, timeout="5m", retries=2)
-    unmark = step(recert.unmark, timeout="5m", retries=2)
     with workflow_template(
         "dsx-remediate",
         "Remediate a faulty node: guard (managed, breaker closed, attempts), cordon and taint it "
@@ -104,28 +149,8 @@ def templates() -> list[Any]:
         synchronization=Synchronization(mutexes=[Mutex(name="dsx-remediate-{{workflow.parameters.node}}")]),
     ) as wt:
         node, check = wt.get_parameter("node"), wt.get_parameter("check")
-        repair_wait = Resource(
-            name="repair-wait",
-            inputs=[Parameter(name="node"), Parameter(name="boot-id")],
-            action="get",
-            manifest=_REPAIR_WAIT,
-            success_condition="status.nodeInfo.bootID != {{inputs.parameters.boot-id}}",
-            timeout="{{workflow.parameters.repair-timeout}}",
-        )
-        with DAG(
-            name="recertify",
-            inputs=[Parameter(name="node")],
-            synchronization=Synchronization(mutexes=[Mutex(name="dsx-recertify")]),
-        ) as recertify:
-            marked = mark(arguments={"node": "{{inputs.parameters.node}}"})
-            certified = Task(
-                name="certify",
-                template_ref=TemplateRef(name="dsx-certify", template="certify"),
-                continue_on=ContinueOn(failed=True),
-            )
-            unmarked = unmark(arguments={"node": "{{inputs.parameters.node}}"})
-            marked >> certified
-            certified.next(unmarked, on=_ENDED)
+        repair_wait = _repair_wait()
+        recertify = _recertify()
         with DAG(name="remediate"):
             guarded = guard(
                 arguments={
@@ -156,14 +181,5 @@ def templates() -> list[Any]:
             waited.next(checked, on=_ENDED)
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
-    with wt, DAG(name="exit") as exit_handler:
-        record_outcome(
-            arguments={
-                "node": node,
-                "check": check,
-                "workflow_name": WORKFLOW_NAME,
-                "status": "{{workflow.status}}",
-            }
-        )
-    wt.on_exit = exit_handler
+    _exit_handler(wt)
     return [wt]

@@ -3,9 +3,11 @@
 - A pod of a ReplicaSet or a Job that is deleted or evicted is replaced at once, on the schedulable
   node with the fewest pods (ties by name); with no such node the replacement stays ``Pending``.
   A DaemonSet pod is replaced on its own node. A bare pod is simply gone.
-- An eviction is refused while the pod's PodDisruptionBudget allows no disruption: healthy (Running)
-  pods minus the pods the budget insists on must be at least one. Two budgets on one pod is an error,
-  as in the API server.
+- An eviction is refused while the pod's PodDisruptionBudget allows no disruption, with the status the
+  disruption controller computes (:func:`budget_status`: expected pods from the controllers' scale, so
+  a missing replica counts against the budget; healthy pods the running ones). A budget with an empty
+  selector guards nothing; two budgets on one pod is an error, as in the API server
+  (kubernetes ``pkg/registry/core/pod/storage/eviction.go``, ``pkg/controller/disruption``).
 - Deleting an object deletes what it owns (``Background`` and ``Foreground``; a dependent that still has
   another owner only loses the reference) or leaves it with the reference removed (``Orphan``). With no
   policy the server's default for the kind applies: batch/v1 Jobs orphan their pods, the rest do not.
@@ -19,10 +21,11 @@ import base64
 from typing import Any
 
 from steps.cluster.port import Pod, Propagation
-from steps.cluster.sim.model import Fleet, owner_key
+from steps.cluster.sim.model import Fleet, Pdb, owner_key
 
 __all__ = [
     "MULTIPLE_BUDGETS",
+    "budget_status",
     "collect_dependents",
     "default_propagation",
     "disruption_refusal",
@@ -36,6 +39,8 @@ MULTIPLE_BUDGETS = (
 )
 _BLOCKED = "Cannot evict pod as it would violate the pod's disruption budget."
 _TERMINAL = ("Succeeded", "Failed")
+_SCALED = ("ReplicaSet", "StatefulSet", "ReplicationController", "Deployment")
+"""Controllers whose scale the disruption controller can read (a Job has none)."""
 
 
 def schedulable_nodes(fleet: Fleet) -> list[str]:
@@ -78,19 +83,50 @@ def replace_pod(fleet: Fleet, gone: Pod) -> Pod | None:
     return pod
 
 
+def budget_status(fleet: Fleet, budget: Pdb) -> tuple[int, int, int]:
+    """``(expected, desired healthy, disruptions allowed)`` of a budget, as the disruption controller
+    computes them.
+
+    Expected pods: for ``maxUnavailable`` or a percentage ``minAvailable``, the sum of the scales of the
+    controllers of the matching pods (a pod whose controller has no scale, a Job's, makes the controller
+    fail safe: no disruption allowed; a bare pod counts for nothing); for an integer ``minAvailable``,
+    every matching pod, finished ones included. Healthy: ready pods (``Running`` here) not being deleted.
+    Nothing is allowed while no pod is expected.
+    """
+    pods = [p for p in fleet.pods.values() if budget.selects(p)]
+    healthy = sum(1 for p in pods if p.phase == "Running")
+    if not budget.by_scale:
+        desired = budget.desired_healthy(0)
+        return len(pods), desired, max(0, healthy - desired) if pods else 0
+    scales: dict[str, int] = {}
+    for pod in pods:
+        if not pod.owner_kind:
+            continue  # unmanaged: the controller warns and leaves it out
+        if pod.owner_kind not in _SCALED:
+            return 0, budget.desired_healthy(0), 0  # "found no controllers": fail safe
+        key = owner_key(pod)
+        scales[key] = fleet.scales.get(key, sum(1 for p in fleet.pods.values() if owner_key(p) == key))
+    expected = sum(scales.values())
+    desired = budget.desired_healthy(expected)
+    return expected, desired, max(0, healthy - desired) if expected > 0 else 0
+
+
 def disruption_refusal(fleet: Fleet, pod: Pod) -> tuple[int, str] | None:
-    """Why the eviction API would refuse ``pod`` now, as ``(status, message)``; ``None`` if it allows it."""
-    budgets = [b for b in fleet.pdbs.values() if b.selects(pod)]
+    """Why the eviction API would refuse ``pod`` now, as ``(status, message)``; ``None`` if it allows it.
+
+    A pod that is not running (pending or finished) is removed without a budget check (``canIgnorePDB``);
+    a budget with an empty selector guards nothing.
+    """
+    budgets = [b for _, b in sorted(fleet.pdbs.items()) if b.guards(pod)]
     if not budgets or pod.phase != "Running":
         return None
     if len(budgets) > 1:
         return 500, MULTIPLE_BUDGETS
     budget = budgets[0]
-    covered = [p for p in fleet.pods.values() if budget.selects(p) and p.phase not in _TERMINAL]
-    healthy = sum(1 for p in covered if p.phase == "Running")
-    desired = budget.desired_healthy(len(covered))
-    if healthy - desired >= 1:
+    _, desired, allowed = budget_status(fleet, budget)
+    if allowed > 0:
         return None
+    healthy = sum(1 for p in fleet.pods.values() if budget.selects(p) and p.phase == "Running")
     return (
         429,
         f"{_BLOCKED} The disruption budget {budget.name} needs {desired} healthy pods "

@@ -66,10 +66,24 @@ class Pdb(_Model):
     max_unavailable: int | str | None = None
 
     def selects(self, pod: Pod) -> bool:
-        """Whether the budget covers the pod."""
+        """Whether the budget's selector matches the pod (an empty selector matches every pod of the
+        namespace, as the disruption controller lists them)."""
         return pod.namespace == self.namespace and all(
             pod.labels.get(k) == v for k, v in self.match_labels.items()
         )
+
+    def guards(self, pod: Pod) -> bool:
+        """Whether the eviction API checks this budget for the pod: an empty selector guards nothing
+        (the API server's eviction skips a budget whose selector is empty)."""
+        return bool(self.match_labels) and self.selects(pod)
+
+    @property
+    def by_scale(self) -> bool:
+        """Whether the expected count is the controllers' scale (``maxUnavailable``, or a percentage
+        ``minAvailable``) rather than the number of matching pods (an integer ``minAvailable``)."""
+        if self.max_unavailable is not None:
+            return True
+        return isinstance(self.min_available, str)
 
     def desired_healthy(self, expected: int) -> int:
         """Healthy pods the budget insists on, out of ``expected`` (percentages round up, as the API does)."""
@@ -79,11 +93,11 @@ class Pdb(_Model):
                 return math.ceil(expected * int(value[:-1]) / 100)
             return int(value)
 
-        if self.min_available is not None:
-            return scaled(self.min_available)
         if self.max_unavailable is not None:
             return max(0, expected - scaled(self.max_unavailable))
-        return expected
+        if self.min_available is not None:
+            return scaled(self.min_available)
+        return 0
 
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> Pdb:
@@ -163,6 +177,8 @@ class Fleet(_Model):
         pdbs: by ``namespace/name``.
         objects: every other object (ConfigMaps, Leases, Events, Secrets...) by :func:`object_key`.
         owner_next: per controller, the index its next pod gets (``-N`` suffix).
+        scales: per controller (:func:`owner_key`), its desired replicas (a ReplicaSet's
+            ``spec.replicas``): what a budget's expected count is made of.
         uids: the uids handed out so far (see :meth:`new_uid`).
         api: injected API misbehaviour.
         fabric: how the scale-out fabric behaves in modelled group tests (noise, seed).
@@ -182,6 +198,7 @@ class Fleet(_Model):
     pdbs: dict[str, Pdb] = Field(default_factory=dict)
     objects: dict[str, dict[str, Any]] = Field(default_factory=dict)
     owner_next: dict[str, int] = Field(default_factory=dict)
+    scales: dict[str, int] = Field(default_factory=dict)
     uids: int = 0
     api: ApiFaults = Field(default_factory=ApiFaults)
     fabric: FabricSettings = Field(default_factory=FabricSettings)

@@ -14,7 +14,8 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
 ``api-conflicts``, ``api-latency-ms``, ``repair`` (how the simulated repair system answers a
 repair request: ``ok``, ``fail`` or ``never``, see :mod:`steps.cluster.sim.repair`), ``repair-delay``
-(seconds from the request to the reboot, default 2), ``forbid`` (``VERB RESOURCE`` pairs,
+(seconds from the request to the reboot, default 2), ``blocking-pdb`` (true: the sample gateway's budget
+allows no eviction, see below), ``forbid`` (``VERB RESOURCE`` pairs,
 ``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
 of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run
 repeats exactly; see :mod:`steps.cluster.fabric`).
@@ -31,8 +32,10 @@ Nodes are named ``PREFIX`` + the zero-padded number; node ``i`` of ``n`` sits in
 Sample workloads (``workloads=true``): DaemonSets ``nvidia-device-plugin-daemonset`` and
 ``nvidia-dcgm-exporter`` (namespace ``gpu-operator``) on every node; ReplicaSet ``inference-5d8f7c``
 (3 pods, namespace ``serving``, budget ``maxUnavailable: 1``); ReplicaSet ``gateway-7f6d5b`` (2 pods,
-budget ``minAvailable: 2``, which blocks every eviction); Job ``pretrain-llama`` (4 pods, namespace
-``research``); a bare pod ``debug-shell`` (namespace ``default``).
+budget ``minAvailable: 1``: a drain evicts one at a time, each replaced on another node before the
+next may go; with ``blocking-pdb=true`` the budget is ``minAvailable: 2``, which no eviction can ever
+satisfy, as a drain meets it when a budget asks for every replica); Job ``pretrain-llama`` (4 pods,
+namespace ``research``); a bare pod ``debug-shell`` (namespace ``default``).
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class FleetSpec(BaseModel):
     seed: int = 0
     repair: Literal["ok", "fail", "never"] = "ok"
     repair_delay: float = Field(2.0, ge=0.0, alias="repair-delay")
+    blocking_pdb: bool = Field(False, alias="blocking-pdb")
 
     @field_validator("gpu")
     @classmethod
@@ -352,7 +356,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
         if name not in fleet.nodes:
             raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
     if spec.workloads:
-        _add_workloads(fleet, names)
+        _add_workloads(fleet, names, spec.blocking_pdb)
     install_releases(fleet, spec.releases, _EPOCH)
     for node, faults in sorted(spec.faults.items()):
         for fault in faults:
@@ -365,7 +369,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     return fleet
 
 
-def _add_workloads(fleet: Fleet, names: list[str]) -> None:
+def _add_workloads(fleet: Fleet, names: list[str], blocking_pdb: bool = False) -> None:
     n = len(names)
 
     def add(pod: Pod) -> None:
@@ -392,6 +396,8 @@ def _add_workloads(fleet: Fleet, names: list[str]) -> None:
         ("Job", "pretrain-llama", "research", {"job-name": "pretrain-llama"}, 4, 2),
     )
     for kind, owner, namespace, labels, replicas, offset in workloads:
+        if kind == "ReplicaSet":
+            fleet.scales[f"{kind}/{namespace}/{owner}"] = replicas
         for k in range(replicas):
             add(
                 Pod(
@@ -406,6 +412,11 @@ def _add_workloads(fleet: Fleet, names: list[str]) -> None:
     add(Pod(name="debug-shell", namespace="default", node=names[1 % n], labels={"run": "debug-shell"}))
     for pdb in (
         Pdb(name="inference", namespace="serving", match_labels={"app": "inference"}, max_unavailable=1),
-        Pdb(name="gateway", namespace="serving", match_labels={"app": "gateway"}, min_available=2),
+        Pdb(
+            name="gateway",
+            namespace="serving",
+            match_labels={"app": "gateway"},
+            min_available=2 if blocking_pdb else 1,
+        ),
     ):
         fleet.pdbs[f"{pdb.namespace}/{pdb.name}"] = pdb

@@ -24,7 +24,7 @@ from tests.steps.cluster.conftest import FAST
 
 @pytest.fixture
 def port(k8s_emulator: Emulator, kubeconfig: Path) -> KubeCluster:
-    k8s_emulator.seed(load_fleet("sim:nodes=4,gpu=b200").manifests())
+    k8s_emulator.seed(load_fleet("sim:nodes=4,gpu=b200,blocking-pdb=true").manifests())
     result = connect("kube", kubeconfig=str(kubeconfig), retry=FAST)
     assert isinstance(result, KubeCluster)
     return result

@@ -201,7 +201,7 @@ def test_the_same_spec_gives_the_same_fleet() -> None:
 
 
 def test_every_call_is_logged_with_arguments_and_result() -> None:
-    port = _sim("sim:nodes=4")
+    port = _sim("sim:nodes=4,blocking-pdb=true")
     port.cordon("node-01", "xid 79", by="sentinel")
     port.evict("serving/gateway-7f6d5b-0")
     port.update_state("s", lambda d: {"a": "1"})

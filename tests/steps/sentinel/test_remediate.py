@@ -65,7 +65,7 @@ def test_breaker_trips_stays_open_until_reset() -> None:
 
 
 def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
-    port = connect("sim:nodes=4,gpu=h100")
+    port = connect("sim:nodes=4,gpu=h100,blocking-pdb=true")
     port.cordon("node-01", "test", by="sentinel")
     report = drain(port, "node-01", DrainPolicy(deadline_s=0.5, poll_s=0.05, backoff_s=0.05))
     outcomes = {p.pod: p.outcome for p in report.pods}
@@ -78,7 +78,7 @@ def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
 
 
 def test_drain_force_and_delete_after_timeout_are_recorded() -> None:
-    port = connect("sim:nodes=4,gpu=h100")
+    port = connect("sim:nodes=4,gpu=h100,blocking-pdb=true")
     port.cordon("node-01", "test", by="sentinel")  # else the controllers put replacements back on it
     modes = {"serving": NamespaceMode(mode="delete-after-timeout", timeout_s=0.1)}
     report = drain(port, "node-01", DrainPolicy(namespaces=modes, deadline_s=5, poll_s=0.05, backoff_s=0.05))
@@ -118,9 +118,25 @@ def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster,
     return result.returncode, port, result.stdout + result.stderr
 
 
-def test_remediate_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
-    code, port, output = _remediate(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
-    assert code == 0, output
+def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
+    # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's
+    # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy.
+    result = dsx(
+        "run",
+        "remediate",
+        "--local",
+        "--cluster",
+        "sim:nodes=4,gpu=h100,faults=node-01:xid=79",
+        "-p",
+        "node=node-01",
+        "-p",
+        "check=xid",
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (fleet,) = tmp_path.glob("dsx-runs/dsx-remediate-*/fleet.json")
+    port = SimCluster(FileStore(fleet))
     node = port.get_node("node-01")
     assert not node.unschedulable and not node.has_taint(vocab.TAINT_UNHEALTHY)
     assert vocab.LABEL_STATE not in node.labels and vocab.LABEL_RECERTIFY not in node.labels
@@ -129,6 +145,8 @@ def test_remediate_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
     assert states[:2] == ["requested", "quarantined"] and states[-2:] == ["in-service", "ended"]
     evictions = [c for c in port.calls() if c.method == "evict"]
     assert evictions and not any(c.args.get("pod", "").endswith("daemonset-1") for c in evictions)
+    assert not [c for c in port.calls() if c.method == "delete_pod"]
+    assert not [p for p in port.pods_on("node-01") if not p.daemonset]
 
 
 def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None:

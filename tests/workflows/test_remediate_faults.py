@@ -1,0 +1,252 @@
+"""The faults ``dsx-remediate`` must survive losing nothing, each a run of the compiled WorkflowTemplate by
+the local runner on a simulated fleet shared through its state file.
+
+After every run the same promises are checked against the fleet and its call log (:func:`_lost_nothing`):
+no pod left outside the Eviction API, no budget below what it asks for, no node cordoned by dsx without a
+``dsx.dev/state`` label saying why, and no cordon made outside dsx lifted.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.sim import FileStore, SimCluster
+from steps.cluster.sim.controllers import budget_status
+from steps.sentinel import ledger
+from steps.sentinel.policy import Breaker, BreakerSettings
+from steps.sentinel.remediate import OWNER
+from steps.yamlio import load_yaml, plain
+from tests.paths import REPO
+from workflows.runner import Phase, RunOptions, run
+
+FAST = {"deadline_s": 20, "poll_s": 0.1, "backoff_s": 0.1, "backoff_cap_s": 0.2}
+FILES = REPO / "charts" / "dsx" / "files"
+NODE = "node-01"
+
+
+def _templates() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    docs = [plain(d) for f in sorted(FILES.glob("workflow-template-*.yaml")) for d in [load_yaml(f, str(f))]]
+    entry = next(d for d in docs if d["metadata"]["name"] == "dsx-remediate")
+    return entry, [d for d in docs if d is not entry]
+
+
+def _fleet(tmp_path: Path, spec: str) -> tuple[str, SimCluster]:
+    folder = tmp_path / "fleet"
+    folder.mkdir(exist_ok=True)
+    state = shareable(spec, folder)
+    return state, SimCluster(FileStore(folder / "fleet.json"))
+
+
+def _params(**extra: str) -> dict[str, str]:
+    return {
+        "node": NODE,
+        "check": "xid",
+        "drain-policy": json.dumps(FAST),
+        "repair-timeout": "6s",
+        **extra,
+    }
+
+
+def _remediate(state: str, out: Path, **extra: str) -> Phase:
+    entry, library = _templates()
+    result = run(entry, library, _params(**extra), RunOptions(out_dir=out, cluster=state))
+    return result.phase
+
+
+def _states(port: SimCluster) -> list[str]:
+    return [e.state for e in ledger.entries(port, NODE)]
+
+
+def _lost_nothing(port: SimCluster, cordoned_before: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    calls = port.calls()
+    assert not [c for c in calls if c.method == "delete_pod"], "a pod was deleted outside the Eviction API"
+    fleet = port.fleet()
+    for budget in fleet.pdbs.values():
+        healthy = sum(1 for p in fleet.pods.values() if budget.selects(p) and p.phase == "Running")
+        _, desired, _ = budget_status(fleet, budget)
+        assert healthy >= desired, f"budget {budget.name}: {healthy} healthy, {desired} desired"
+    for node in port.list_nodes():
+        if node.name in cordoned_before:
+            assert node.unschedulable, f"{node.name}: a cordon made outside dsx was lifted"
+            continue
+        if node.unschedulable and node.cordon is not None and node.cordon.holder == OWNER:
+            assert node.labels.get(vocab.LABEL_STATE), f"{node.name} cordoned by dsx with no state label"
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    ends = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < ends, "timed out"
+        time.sleep(0.05)
+
+
+def _in_background(state: str, out: Path, **extra: str) -> tuple[threading.Thread, list[Phase]]:
+    phases: list[Phase] = []
+    thread = threading.Thread(target=lambda: phases.append(_remediate(state, out, **extra)), daemon=True)
+    thread.start()
+    return thread, phases
+
+
+def _state_of(port: SimCluster) -> str:
+    try:
+        return port.get_node(NODE).labels.get(vocab.LABEL_STATE, "")
+    except Exception:
+        return "gone"
+
+
+def test_the_node_disappears_mid_drain(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,blocking-pdb=true")
+    thread, phases = _in_background(state, tmp_path / "run")
+    _wait_for(
+        lambda: any(
+            c.method == "evict" and c.result and c.result.get("outcome") == "blocked" for c in port.calls()
+        )
+    )
+    assert port.delete_object("v1", "Node", NODE)
+    thread.join(120)
+    assert phases == [Phase.Failed]
+    states = _states(port)
+    assert "draining" in states and states[-1] == "ended"
+    assert "disappeared" in ledger.entries(port, NODE)[-2].detail
+    _lost_nothing(port)
+
+
+def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    port.inject_api(errors=3, conflicts=3)
+    assert _remediate(state, tmp_path / "run") == Phase.Succeeded
+    injected = [c for c in port.calls() if c.method.startswith("api:")]
+    assert injected, "no fault was injected"
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels
+    _lost_nothing(port)
+
+
+def test_the_repair_never_comes(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never,cordoned=node-03")
+    assert _remediate(state, tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert _states(port)[-2:] == ["escalated", "ended"]
+    _lost_nothing(port, {"node-03"})
+
+
+def test_recertification_fails(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5")
+    assert _remediate(state, tmp_path / "run") == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
+    assert vocab.LABEL_RECERTIFY not in node.labels
+    _lost_nothing(port)
+
+
+def test_the_breaker_is_open(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79")
+    breaker = Breaker(connect(state), BreakerSettings(max_share=0.25))
+    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
+    assert _remediate(state, tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
+    node = port.get_node(NODE)
+    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels  # nothing changed on it
+    assert "refused" in _states(port)
+    assert not [c for c in port.calls() if c.method in ("cordon", "evict")]
+    _lost_nothing(port)
+
+
+def test_two_events_for_one_node_run_one_remediation_at_a_time(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    first, phases_a = _in_background(state, tmp_path / "a")
+    second, phases_b = _in_background(state, tmp_path / "b")
+    first.join(300)
+    second.join(300)
+    # The mutex lets one in; the other waits, then finds the node back in service and remediates a
+    # healthy node again (a second attempt), never both at once.
+    assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
+    entries = ledger.entries(port, NODE)
+    runs = [e.workflow for e in entries if e.state == "requested"]
+    assert len(runs) == 2 and runs[0] != runs[1]
+    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
+    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
+    assert first_done < second_start, "two remediations of one node overlapped"
+    _lost_nothing(port)
+
+
+def test_an_operator_uncordons_by_hand_mid_remediation(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
+    thread, phases = _in_background(state, tmp_path / "run", **{"repair-timeout": "3s"})
+    _wait_for(lambda: _state_of(port) == "awaiting-repair")
+    operator = SimCluster(FileStore(Path(state.removeprefix("state:"))), field_manager="kubectl-cordon")
+    operator.uncordon(NODE, force=True)  # kubectl uncordon asks nobody
+    thread.join(120)
+    assert phases == [Phase.Failed]
+    node = port.get_node(NODE)
+    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels
+    assert "cancelled" in _states(port) and "escalated" not in _states(port)
+    assert not [c for c in port.calls() if c.method == "cordon" and c.args.get("node") == NODE][1:]
+    _lost_nothing(port)
+
+
+@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
+def test_stopped_and_resubmitted_picks_up_where_it_stopped(tmp_path: Path, stop_at: str) -> None:
+    spec = "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=2,blocking-pdb=true"
+    state, port = _fleet(tmp_path, spec)
+    # The gateway's budget blocks its pod for 1.5 s, then its namespace mode deletes it: the drain lasts.
+    policy = {**FAST, "namespaces": {"serving": {"mode": "delete-after-timeout", "timeout_s": 1.5}}}
+    args = [
+        sys.executable,
+        "-m",
+        "workflows.cli",
+        "run",
+        "remediate",
+        "--local",
+        "--cluster",
+        state,
+        *[a for k, v in _params(**{"drain-policy": json.dumps(policy)}).items() for a in ("-p", f"{k}={v}")],
+    ]
+    first = subprocess.Popen(
+        [*args, "--out", str(tmp_path / "first")],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: _state_of(port) == stop_at, 120)
+        first.send_signal(signal.SIGTERM)  # argo terminate: running steps killed, no exit handler
+        assert first.wait(60) != 0
+    finally:
+        first.kill()
+    stopped = port.get_node(NODE)
+    assert stopped.unschedulable and stopped.labels[vocab.LABEL_STATE]  # cordoned, and says why
+    again = subprocess.run(
+        [*args, "--out", str(tmp_path / "again")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels
+    entries = ledger.entries(port, NODE)
+    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
+    assert resumed and stop_at in resumed[0].detail
+    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
+    assert [c for c in port.calls() if c.method == "delete_pod"] == [
+        c for c in port.calls() if c.method == "delete_pod" and "gateway" in str(c.args.get("pod"))
+    ]  # the one deletion the namespace's mode asks for
