@@ -1,0 +1,76 @@
+"""The whole sentinel story on one machine, as the README plays it: the agent on a simulated fleet, a fatal
+XID injected mid-run, the taint, the Sensor firing, dsx-remediate running, the simulated repair and the
+node back in service, certified."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import connect
+from steps.cluster import vocabulary as vocab
+from tests.cli import dsx_here
+
+FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=1"
+
+
+def test_a_fatal_xid_mid_run_is_remediated_and_the_node_returns_certified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "play"
+    code, stdout, stderr = dsx_here(
+        capsys,
+        "events", "play", "--cluster", FLEET, "--agent", "--inject", "node-02:xid=79@1",
+        "--until-done", "--for", "3m", "--interval", "0.3", "-p", "iters=2", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, stdout + stderr
+    lines = stdout.splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    # The story in its order: fault, taint, Sensor, remediation, repair (new boot), back in service.
+    assert first("inject node-02: xid=79") < first("node node-02: taint off -> on")
+    assert first("taint off -> on") < first("sensor dsx-remediate: node-02 matched dsx_xid")
+    assert first("matched dsx_xid") < first("submit dsx-remediate node=node-02 check=xid")
+    assert first("check=xid") < first("cordoned no -> yes")
+    assert first("cordoned no -> yes") < first(" boot ") < first(": Succeeded")  # the repair: a new boot
+    assert first("-> recertifying") < first(": Succeeded")
+    assert first(": Succeeded") <= first("taint on -> off")
+    assert sum("submit dsx-remediate" in line for line in lines) == 1
+
+    node = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
+    assert not node.has_taint(vocab.TAINT_UNHEALTHY) and not node.unschedulable
+    assert vocab.LABEL_STATE not in node.labels
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    (run,) = [p for p in out.iterdir() if p.name.startswith("dsx-remediate-")]
+    workflow = json.loads((run / "workflow.json").read_text())
+    assert workflow["status"]["phase"] == "Succeeded"
+    arguments = {p["name"]: p["value"] for p in workflow["spec"]["arguments"]["parameters"]}
+    assert (arguments["node"], arguments["check"], arguments["iters"]) == ("node-02", "xid", "2")
+
+
+def test_a_quiet_fleet_starts_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, stderr = dsx_here(
+        capsys, "events", "play", "--cluster", FLEET, "--agent", "--for", "1s", "--interval", "0.3",
+        "--out", str(tmp_path / "quiet"),
+    )  # fmt: skip
+    assert code == 1
+    assert "submit" not in stdout and "no workflow was started" in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--inject", "node-02"], "expected NODE:FAULT"),
+        (["--inject", "node-09:xid=79"], "no node node-09"),
+        (["--for", "soon"], "--for 'soon'"),
+        (["-p", "iters"], "expected KEY=VALUE"),
+        (["--cluster", "sim:nodes=2,gpu=h100,faults=node-00:nope"], "nope"),
+    ],
+)
+def test_bad_input_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _, stderr = dsx_here(capsys, "events", "play", "--out", str(tmp_path / "x"), *args)
+    assert code == 2 and message in stderr

@@ -1,0 +1,214 @@
+"""The whole sentinel story on one machine: agents, injected faults, the event player and the runs it starts.
+
+:func:`play` shares one cluster between everything it starts (a simulated fleet is written once to
+``out/fleet.json`` and every party opens it as ``state:``): the sentinel agent of every node (with
+``agent``), faults injected into the fleet at set times, the compiled EventSources and Sensors
+(:mod:`workflows.runner.events`), and each Workflow a trigger submits, run by the local runner from its
+compiled WorkflowTemplate in a run folder of its own under ``out``. Runs share the process, so a
+workflow's ``synchronization`` mutex (``dsx-remediate-<node>``) holds between them as in Argo.
+Changes a person watches for (the taint, the cordon, ``dsx.dev/state``, the certification label, the
+boot id) are reported as they happen.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.port import ClusterPort, Node
+from steps.errors import InputError
+from workflows.runner.events import Player, Submission, load
+from workflows.runner.model import Phase, RunOptions, RunResult
+
+__all__ = ["Injection", "PlayResult", "parse_injection", "play"]
+
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass(frozen=True)
+class Injection:
+    """A fault put into a simulated node ``after`` seconds into the play."""
+
+    node: str
+    fault: str
+    after: float
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.fault}@{self.after:g}s"
+
+
+def parse_injection(text: str) -> Injection:
+    """``NODE:FAULT[@SECONDS]`` (``node-02:xid=79@5``).
+
+    Raises:
+        InputError: naming the malformed part.
+    """
+    spec, _, at = text.partition("@")
+    node, sep, fault = spec.partition(":")
+    if not sep or not node or not fault:
+        raise InputError(f"--inject {text!r}: expected NODE:FAULT[@SECONDS], e.g. node-02:xid=79@5")
+    try:
+        after = float(at.rstrip("s")) if at else 0.0
+    except ValueError:
+        raise InputError(f"--inject {text!r}: {at!r} is not a number of seconds") from None
+    if not 0 <= after < 86400:
+        raise InputError(f"--inject {text!r}: seconds must be between 0 and 86400")
+    return Injection(node, fault, after)
+
+
+@dataclass
+class PlayResult:
+    """What happened: the runs the Sensors started, with how they ended, and where everything is."""
+
+    out: Path
+    cluster: str
+    runs: list[RunResult] = field(default_factory=list)
+    injected: list[Injection] = field(default_factory=list)
+    timed_out: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run Succeeded (and there was one), else 1."""
+        return 0 if self.runs and all(r.phase is Phase.Succeeded for r in self.runs) else 1
+
+
+def _watched(node: Node) -> dict[str, str]:
+    """What a person watches on a node during remediation."""
+    return {
+        "taint": "on" if node.has_taint(vocab.TAINT_UNHEALTHY) else "off",
+        "cordoned": "yes" if node.unschedulable else "no",
+        "state": node.labels.get(vocab.LABEL_STATE, "-"),
+        "certification": node.labels.get(vocab.LABEL_CERTIFICATION, "-"),
+        "boot": node.node_info.boot_id[:8] or "-",
+    }
+
+
+class _Observer:
+    def __init__(self, port: ClusterPort, report: Callable[[str], None]) -> None:
+        self.port, self.report = port, report
+        self.last = {n.name: _watched(n) for n in port.list_nodes()}
+
+    def look(self) -> None:
+        for node in self.port.list_nodes():
+            now, before = _watched(node), self.last.get(node.name, {})
+            changed = [f"{k} {before.get(k, '-')} -> {v}" for k, v in now.items() if before.get(k) != v]
+            if changed:
+                self.report(f"node {node.name}: {', '.join(changed)}")
+            self.last[node.name] = now
+
+
+def _agents(spec: str, nodes: Sequence[str]) -> list[Any]:
+    from steps.sentinel.catalogue import load_catalogue
+    from steps.sentinel.node import build_sentinel
+
+    catalogue = load_catalogue()
+    return [build_sentinel(connect(spec), node, catalogue) for node in nodes]
+
+
+def _runner(
+    documents: Sequence[Mapping[str, Any]],
+    spec: str,
+    out: Path,
+    overrides: Mapping[str, str],
+    runs: list[RunResult],
+    report: Callable[[str], None],
+) -> Callable[[Submission], None]:
+    from workflows.runner.api import run
+
+    templates = {str(d["metadata"]["name"]): d for d in documents if d.get("kind") == "WorkflowTemplate"}
+    lock = threading.Lock()
+
+    def submit(submission: Submission) -> None:
+        template = templates.get(submission.template)
+        if template is None:
+            report(f"trigger {submission.trigger}: no WorkflowTemplate {submission.template}")
+            return
+        arguments = (template.get("spec") or {}).get("arguments") or {}
+        declared = {str(p["name"]) for p in arguments.get("parameters") or []}
+        params = {**submission.parameters, **{k: v for k, v in overrides.items() if k in declared}}
+        name = f"{submission.template}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
+        library = [d for d in templates.values() if d is not template]
+        options = RunOptions(out_dir=out / name, workflow_name=name, cluster=spec)
+        result = run(template, library, params, options)
+        with lock:
+            runs.append(result)
+        ended = f"workflow {name}: {result.phase}" + (f" ({result.message})" if result.message else "")
+        report(ended)
+
+    return submit
+
+
+def play(
+    documents: Sequence[Mapping[str, Any]],
+    cluster: str,
+    out: Path,
+    *,
+    agent: bool = False,
+    injections: Sequence[Injection] = (),
+    duration: float = 600.0,
+    interval: float = 1.0,
+    until_done: bool = False,
+    overrides: Mapping[str, str] | None = None,
+    report: Callable[[str], None] = print,
+) -> PlayResult:
+    """Play the EventSources and Sensors among ``documents`` against ``cluster`` for ``duration`` seconds.
+
+    With ``until_done`` it ends as soon as every injection happened, a Sensor started a workflow and no
+    workflow is waiting or running. ``overrides`` set parameters of every submitted workflow that
+    declares them (a local rehearsal's smaller sizes); the Sensor's own parameters are set first.
+
+    Raises:
+        InputError: a fault injected into a cluster that is not simulated, an agent on one that reads no
+            hardware, what the player does not carry out (named).
+    """
+    sources, sensors = load(documents)
+    if not sources or not sensors:
+        raise InputError("nothing to play: the documents hold no EventSource or no Sensor")
+    out.mkdir(parents=True, exist_ok=True)
+    spec = shareable(cluster, out)
+    port = connect(spec)
+    if (injections or agent) and not hasattr(port, "inject"):
+        raise InputError("--inject and --agent need a simulated fleet (sim:... or state:...)")
+    nodes = sorted(n.name for n in port.list_nodes())
+    for injection in injections:
+        if injection.node not in nodes:
+            raise InputError(f"--inject {injection}: no node {injection.node} (nodes: {', '.join(nodes)})")
+    result = PlayResult(out=out, cluster=spec)
+    sentinels = _agents(spec, nodes) if agent else []
+    submit = _runner(documents, spec, out, overrides or {}, result.runs, report)
+    player = Player(port, sources, sensors, submit, report)
+    observer = _Observer(port, report)
+    pending = sorted(injections, key=lambda i: i.after)
+    start = time.monotonic()
+    report(f"playing {', '.join(s.name for s in sensors)} on {spec} (agents: {len(sentinels)})")
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            while pending and pending[0].after <= elapsed:
+                injection = pending.pop(0)
+                port.inject(injection.node, injection.fault)  # type: ignore[attr-defined]
+                result.injected.append(injection)
+                report(f"inject {injection.node}: {injection.fault}")
+            for sentinel in sentinels:
+                sentinel.run_once()
+            observer.look()
+            player.poll_once()
+            if until_done and not pending and result.runs and not player.busy():
+                break
+            if elapsed >= duration:
+                result.timed_out = True
+                report(f"stopped after {duration:g}s")
+                break
+            time.sleep(interval)
+    finally:
+        player.stop.set()
+    for thread in player.threads:
+        thread.join(timeout=0)
+    return result
