@@ -3,6 +3,7 @@ simulate``: a fleet's lifetime under each policy, side by side."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,9 +106,8 @@ def _hours(value: float) -> str:
     return f"{value:,.2f}"
 
 
-def _report_table(report: GoodputReport, top: int) -> None:
-    from steps.sentinel.goodput.ledger_report import STATES
-
+def _fleet_lines(report: GoodputReport) -> None:
+    """The report's two opening lines: the fleet's hours, and detection, repair and recertification."""
     fleet = report.fleet
     out = console()
     share = f" ({fleet.goodput:.2%} in service)" if fleet.goodput is not None else ""
@@ -123,6 +123,37 @@ def _report_table(report: GoodputReport, top: int) -> None:
         f"(repairs: {fleet.repairs}, cordon to uncordon); recertification pass rate {rate} "
         f"({fleet.recertifications_passed} passed, {fleet.recertifications_failed} failed)"
     )
+
+
+def _ranking_rows(report: GoodputReport, top: int) -> list[list[str]]:
+    """The ``top`` nodes that lost the most GPU-hours: hours, time out of service, largest cause."""
+    rows = []
+    for n in [n for n in report.nodes if n.lost_gpu_hours > 0][:top]:
+        largest = max(n.lost_by_cause.items(), key=lambda kv: (kv[1], kv[0]))[0] if n.lost_by_cause else "-"
+        time_out = _duration((report.period_hours - n.hours["in-service"]) * 3600)
+        rows.append([n.node, str(n.gpus), n.state, _hours(n.lost_gpu_hours), time_out, largest])
+    return rows
+
+
+_REMEDIATION_COLUMNS = [
+    "node",
+    "attempt",
+    "fault",
+    "observed",
+    "quarantined",
+    "back",
+    "detect",
+    "repair",
+    "recert",
+    "outcome",
+]
+
+
+def _report_table(report: GoodputReport, top: int) -> None:
+    from steps.sentinel.goodput.ledger_report import STATES
+
+    fleet = report.fleet
+    _fleet_lines(report)
     print_table(
         "time by state",
         ["state", "node-hours", "GPU-hours", "nodes now"],
@@ -142,36 +173,14 @@ def _report_table(report: GoodputReport, top: int) -> None:
         ["cause", "GPU-hours", "share"],
         [[c, _hours(v), f"{v / lost:.1%}" if lost else "-"] for c, v in fleet.lost_by_cause.items()],
     )
-    ranked = [n for n in report.nodes if n.lost_gpu_hours > 0][:top]
     print_table(
         f"nodes ranked by GPU-hours lost (top {top})",
         ["node", "GPUs", "state now", "GPU-hours lost", "time out", "largest cause"],
-        [
-            [
-                n.node,
-                str(n.gpus),
-                n.state,
-                _hours(n.lost_gpu_hours),
-                _duration((report.period_hours - n.hours["in-service"]) * 3600),
-                max(n.lost_by_cause.items(), key=lambda kv: (kv[1], kv[0]))[0] if n.lost_by_cause else "-",
-            ]
-            for n in ranked
-        ],
+        _ranking_rows(report, top),
     )
     print_table(
         "remediations started in the period",
-        [
-            "node",
-            "attempt",
-            "fault",
-            "observed",
-            "quarantined",
-            "back",
-            "detect",
-            "repair",
-            "recert",
-            "outcome",
-        ],
+        _REMEDIATION_COLUMNS,
         [
             [
                 r.node,
@@ -190,6 +199,23 @@ def _report_table(report: GoodputReport, top: int) -> None:
     )
 
 
+def _period(since: str, until: str | None) -> tuple[dt.datetime, dt.datetime]:
+    """The report's period from ``--since`` and ``--until`` (default: now)."""
+    from steps.cluster import changes
+    from steps.errors import InputError
+    from steps.sentinel.goodput.ledger_report import parse_since
+
+    end = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    if until is not None:
+        try:
+            end = changes.parse_time(until.strip())
+        except ValueError:
+            raise InputError(f"--until {until!r}: expected an RFC 3339 time (2025-06-01T00:00:00Z)") from None
+        if end.tzinfo is None:
+            raise InputError(f"--until {until!r}: an RFC 3339 time needs its offset (Z for UTC)")
+    return parse_since(since, end), end
+
+
 def _finite(value: float, option: str, low: float, high: float, *, open_low: bool = False) -> float:
     """``value`` when finite and within bounds, else an input error naming the option."""
     from steps.errors import InputError
@@ -201,131 +227,119 @@ def _finite(value: float, option: str, low: float, high: float, *, open_low: boo
     return value
 
 
+def report_cmd(
+    ctx: typer.Context,
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    since: str = typer.Option(
+        "7d",
+        "--since",
+        help="Start of the period: a duration back from --until (90m, 36h, 7d, 2w) or RFC 3339.",
+    ),
+    until: str | None = typer.Option(None, "--until", help="End of the period, RFC 3339 (default: now)."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Also draw a PNG: node states over the period and the GPU-hours lost by cause.",
+    ),
+    metrics: Path | None = typer.Option(
+        None, "--metrics", help="Also write the Prometheus metrics (text exposition format) to this file."
+    ),
+    top: int = typer.Option(10, "--top", min=1, help="Nodes shown in the table's ranking."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """What the fleet lost over a period, read from what remediation and certification wrote: per
+    node and for the fleet, GPU-hours in service and out of it by cause (fault class or XID bucket,
+    waiting for repair, waiting for recertification, certification failure, slow node found by
+    bisection), mean time to detect (fault observed to quarantine) and to repair (cordon to
+    uncordon), the recertification pass rate, and the nodes ranked by GPU-hours lost. Every second
+    of every node is counted in one state. Subcommand simulate: what each policy would win."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from steps.cluster import connect
+    from steps.errors import InputError
+    from steps.files import write_text
+    from steps.sentinel.goodput.ledger_report import report
+    from steps.sentinel.goodput.metrics import exposition
+
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise InputError(f"--plot {plot}: the plot is a PNG; name the file .png")
+    start, end = _period(since, until)
+    result = report(connect(cluster), start, end)
+    if plot is not None:
+        from steps.sentinel.goodput.plot import plot_report
+
+        plot_report(result, plot)
+    if metrics is not None:
+        write_text(metrics, exposition(result))
+    emit(result, output, lambda r: _report_table(r, top))
+
+
+def simulate_cmd(
+    nodes: int = typer.Option(2048, "--nodes", min=1, max=_MAX_NODES, help="Nodes in the fleet."),
+    gpus_per_node: int = typer.Option(
+        8, "--gpus-per-node", min=1, max=_MAX_GPUS_PER_NODE, help="GPUs per node."
+    ),
+    days: float = typer.Option(54.0, "--days", help=f"The period, in days (up to {_MAX_DAYS})."),
+    seed: int = typer.Option(0, "--seed", min=0, help="The first seed."),
+    seeds: int = typer.Option(
+        5, "--seeds", min=1, max=_MAX_SEEDS, help="Seeds to average over (seed, seed+1, ...)."
+    ),
+    rates: Path | None = typer.Option(
+        None, "--rates", help="A FaultRates file (default: the shipped table, from the Llama 3 405B run)."
+    ),
+    checkpoint_minutes: float | None = typer.Option(
+        None, "--checkpoint-minutes", help="The job's checkpoint interval (default: the table's)."
+    ),
+    restart_minutes: float | None = typer.Option(
+        None, "--restart-minutes", help="What a restart of the job costs (default: the table's)."
+    ),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Simulate one synchronous training job across the fleet over the period, with faults drawn
+    from the rate table, under each policy: none (a fault is found when the job fails), taint (the
+    agent taints the node; repair by hand), remediate (agent and automated repair), full
+    (remediation, recertification and periodic certification with bisection, which finds silent
+    slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
+    by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
+    from steps.errors import InputError
+    from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
+    from steps.sentinel.goodput.simulate import expected_faults, simulate
+
+    _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
+    if checkpoint_minutes is not None:
+        _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
+    if restart_minutes is not None:
+        _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
+    table = load_rates(rates)
+    faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * seeds * 4
+    if faults > _MAX_FAULTS:
+        raise InputError(
+            f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
+            f"{seeds} seed(s) is about {faults:,.0f} simulated faults, over the limit of "
+            f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
+        )
+    report = simulate(
+        table,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        days=days,
+        seed=seed,
+        seeds=seeds,
+        checkpoint_minutes=checkpoint_minutes,
+        restart_minutes=restart_minutes,
+        label=str(rates) if rates is not None else f"{table.name} (shipped)",
+    )
+    emit(report, output, _table)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``goodput`` command group."""
+    """Add the ``goodput`` command group: the report is the group's own command, ``simulate`` its
+    subcommand."""
     group = typer.Typer(
         name="goodput",
         help="Goodput: what a fleet lost to faults (from the ledger), and what each policy wins back.",
         invoke_without_command=True,
     )
-
-    @group.callback()
-    def report_cmd(
-        ctx: typer.Context,
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."
-        ),
-        since: str = typer.Option(
-            "7d",
-            "--since",
-            help="Start of the period: a duration back from --until (90m, 36h, 7d, 2w) or RFC 3339.",
-        ),
-        until: str | None = typer.Option(None, "--until", help="End of the period, RFC 3339 (default: now)."),
-        plot: Path | None = typer.Option(
-            None,
-            "--plot",
-            help="Also draw a PNG: node states over the period and the GPU-hours lost by cause.",
-        ),
-        metrics: Path | None = typer.Option(
-            None, "--metrics", help="Also write the Prometheus metrics (text exposition format) to this file."
-        ),
-        top: int = typer.Option(10, "--top", min=1, help="Nodes shown in the table's ranking."),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """What the fleet lost over a period, read from what remediation and certification wrote: per
-        node and for the fleet, GPU-hours in service and out of it by cause (fault class or XID bucket,
-        waiting for repair, waiting for recertification, certification failure, slow node found by
-        bisection), mean time to detect (fault observed to quarantine) and to repair (cordon to
-        uncordon), the recertification pass rate, and the nodes ranked by GPU-hours lost. Every second
-        of every node is counted in one state. Subcommand simulate: what each policy would win."""
-        if ctx.invoked_subcommand is not None:
-            return
-        import datetime as dt
-
-        from steps.cluster import changes, connect
-        from steps.errors import InputError
-        from steps.files import write_text
-        from steps.sentinel.goodput.ledger_report import parse_since, report
-        from steps.sentinel.goodput.metrics import exposition
-
-        if plot is not None and plot.suffix.lower() != ".png":
-            raise InputError(f"--plot {plot}: the plot is a PNG; name the file .png")
-        end = dt.datetime.now(dt.UTC).replace(microsecond=0)
-        if until is not None:
-            try:
-                end = changes.parse_time(until.strip())
-            except ValueError:
-                raise InputError(
-                    f"--until {until!r}: expected an RFC 3339 time (2025-06-01T00:00:00Z)"
-                ) from None
-            if end.tzinfo is None:
-                raise InputError(f"--until {until!r}: an RFC 3339 time needs its offset (Z for UTC)")
-        start = parse_since(since, end)
-        result = report(connect(cluster), start, end)
-        if plot is not None:
-            from steps.sentinel.goodput.plot import plot_report
-
-            plot_report(result, plot)
-        if metrics is not None:
-            write_text(metrics, exposition(result))
-        emit(result, output, lambda r: _report_table(r, top))
-
-    @group.command("simulate")
-    def simulate_cmd(
-        nodes: int = typer.Option(2048, "--nodes", min=1, max=_MAX_NODES, help="Nodes in the fleet."),
-        gpus_per_node: int = typer.Option(
-            8, "--gpus-per-node", min=1, max=_MAX_GPUS_PER_NODE, help="GPUs per node."
-        ),
-        days: float = typer.Option(54.0, "--days", help=f"The period, in days (up to {_MAX_DAYS})."),
-        seed: int = typer.Option(0, "--seed", min=0, help="The first seed."),
-        seeds: int = typer.Option(
-            5, "--seeds", min=1, max=_MAX_SEEDS, help="Seeds to average over (seed, seed+1, ...)."
-        ),
-        rates: Path | None = typer.Option(
-            None, "--rates", help="A FaultRates file (default: the shipped table, from the Llama 3 405B run)."
-        ),
-        checkpoint_minutes: float | None = typer.Option(
-            None, "--checkpoint-minutes", help="The job's checkpoint interval (default: the table's)."
-        ),
-        restart_minutes: float | None = typer.Option(
-            None, "--restart-minutes", help="What a restart of the job costs (default: the table's)."
-        ),
-        output: OutputFormat = OUTPUT_OPTION,
-    ) -> None:
-        """Simulate one synchronous training job across the fleet over the period, with faults drawn
-        from the rate table, under each policy: none (a fault is found when the job fails), taint (the
-        agent taints the node; repair by hand), remediate (agent and automated repair), full
-        (remediation, recertification and periodic certification with bisection, which finds silent
-        slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
-        by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
-        from steps.errors import InputError
-        from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
-        from steps.sentinel.goodput.simulate import expected_faults, simulate
-
-        _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
-        if checkpoint_minutes is not None:
-            _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
-        if restart_minutes is not None:
-            _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
-        table = load_rates(rates)
-        faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * seeds * 4
-        if faults > _MAX_FAULTS:
-            raise InputError(
-                f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
-                f"{seeds} seed(s) is about {faults:,.0f} simulated faults, over the limit of "
-                f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
-            )
-        report = simulate(
-            table,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            days=days,
-            seed=seed,
-            seeds=seeds,
-            checkpoint_minutes=checkpoint_minutes,
-            restart_minutes=restart_minutes,
-            label=str(rates) if rates is not None else f"{table.name} (shipped)",
-        )
-        emit(report, output, _table)
-
+    group.callback()(report_cmd)
+    group.command("simulate")(simulate_cmd)
     app.add_typer(group, name="goodput")
