@@ -416,12 +416,17 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
 def conclude(node: str, check: str, workflow_name: str = "") -> str:
     """After recertification: a pass puts the node back in service; anything else escalates it.
 
+    Recertification passed when the node's certification label reads ``passed``: certification on the
+    node alone passed and the pair test beside a known-good node did not label it failed (its note, the
+    ``dsx.dev/pair-test`` annotation, goes into the ledger's detail and is cleared on a pass).
     Back in service: dsx's cordon lifted (a cordon that predates dsx stays, and the result says so),
     the taint removed, the state label and remediation annotations cleared.
     """
     port = connect()
     current = _held(port, node, workflow_name, check)
     verdict = current.labels.get(vocab.LABEL_CERTIFICATION, "")
+    pair = current.annotations.get(vocab.ANNOTATION_PAIR_TEST, "")
+    paired = f"; pair test {pair}" if pair else ""
     if verdict != vocab.Certification.passed.value:
         why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
         _escalate(
@@ -429,7 +434,13 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             node,
             workflow_name,
             check,
-            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else ""),
+            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else "") + paired,
+        )
+    if not pair.startswith(("passed", "skipped")):
+        # Certification passed but the pair test did not finish (a step of it errored): the node stays
+        # recertifying, cordoned, for a resubmitted workflow to test again.
+        raise DsxError(
+            f"{node}: the pair test did not finish ({pair or 'not run'}); submit dsx-remediate again"
         )
     try:
         summary = port.uncordon(node, by=OWNER).summary
@@ -446,6 +457,7 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_REMEDIATION: None,
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
             vocab.ANNOTATION_REPAIR_BOOT_ID: None,
+            vocab.ANNOTATION_PAIR_TEST: None,
         },
     )
     port.set_labels(node, {vocab.LABEL_REPLACE: None})
@@ -456,9 +468,9 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
         workflow=workflow_name,
         attempt=attempt,
         check=check,
-        detail=f"certified; {summary}",
+        detail=f"certified{paired}; {summary}",
     )
-    port.record_event(node, "DsxBackInService", f"{node} recertified and back in service: {summary}")
+    port.record_event(node, "DsxBackInService", f"{node} recertified{paired} and back in service: {summary}")
     return summary
 
 

@@ -3,9 +3,10 @@
 guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
 request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``, with a
 deadline) -> repaired (Ready, new boot, the check's condition cleared; else escalated) -> recertify
-(``dsx-certify`` through ``templateRef``, on the node alone) -> conclude (a pass: uncordon and clear the
-state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning Event). The exit handler,
-record-outcome, writes how the workflow ended to the ledger.
+(``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
+through ``dsx-bisect``'s ``prepare``, ``confirm-members`` and ``finish``) -> conclude (a pass of both:
+uncordon and clear the state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
+Event). The exit handler, record-outcome, writes how the workflow ended to the ledger.
 
 The workflow holds the mutex ``dsx-remediate-<node>``: two events for one node never run two
 remediations; the second waits and then finds the node where the first left it.
@@ -28,12 +29,21 @@ from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import AUTO
 from steps.sentinel import recertify as recert
 from steps.sentinel import remediate as steps
-from workflows.templates._base import OUTPUT_DIR, WORKFLOW_NAME, param, step, workflow_template
+from workflows.templates._base import (
+    OUTPUT_DIR,
+    WORKFLOW_NAME,
+    WORKFLOW_UID,
+    param,
+    step,
+    workflow_template,
+)
 
 __all__ = ["RECERTIFY_SELECTOR", "templates"]
 
 RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
+_ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
+_BISECT = "dsx-bisect"
 
 
 def _out(name: str) -> list[Parameter]:
@@ -93,24 +103,71 @@ def _repair_wait() -> Resource:
     )
 
 
+def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
+    """``dsx-bisect``'s own steps on the node and its partner: a run over the pair (``prepare``), the node
+    tested beside the partner (``confirm-members``, which labels it failed with the reason), and
+    ``finish`` (Failed when it named the node). Skipped when there is no partner. Returns the first and
+    the last task."""
+    has_partner = f"'{partner}' != ''"
+    prepared = Task(
+        name="pair-prepare",
+        template_ref=TemplateRef(name=_BISECT, template="prepare"),
+        when=has_partner,
+        arguments={
+            "selector": recert.PAIR_SELECTOR,
+            "workflow_name": WORKFLOW_NAME,
+            # A run of its own, apart from certification's (its outcomes are keyed by the uid).
+            "workflow_uid": f"{WORKFLOW_UID}-pair",
+        },
+    )
+    run = "{{tasks.pair-prepare.outputs.parameters.run}}"
+    confirmed = Task(
+        name="pair-test",
+        template_ref=TemplateRef(name=_BISECT, template="confirm-members"),
+        when=has_partner,
+        arguments={"run": run, "members": f'["{node}"]', "partners": f'["{partner}"]', "group": "pair"},
+    )
+    finished = Task(
+        name="pair-finish",
+        template_ref=TemplateRef(name=_BISECT, template="finish"),
+        when=has_partner,
+        arguments={"run": run},
+        continue_on=ContinueOn(failed=True),
+    )
+    prepared >> confirmed >> finished
+    return prepared, finished
+
+
 def _recertify() -> DAG:
-    """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict."""
+    """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict; then the pair
+    test beside a known-good node, whose verdict lands on the node's certification label."""
     mark = step(recert.mark, timeout="5m", retries=2)
     unmark = step(recert.unmark, timeout="5m", retries=2)
+    pair_partner = step(recert.pair_partner, timeout="5m", retries=2, outputs=_out("partner"))
+    pair_verdict = step(recert.pair_verdict, timeout="5m", retries=2)
     with DAG(
         name="recertify",
         inputs=[Parameter(name="node")],
         synchronization=Synchronization(mutexes=[Mutex(name="dsx-recertify")]),
     ) as recertify:
-        marked = mark(arguments={"node": "{{inputs.parameters.node}}"})
+        node = "{{inputs.parameters.node}}"
+        marked = mark(arguments={"node": node})
         certified = Task(
             name="certify",
             template_ref=TemplateRef(name="dsx-certify", template="certify"),
             continue_on=ContinueOn(failed=True),
         )
-        unmarked = unmark(arguments={"node": "{{inputs.parameters.node}}"})
+        unmarked = unmark(arguments={"node": node})
+        partnered = pair_partner(arguments={"node": node})
+        partner = partnered.get_parameter("partner").value
+        first, last = _pair_test(partner, node)
+        judged = pair_verdict(
+            arguments={"node": node, "partner": partner, "status": "{{tasks.pair-finish.status}}"}
+        )
         marked >> certified
         certified.next(unmarked, on=_ENDED)
+        unmarked >> partnered >> first
+        last.next(judged, on=_ANY_END)
     return recertify
 
 
