@@ -1,8 +1,10 @@
 """``dsx-remediate``: take a faulty node out of service, repair it, and let it back only once it passed again.
 
 guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
-request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``, with a
-deadline) -> repaired (Ready, new boot, the check's condition cleared; else escalated) -> recertify
+request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``) or, with
+``repair-wait=suspend``, repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx
+resume RUN_DIR``), either bounded by ``repair-timeout`` -> repaired (Ready, new boot, the check's
+condition cleared; else escalated) -> recertify
 (``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
 through ``dsx-bisect``'s ``prepare``, ``confirm-members`` and ``finish``) -> conclude (a pass of both:
 uncordon and clear the state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
@@ -22,7 +24,7 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Resource, Task, TaskResult, WorkflowTemplate
+from hera.workflows import DAG, Parameter, Resource, Suspend, Task, TaskResult, WorkflowTemplate
 from hera.workflows.models import ContinueOn, Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
@@ -38,12 +40,20 @@ from workflows.templates._base import (
     workflow_template,
 )
 
-__all__ = ["RECERTIFY_SELECTOR", "templates"]
+__all__ = ["RECERTIFY_SELECTOR", "REPAIR_WAITS", "templates"]
+
+REPAIR_WAITS = ("node", "suspend")
+"""The ``repair-wait`` parameter's values: a resource template watching the node, or a Suspend step."""
 
 RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
 _ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
 _BISECT = "dsx-bisect"
+
+
+def _ends(task: str) -> str:
+    """A task ended, however (ran and ended, or skipped by its ``when``)."""
+    return " || ".join(f"{task}.{result}" for result in ("Succeeded", "Failed", "Errored", "Skipped"))
 
 
 def _out(name: str) -> list[Parameter]:
@@ -65,7 +75,14 @@ def _parameters() -> list[Parameter]:
         param("breaker-share", "Largest share of GPU nodes quarantined within the breaker's window.", "0.1"),
         param("breaker-window-s", "The circuit breaker's sliding window, in seconds.", "3600"),
         param("drain-policy", "The drain's modes, deadline and force switch, as JSON (DrainPolicy).", "{}"),
-        param("repair-timeout", "How long to wait for the repair (a new boot id) before escalating.", "4h"),
+        param(
+            "repair-wait",
+            "How the repair is awaited: node (the node back on a new boot id) or suspend (an operator "
+            "resumes the repair-suspend step: argo resume); the chart's remediate.repairWait.",
+            "node",
+            enum=list(REPAIR_WAITS),
+        ),
+        param("repair-timeout", "How long to wait for the repair before the repair check decides.", "4h"),
         # Certification's own parameters (read by dsx-certify's DAG as workflow parameters).
         param(
             "nodes",
@@ -138,6 +155,13 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
     return prepared, finished
 
 
+def _repair_suspend() -> Suspend:
+    """Wait for an operator to say the repair is done (``argo resume``, or Resume in the Argo UI), up to the
+    repair timeout. Argo resumes a suspend whose ``duration`` ran out by itself (executeSuspend marks it
+    Succeeded), so the deadline leads to the repair check, which escalates a node that was not repaired."""
+    return Suspend(name="repair-suspend", duration="{{workflow.parameters.repair-timeout}}")
+
+
 def _recertify() -> DAG:
     """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict; then the pair
     test beside a known-good node, whose verdict lands on the node's certification label."""
@@ -207,6 +231,7 @@ def templates() -> list[Any]:
     ) as wt:
         node, check = wt.get_parameter("node"), wt.get_parameter("check")
         repair_wait = _repair_wait()
+        repair_suspend = _repair_suspend()
         recertify = _recertify()
         with DAG(name="remediate"):
             guarded = guard(
@@ -226,16 +251,20 @@ def templates() -> list[Any]:
             quarantined = quarantine(arguments=common, when=go)
             drained = drain(arguments={**common, "policy": wt.get_parameter("drain-policy")}, when=go)
             requested = request_repair(arguments=common, when=go)
+            how = wt.get_parameter("repair-wait").value
             waited = repair_wait(
                 arguments={"node": node, "boot-id": requested.get_parameter("boot-id")},
-                when=go,
+                when=f"{go} && '{how}' == 'node'",
                 continue_on=ContinueOn(failed=True),
+            )
+            suspended = Task(
+                name="repair-suspend", template=repair_suspend, when=f"{go} && '{how}' == 'suspend'"
             )
             checked = repaired(arguments=common, when=go)
             recertified = recertify(arguments={"node": node}, when=go)
             concluded = conclude(arguments=common, when=go)
-            guarded >> quarantined >> drained >> requested >> waited
-            waited.next(checked, on=_ENDED)
+            guarded >> quarantined >> drained >> requested >> [waited, suspended]
+            checked.depends = " && ".join(f"({_ends(t.name)})" for t in (waited, suspended))
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
     _exit_handler(wt)
