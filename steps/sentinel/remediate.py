@@ -153,7 +153,9 @@ def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str)
     raise DsxError(f"{name} escalated: {why}")
 
 
-def _resume(port: ClusterPort, current: Node, workflow_name: str, check: str, done: int) -> str:
+def _resume(
+    port: ClusterPort, current: Node, workflow_name: str, check: str, done: int, observed: str = ""
+) -> str:
     """A node already in remediation: an earlier workflow stopped; this one picks it up where it stands."""
     before = current.annotations.get(vocab.ANNOTATION_REMEDIATION, "an earlier run")
     ledger.record(
@@ -163,26 +165,38 @@ def _resume(port: ClusterPort, current: Node, workflow_name: str, check: str, do
         workflow=workflow_name,
         attempt=max(done, 1),
         check=check,
-        detail=f"resumed where {before} stopped ({_state(current)})",
+        detail=f"resumed where {before} stopped ({_state(current)}){observed}",
     )
     _output("proceed", "true")
     return f"{current.name}: resuming remediation at {_state(current)}"
 
 
+def _reading(event: str) -> HealthEvent | None:
+    """The ``event`` parameter's HealthEvent (none when empty: a person asked for the remediation)."""
+    if not event.strip():
+        return None
+    try:
+        return HealthEvent.model_validate_json(event)
+    except ValidationError as exc:
+        raise input_error(exc, "parameter event") from None
+
+
+def _observed(reading: HealthEvent | None) -> str:
+    """What a ``requested`` entry's detail ends with when an event started it: ``; observed <RFC 3339>``,
+    when the agent saw the fault (the goodput report's detection time, kept after the Event ages out)."""
+    return f"; observed {changes.format_time(reading.observed_at)}" if reading is not None else ""
+
+
 def _by_event(
     port: ClusterPort,
     current: Node,
-    event: str,
+    reading: HealthEvent,
     policy: QuarantinePolicy,
     workflow_name: str,
     check: str,
     done: int,
 ) -> str | None:
     """The policy's decision on the event; a message when it sends the node anywhere but remediation."""
-    try:
-        reading = HealthEvent.model_validate_json(event)
-    except ValidationError as exc:
-        raise input_error(exc, "parameter event") from None
     breaker_open = Breaker(port, policy.breaker).status().state == "open"
     decision = decide(reading, current, policy, breaker_open)
     if decision.decision == "remediate":
@@ -216,8 +230,11 @@ def guard(
     per-node mutex of the workflow ensures no other remediation runs meanwhile. An ``event`` (the
     HealthEvent as JSON) that the policy does not send to remediation ends the workflow with
     ``proceed=false`` (a ``taint`` decision adds the taint). ``dry_run`` decides, records and stops.
+    The ``requested`` entry's detail ends with ``; observed <RFC 3339>`` (the event's ``observed_at``)
+    when an event started it.
     """
     _condition(check)
+    reading = _reading(event)
     port = connect()
     current = _node(port, node)
     done = ledger.attempts(ledger.entries(port, node))
@@ -235,11 +252,11 @@ def guard(
             f"{node} is escalated since {since}; clear its dsx.dev/state label once it is dealt with"
         )
     if state in ACTIVE_STATES:
-        return _resume(port, current, workflow_name, check, done)
+        return _resume(port, current, workflow_name, check, done, _observed(reading))
     policy = QuarantinePolicy(
         breaker=BreakerSettings(max_share=breaker_share, window_s=breaker_window_s), dry_run=dry_run
     )
-    if event.strip() and (told := _by_event(port, current, event, policy, workflow_name, check, done)):
+    if reading and (told := _by_event(port, current, reading, policy, workflow_name, check, done)):
         return told
     if done >= max_attempts:
         _output("proceed", "false")
@@ -254,7 +271,15 @@ def guard(
     admitted, why = Breaker(port, policy.breaker).admit(node, gpu_nodes)
     if not admitted:
         return refuse(why)
-    ledger.record(port, node, "requested", workflow=workflow_name, attempt=done + 1, check=check, detail=why)
+    ledger.record(
+        port,
+        node,
+        "requested",
+        workflow=workflow_name,
+        attempt=done + 1,
+        check=check,
+        detail=why + _observed(reading),
+    )
     _output("proceed", "true")
     return f"{node}: remediation attempt {done + 1} ({why})"
 
