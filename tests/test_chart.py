@@ -359,6 +359,17 @@ def test_output_artifacts_are_removed_without_an_artifact_repository() -> None:
         assert all(t.get("outputs") != {} for t in spec["templates"]), name
 
 
+@pytest.mark.parametrize("value", ["", "suspend"])
+def test_the_chart_chooses_how_remediation_waits_for_the_repair(value: str) -> None:
+    docs = _render(CHART, *([f"remediate.repairWait={value}"] if value else []))
+    spec = _spec(_workflows(docs)["dsx-remediate"])
+    (wait,) = [p for p in spec["arguments"]["parameters"] if p["name"] == "repair-wait"]
+    assert wait["value"] == (value or "node") and wait["value"] in wait["enum"]
+    (suspend,) = [t for t in spec["templates"] if t["name"] == "repair-suspend"]
+    assert suspend["suspend"]["duration"] == "{{workflow.parameters.repair-timeout}}"
+    _validate(yaml.safe_dump_all(docs))
+
+
 def test_output_artifacts_are_kept_with_the_repository_named() -> None:
     docs = _render(CHART, "artifacts.enabled=true", "artifacts.repositoryRef.configMap=repos")
     for name, doc in _workflows(docs).items():

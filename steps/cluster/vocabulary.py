@@ -70,6 +70,7 @@ __all__ = [
     "ANNOTATION_CORDONED_BY",
     "ANNOTATION_CORDON_REASON",
     "ANNOTATION_MEMBERS",
+    "ANNOTATION_PAIR_TEST",
     "ANNOTATION_RECIPE_DIGEST",
     "ANNOTATION_REMEDIATION",
     "ANNOTATION_REPAIR_BOOT_ID",
@@ -173,6 +174,8 @@ ANNOTATION_REPAIR_REQUESTED_AT: Final = "dsx.dev/repair-requested-at"
 ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
 LABEL_REPLACE: Final = "dsx.dev/replace"
 LABEL_RECERTIFY: Final = "dsx.dev/recertify"
+# dsx-remediate's pair test: what it found (passed beside, failed beside, skipped and why), read by conclude.
+ANNOTATION_PAIR_TEST: Final = "dsx.dev/pair-test"
 REPLACE_REQUESTED: Final = "requested"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"

@@ -15,7 +15,9 @@ entries, oldest first; each entry is an object with:
 - ``attempt``: the remediation attempt this change belongs to (1, 2...; counted since the node was last
   in service);
 - ``check``: the check that started it (``xid``...);
-- ``detail``: one line saying why, and for ``ended`` the workflow's phase.
+- ``detail``: one line saying why, and for ``ended`` the workflow's phase; a ``requested`` entry started
+  by a HealthEvent ends with ``; observed <RFC 3339>``, when the agent saw the fault (Events, which
+  also tell it, age out of the API server after an hour).
 
 Each node keeps its last :data:`KEEP` entries (a ConfigMap holds at most 1 MiB). The node itself
 carries the current state in the ``dsx.dev/state`` label and the time it entered it in the

@@ -6,15 +6,35 @@ workflow cannot compute from its ``node`` parameter; ``dsx-remediate`` therefore
 while the recertify DAG holds the fleet-wide mutex ``dsx-recertify``. A label left behind by a run that was
 killed mid-way is taken off other nodes first, so certification never reaches a node it was not asked for.
 
+The pair test that follows (:func:`pair_partner`, then ``dsx-bisect``'s ``prepare``, ``confirm-members``
+and ``finish`` through ``templateRef``, then :func:`pair_verdict`) tests the node beside a known-good node:
+a node labelled ``dsx.dev/certification=passed``, not cordoned, Ready, managed, with GPUs, not under
+remediation itself (the first by name). Both carry ``dsx.dev/recertify=pair`` (:data:`PAIR_SELECTOR`, the
+bisection's node selector) while it runs. What it found is written to the node's ``dsx.dev/pair-test``
+annotation, which ``conclude`` reads.
+
+The rule when no known-good node exists (a fleet whose every other node is cordoned or uncertified):
+the pair test is skipped, the annotation says so, and the node's own certification decides. Escalating
+instead would keep a small fleet's last nodes out of service forever for want of a partner; the node
+still had to pass every check of ``dsx-certify`` on its own.
+
 Step modules are read by Hera's runner in the pod, so this one keeps its annotations evaluated.
 """
 
-from steps.cluster import connect
-from steps.cluster import vocabulary as vocab
+import os
+from pathlib import Path
 
-__all__ = ["mark", "unmark"]
+from steps.cluster import ClusterPort, connect
+from steps.cluster import vocabulary as vocab
+from steps.files import write_text
+
+__all__ = ["PAIR_SELECTOR", "mark", "pair_partner", "pair_verdict", "unmark"]
 
 _SELECTED = "true"
+_PAIR = "pair"
+PAIR_SELECTOR = f"{vocab.LABEL_RECERTIFY}={_PAIR}"
+"""The nodes of the pair test: the node under recertification and its known-good partner."""
+_PASSED = vocab.Certification.passed.value
 
 
 def mark(node: str) -> str:
@@ -35,3 +55,81 @@ def unmark(node: str) -> str:
     if node in {n.name for n in port.list_nodes(f"{vocab.LABEL_RECERTIFY}={_SELECTED}")}:
         port.set_labels(node, {vocab.LABEL_RECERTIFY: None})
     return f"{node} unmarked"
+
+
+def _output(name: str, value: str) -> None:
+    folder = os.environ.get(vocab.ENV_OUTPUT_DIR)
+    if folder:
+        write_text(Path(folder) / "params" / name, value)
+
+
+def _unpair(port: ClusterPort) -> list[str]:
+    """Take the pair mark off every node that carries it; the nodes unmarked."""
+    marked = sorted(n.name for n in port.list_nodes(PAIR_SELECTOR))
+    for name in marked:
+        port.set_labels(name, {vocab.LABEL_RECERTIFY: None})
+    return marked
+
+
+def _note(port: ClusterPort, node: str, note: str) -> str:
+    port.set_node_metadata(node, annotations={vocab.ANNOTATION_PAIR_TEST: note[:250]})
+    return f"{node}: pair test {note}"
+
+
+def pair_partner(node: str) -> str:
+    """Choose the known-good partner of the pair test and mark both; output ``partner`` (empty: no test).
+
+    No test when the node's own certification did not pass (it escalates anyway), or when no node is
+    known good (see the module's rule); the ``dsx.dev/pair-test`` annotation says which.
+    """
+    port = connect()
+    _unpair(port)
+    verdict = port.get_node(node).labels.get(vocab.LABEL_CERTIFICATION, "")
+    if verdict != _PASSED:
+        _output("partner", "")
+        return _note(port, node, f"not run: certification alone gave {verdict or 'no verdict'}")
+    good = sorted(
+        n.name
+        for n in port.list_nodes(f"{vocab.LABEL_CERTIFICATION}={_PASSED}")
+        if n.name != node
+        and not n.unschedulable
+        and n.ready
+        and n.managed
+        and n.gpu_count > 0
+        and not n.labels.get(vocab.LABEL_STATE)
+    )
+    if not good:
+        _output("partner", "")
+        return _note(
+            port,
+            node,
+            "skipped: no known-good partner (certification=passed, not cordoned, Ready); "
+            "the node's own certification decides",
+        )
+    partner = good[0]
+    for name in (node, partner):
+        port.set_labels(name, {vocab.LABEL_RECERTIFY: _PAIR})
+    _output("partner", partner)
+    return _note(port, node, f"running beside {partner}")
+
+
+def pair_verdict(node: str, partner: str = "", status: str = "") -> str:
+    """After the pair test (``status``: how ``dsx-bisect``'s ``finish`` ended): unmark both nodes and
+    write the verdict. Anything but ``Succeeded`` labels the node ``dsx.dev/certification=failed`` (the
+    bisection labels it with its reason when the test itself failed), so ``conclude`` escalates it."""
+    port = connect()
+    _unpair(port)
+    if not partner:
+        return f"{node}: no pair test"
+    if status == "Succeeded":
+        return _note(port, node, f"passed beside {partner}")
+    current = port.get_node(node)
+    reason = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
+    if current.labels.get(vocab.LABEL_CERTIFICATION) != vocab.Certification.failed.value:
+        reason = f"pair test beside {partner} did not pass ({status or 'unknown'})"
+        port.set_node_metadata(
+            node,
+            labels={vocab.LABEL_CERTIFICATION: vocab.Certification.failed.value},
+            annotations={vocab.ANNOTATION_CERTIFICATION_REASON: reason},
+        )
+    return _note(port, node, f"failed beside {partner}: {reason}")

@@ -153,7 +153,9 @@ def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str)
     raise DsxError(f"{name} escalated: {why}")
 
 
-def _resume(port: ClusterPort, current: Node, workflow_name: str, check: str, done: int) -> str:
+def _resume(
+    port: ClusterPort, current: Node, workflow_name: str, check: str, done: int, observed: str = ""
+) -> str:
     """A node already in remediation: an earlier workflow stopped; this one picks it up where it stands."""
     before = current.annotations.get(vocab.ANNOTATION_REMEDIATION, "an earlier run")
     ledger.record(
@@ -163,26 +165,38 @@ def _resume(port: ClusterPort, current: Node, workflow_name: str, check: str, do
         workflow=workflow_name,
         attempt=max(done, 1),
         check=check,
-        detail=f"resumed where {before} stopped ({_state(current)})",
+        detail=f"resumed where {before} stopped ({_state(current)}){observed}",
     )
     _output("proceed", "true")
     return f"{current.name}: resuming remediation at {_state(current)}"
 
 
+def _reading(event: str) -> HealthEvent | None:
+    """The ``event`` parameter's HealthEvent (none when empty: a person asked for the remediation)."""
+    if not event.strip():
+        return None
+    try:
+        return HealthEvent.model_validate_json(event)
+    except ValidationError as exc:
+        raise input_error(exc, "parameter event") from None
+
+
+def _observed(reading: HealthEvent | None) -> str:
+    """What a ``requested`` entry's detail ends with when an event started it: ``; observed <RFC 3339>``,
+    when the agent saw the fault (the goodput report's detection time, kept after the Event ages out)."""
+    return f"; observed {changes.format_time(reading.observed_at)}" if reading is not None else ""
+
+
 def _by_event(
     port: ClusterPort,
     current: Node,
-    event: str,
+    reading: HealthEvent,
     policy: QuarantinePolicy,
     workflow_name: str,
     check: str,
     done: int,
 ) -> str | None:
     """The policy's decision on the event; a message when it sends the node anywhere but remediation."""
-    try:
-        reading = HealthEvent.model_validate_json(event)
-    except ValidationError as exc:
-        raise input_error(exc, "parameter event") from None
     breaker_open = Breaker(port, policy.breaker).status().state == "open"
     decision = decide(reading, current, policy, breaker_open)
     if decision.decision == "remediate":
@@ -216,8 +230,11 @@ def guard(
     per-node mutex of the workflow ensures no other remediation runs meanwhile. An ``event`` (the
     HealthEvent as JSON) that the policy does not send to remediation ends the workflow with
     ``proceed=false`` (a ``taint`` decision adds the taint). ``dry_run`` decides, records and stops.
+    The ``requested`` entry's detail ends with ``; observed <RFC 3339>`` (the event's ``observed_at``)
+    when an event started it.
     """
     _condition(check)
+    reading = _reading(event)
     port = connect()
     current = _node(port, node)
     done = ledger.attempts(ledger.entries(port, node))
@@ -235,11 +252,11 @@ def guard(
             f"{node} is escalated since {since}; clear its dsx.dev/state label once it is dealt with"
         )
     if state in ACTIVE_STATES:
-        return _resume(port, current, workflow_name, check, done)
+        return _resume(port, current, workflow_name, check, done, _observed(reading))
     policy = QuarantinePolicy(
         breaker=BreakerSettings(max_share=breaker_share, window_s=breaker_window_s), dry_run=dry_run
     )
-    if event.strip() and (told := _by_event(port, current, event, policy, workflow_name, check, done)):
+    if reading and (told := _by_event(port, current, reading, policy, workflow_name, check, done)):
         return told
     if done >= max_attempts:
         _output("proceed", "false")
@@ -254,7 +271,15 @@ def guard(
     admitted, why = Breaker(port, policy.breaker).admit(node, gpu_nodes)
     if not admitted:
         return refuse(why)
-    ledger.record(port, node, "requested", workflow=workflow_name, attempt=done + 1, check=check, detail=why)
+    ledger.record(
+        port,
+        node,
+        "requested",
+        workflow=workflow_name,
+        attempt=done + 1,
+        check=check,
+        detail=why + _observed(reading),
+    )
     _output("proceed", "true")
     return f"{node}: remediation attempt {done + 1} ({why})"
 
@@ -416,12 +441,17 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
 def conclude(node: str, check: str, workflow_name: str = "") -> str:
     """After recertification: a pass puts the node back in service; anything else escalates it.
 
+    Recertification passed when the node's certification label reads ``passed``: certification on the
+    node alone passed and the pair test beside a known-good node did not label it failed (its note, the
+    ``dsx.dev/pair-test`` annotation, goes into the ledger's detail and is cleared on a pass).
     Back in service: dsx's cordon lifted (a cordon that predates dsx stays, and the result says so),
     the taint removed, the state label and remediation annotations cleared.
     """
     port = connect()
     current = _held(port, node, workflow_name, check)
     verdict = current.labels.get(vocab.LABEL_CERTIFICATION, "")
+    pair = current.annotations.get(vocab.ANNOTATION_PAIR_TEST, "")
+    paired = f"; pair test {pair}" if pair else ""
     if verdict != vocab.Certification.passed.value:
         why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
         _escalate(
@@ -429,7 +459,13 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             node,
             workflow_name,
             check,
-            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else ""),
+            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else "") + paired,
+        )
+    if not pair.startswith(("passed", "skipped")):
+        # Certification passed but the pair test did not finish (a step of it errored): the node stays
+        # recertifying, cordoned, for a resubmitted workflow to test again.
+        raise DsxError(
+            f"{node}: the pair test did not finish ({pair or 'not run'}); submit dsx-remediate again"
         )
     try:
         summary = port.uncordon(node, by=OWNER).summary
@@ -446,6 +482,7 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_REMEDIATION: None,
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
             vocab.ANNOTATION_REPAIR_BOOT_ID: None,
+            vocab.ANNOTATION_PAIR_TEST: None,
         },
     )
     port.set_labels(node, {vocab.LABEL_REPLACE: None})
@@ -456,9 +493,9 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
         workflow=workflow_name,
         attempt=attempt,
         check=check,
-        detail=f"certified; {summary}",
+        detail=f"certified{paired}; {summary}",
     )
-    port.record_event(node, "DsxBackInService", f"{node} recertified and back in service: {summary}")
+    port.record_event(node, "DsxBackInService", f"{node} recertified{paired} and back in service: {summary}")
     return summary
 
 

@@ -250,3 +250,97 @@ def test_stopped_and_resubmitted_picks_up_where_it_stopped(tmp_path: Path, stop_
     assert [c for c in port.calls() if c.method == "delete_pod"] == [
         c for c in port.calls() if c.method == "delete_pod" and "gateway" in str(c.args.get("pod"))
     ]  # the one deletion the namespace's mode asks for
+
+
+def test_a_node_that_passes_alone_but_fails_beside_a_known_good_node_escalates(tmp_path: Path) -> None:
+    # The repair fixes the GPU (repair=ok), but the node's NIC is slow: certification of the node alone
+    # cannot see it (no second node), the pair test beside a known-good node does.
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    for name in ("node-00", "node-02"):
+        port.set_labels(name, {vocab.LABEL_CERTIFICATION: "passed"})
+    port.cordon("node-00", "maintenance", by="someone")  # cordoned: no partner, even certified
+    thread, phases = _in_background(state, tmp_path / "run")
+    _wait_for(lambda: _state_of(port) == "recertifying")
+    port.inject(NODE, "slow-nic")
+    thread.join(300)
+    assert phases == [Phase.Failed]
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "failed"
+    assert "node-02" in node.annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
+    escalated = next(e for e in ledger.entries(port, NODE) if e.state == "escalated")
+    assert "pair test failed beside node-02" in escalated.detail
+    assert not port.list_nodes(f"{vocab.LABEL_RECERTIFY}")  # no mark left behind
+    partner = port.get_node("node-02")
+    assert partner.labels[vocab.LABEL_CERTIFICATION] == "passed" and not partner.unschedulable
+    _lost_nothing(port, {"node-00"})
+
+
+def test_with_no_known_good_node_the_node_is_judged_on_its_own_certification(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    assert _remediate(state, tmp_path / "run") == Phase.Succeeded
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.ANNOTATION_PAIR_TEST not in node.annotations
+    back = [e for e in ledger.entries(port, NODE) if e.state == ledger.IN_SERVICE]
+    assert "pair test skipped: no known-good partner" in back[-1].detail
+    _lost_nothing(port)
+
+
+def test_a_pair_test_beside_a_known_good_node_puts_the_node_back(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    port.set_labels("node-03", {vocab.LABEL_CERTIFICATION: "passed"})
+    assert _remediate(state, tmp_path / "run") == Phase.Succeeded
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    back = [e for e in ledger.entries(port, NODE) if e.state == ledger.IN_SERVICE]
+    assert "pair test passed beside node-03" in back[-1].detail
+    assert not port.list_nodes(vocab.LABEL_RECERTIFY)
+    _lost_nothing(port)
+
+
+def test_an_operator_resumes_the_repair_suspend_and_the_node_comes_back(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    booted = port.get_node(NODE).node_info.boot_id
+    out = tmp_path / "run"
+    entry, library = _templates()
+    params = _params(**{"repair-wait": "suspend", "repair-timeout": "10m"})
+    results: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: results.append(run(entry, library, params, RunOptions(out_dir=out, cluster=state))),
+        daemon=True,
+    )
+    thread.start()
+    _wait_for(
+        lambda: _state_of(port) == "awaiting-repair" and port.get_node(NODE).node_info.boot_id != booted
+    )
+    assert _state_of(port) == "awaiting-repair"  # repaired, yet it waits for the operator
+    resumed = subprocess.run(
+        [sys.executable, "-m", "workflows.cli", "resume", str(out), "--node", "repair-suspend"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    thread.join(120)
+    assert not thread.is_alive(), "the resumed suspend kept waiting for its 10m deadline"
+    (result,) = results
+    assert result.phase is Phase.Succeeded
+    assert "resumed by dsx resume" in result.node("repair-suspend").message
+    assert result.node("repair-wait").phase is Phase.Skipped
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    _lost_nothing(port)
+
+
+def test_a_repair_suspend_nobody_resumes_escalates_at_its_deadline(tmp_path: Path) -> None:
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
+    extra = {"repair-wait": "suspend", "repair-timeout": "2s"}
+    assert _remediate(state, tmp_path / "run", **extra) == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    escalated = next(e for e in ledger.entries(port, NODE) if e.state == "escalated")
+    assert "the repair did not come" in escalated.detail
+    _lost_nothing(port)

@@ -22,6 +22,7 @@ from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.names import pod_name
 from workflows.runner.nodes import error_node, finish, new_node, running, set_message, slot
+from workflows.runner.resume import resumed_by
 from workflows.runner.scope import ABSENT, global_lookup
 from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Stopped
 from workflows.runner.synchronization import hold
@@ -31,6 +32,8 @@ from workflows.runner.values import item_text, params_json
 __all__ = ["DEPTH_MESSAGE", "MAX_DEPTH", "Invocation", "execute", "process_inputs", "transient"]
 
 MAX_DEPTH = 100
+_RESUME_POLL_S = 0.2
+"""How often a suspended node looks for a ``dsx resume``."""
 DEPTH_MESSAGE = (
     "Maximum recursion depth exceeded. See https://argo-workflows.readthedocs.io/en/latest/scaling/"
     "#maximum-recursion-depth"
@@ -335,7 +338,9 @@ def _run_kind(state: RunState, node: NodeStatus, body: Mapping[str, Any], call: 
 def run_suspend(state: RunState, node: NodeStatus, body: Mapping[str, Any], ctx: Ctx) -> None:
     """A suspend template (Argo's executeSuspend): resumed by ``--approve``, or after its duration.
 
-    With neither, the node ends Failed saying how to approve it: a local run has no ``argo resume``.
+    While its duration runs, ``dsx resume`` (:mod:`workflows.runner.resume`) resumes it, as ``argo
+    resume`` does. With neither an approval nor a duration, the node ends Failed saying how to approve
+    it: a local run does not wait without a bound.
 
     Raises:
         Stopped: the run stopped during the suspend's duration.
@@ -356,8 +361,14 @@ def run_suspend(state: RunState, node: NodeStatus, body: Mapping[str, Any], ctx:
     if duration is not None:
         seconds = parse_duration(duration)
         set_message(state, node, f"suspended for {duration}")
-        if state.stop.wait(seconds):
-            raise Stopped
+        started = node.started_at if node.started_at is not None else time.time()
+        ends = time.monotonic() + seconds
+        while (left := ends - time.monotonic()) > 0:
+            if state.stop.wait(min(left, _RESUME_POLL_S)):
+                raise Stopped
+            if (by := resumed_by(state.run_dir, names, started)) is not None:
+                finish(state, node, Phase.Succeeded, f"resumed by dsx resume ({by})")
+                return
         finish(state, node, Phase.Succeeded, "")
         return
     name = ctx.step_name or body.get("name")

@@ -1,11 +1,14 @@
 """``dsx-remediate``: take a faulty node out of service, repair it, and let it back only once it passed again.
 
 guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
-request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``, with a
-deadline) -> repaired (Ready, new boot, the check's condition cleared; else escalated) -> recertify
-(``dsx-certify`` through ``templateRef``, on the node alone) -> conclude (a pass: uncordon and clear the
-state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning Event). The exit handler,
-record-outcome, writes how the workflow ended to the ledger.
+request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``) or, with
+``repair-wait=suspend``, repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx
+resume RUN_DIR``), either bounded by ``repair-timeout`` -> repaired (Ready, new boot, the check's
+condition cleared; else escalated) -> recertify
+(``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
+through ``dsx-bisect``'s ``prepare``, ``confirm-members`` and ``finish``) -> conclude (a pass of both:
+uncordon and clear the state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
+Event). The exit handler, record-outcome, writes how the workflow ended to the ledger.
 
 The workflow holds the mutex ``dsx-remediate-<node>``: two events for one node never run two
 remediations; the second waits and then finds the node where the first left it.
@@ -21,19 +24,36 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Resource, Task, TaskResult, WorkflowTemplate
+from hera.workflows import DAG, Parameter, Resource, Suspend, Task, TaskResult, WorkflowTemplate
 from hera.workflows.models import ContinueOn, Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import AUTO
 from steps.sentinel import recertify as recert
 from steps.sentinel import remediate as steps
-from workflows.templates._base import OUTPUT_DIR, WORKFLOW_NAME, param, step, workflow_template
+from workflows.templates._base import (
+    OUTPUT_DIR,
+    WORKFLOW_NAME,
+    WORKFLOW_UID,
+    param,
+    step,
+    workflow_template,
+)
 
-__all__ = ["RECERTIFY_SELECTOR", "templates"]
+__all__ = ["RECERTIFY_SELECTOR", "REPAIR_WAITS", "templates"]
+
+REPAIR_WAITS = ("node", "suspend")
+"""The ``repair-wait`` parameter's values: a resource template watching the node, or a Suspend step."""
 
 RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
+_ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
+_BISECT = "dsx-bisect"
+
+
+def _ends(task: str) -> str:
+    """A task ended, however (ran and ended, or skipped by its ``when``)."""
+    return " || ".join(f"{task}.{result}" for result in ("Succeeded", "Failed", "Errored", "Skipped"))
 
 
 def _out(name: str) -> list[Parameter]:
@@ -55,7 +75,14 @@ def _parameters() -> list[Parameter]:
         param("breaker-share", "Largest share of GPU nodes quarantined within the breaker's window.", "0.1"),
         param("breaker-window-s", "The circuit breaker's sliding window, in seconds.", "3600"),
         param("drain-policy", "The drain's modes, deadline and force switch, as JSON (DrainPolicy).", "{}"),
-        param("repair-timeout", "How long to wait for the repair (a new boot id) before escalating.", "4h"),
+        param(
+            "repair-wait",
+            "How the repair is awaited: node (the node back on a new boot id) or suspend (an operator "
+            "resumes the repair-suspend step: argo resume); the chart's remediate.repairWait.",
+            "node",
+            enum=list(REPAIR_WAITS),
+        ),
+        param("repair-timeout", "How long to wait for the repair before the repair check decides.", "4h"),
         # Certification's own parameters (read by dsx-certify's DAG as workflow parameters).
         param(
             "nodes",
@@ -93,24 +120,78 @@ def _repair_wait() -> Resource:
     )
 
 
+def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
+    """``dsx-bisect``'s own steps on the node and its partner: a run over the pair (``prepare``), the node
+    tested beside the partner (``confirm-members``, which labels it failed with the reason), and
+    ``finish`` (Failed when it named the node). Skipped when there is no partner. Returns the first and
+    the last task."""
+    has_partner = f"'{partner}' != ''"
+    prepared = Task(
+        name="pair-prepare",
+        template_ref=TemplateRef(name=_BISECT, template="prepare"),
+        when=has_partner,
+        arguments={
+            "selector": recert.PAIR_SELECTOR,
+            "workflow_name": WORKFLOW_NAME,
+            # A run of its own, apart from certification's (its outcomes are keyed by the uid).
+            "workflow_uid": f"{WORKFLOW_UID}-pair",
+        },
+    )
+    run = "{{tasks.pair-prepare.outputs.parameters.run}}"
+    confirmed = Task(
+        name="pair-test",
+        template_ref=TemplateRef(name=_BISECT, template="confirm-members"),
+        when=has_partner,
+        arguments={"run": run, "members": f'["{node}"]', "partners": f'["{partner}"]', "group": "pair"},
+    )
+    finished = Task(
+        name="pair-finish",
+        template_ref=TemplateRef(name=_BISECT, template="finish"),
+        when=has_partner,
+        arguments={"run": run},
+        continue_on=ContinueOn(failed=True),
+    )
+    prepared >> confirmed >> finished
+    return prepared, finished
+
+
+def _repair_suspend() -> Suspend:
+    """Wait for an operator to say the repair is done (``argo resume``, or Resume in the Argo UI), up to the
+    repair timeout. Argo resumes a suspend whose ``duration`` ran out by itself (executeSuspend marks it
+    Succeeded), so the deadline leads to the repair check, which escalates a node that was not repaired."""
+    return Suspend(name="repair-suspend", duration="{{workflow.parameters.repair-timeout}}")
+
+
 def _recertify() -> DAG:
-    """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict."""
+    """Mark the node, run dsx-certify's DAG on it alone, unmark it whatever the verdict; then the pair
+    test beside a known-good node, whose verdict lands on the node's certification label."""
     mark = step(recert.mark, timeout="5m", retries=2)
     unmark = step(recert.unmark, timeout="5m", retries=2)
+    pair_partner = step(recert.pair_partner, timeout="5m", retries=2, outputs=_out("partner"))
+    pair_verdict = step(recert.pair_verdict, timeout="5m", retries=2)
     with DAG(
         name="recertify",
         inputs=[Parameter(name="node")],
         synchronization=Synchronization(mutexes=[Mutex(name="dsx-recertify")]),
     ) as recertify:
-        marked = mark(arguments={"node": "{{inputs.parameters.node}}"})
+        node = "{{inputs.parameters.node}}"
+        marked = mark(arguments={"node": node})
         certified = Task(
             name="certify",
             template_ref=TemplateRef(name="dsx-certify", template="certify"),
             continue_on=ContinueOn(failed=True),
         )
-        unmarked = unmark(arguments={"node": "{{inputs.parameters.node}}"})
+        unmarked = unmark(arguments={"node": node})
+        partnered = pair_partner(arguments={"node": node})
+        partner = partnered.get_parameter("partner").value
+        first, last = _pair_test(partner, node)
+        judged = pair_verdict(
+            arguments={"node": node, "partner": partner, "status": "{{tasks.pair-finish.status}}"}
+        )
         marked >> certified
         certified.next(unmarked, on=_ENDED)
+        unmarked >> partnered >> first
+        last.next(judged, on=_ANY_END)
     return recertify
 
 
@@ -150,6 +231,7 @@ def templates() -> list[Any]:
     ) as wt:
         node, check = wt.get_parameter("node"), wt.get_parameter("check")
         repair_wait = _repair_wait()
+        repair_suspend = _repair_suspend()
         recertify = _recertify()
         with DAG(name="remediate"):
             guarded = guard(
@@ -169,16 +251,20 @@ def templates() -> list[Any]:
             quarantined = quarantine(arguments=common, when=go)
             drained = drain(arguments={**common, "policy": wt.get_parameter("drain-policy")}, when=go)
             requested = request_repair(arguments=common, when=go)
+            how = wt.get_parameter("repair-wait").value
             waited = repair_wait(
                 arguments={"node": node, "boot-id": requested.get_parameter("boot-id")},
-                when=go,
+                when=f"{go} && '{how}' == 'node'",
                 continue_on=ContinueOn(failed=True),
+            )
+            suspended = Task(
+                name="repair-suspend", template=repair_suspend, when=f"{go} && '{how}' == 'suspend'"
             )
             checked = repaired(arguments=common, when=go)
             recertified = recertify(arguments={"node": node}, when=go)
             concluded = conclude(arguments=common, when=go)
-            guarded >> quarantined >> drained >> requested >> waited
-            waited.next(checked, on=_ENDED)
+            guarded >> quarantined >> drained >> requested >> [waited, suspended]
+            checked.depends = " && ".join(f"({_ends(t.name)})" for t in (waited, suspended))
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
     _exit_handler(wt)

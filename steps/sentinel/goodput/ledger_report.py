@@ -25,8 +25,10 @@ that the fleet's in-service and lost GPU-hours add up to its GPU-hours.
 Time to detect is from the first observation of the attempt's fault (the agent's Event or condition,
 after the node was last back in service) to the quarantine the ledger records; time to repair is from
 the quarantine (the cordon) to ``in-service`` (the uncordon). Events age out of the API server (an
-hour by default): a remediation older than that shows no detection time unless its condition still
-says ``True``. Nodes no longer in the cluster are not counted.
+hour by default), so the observation ``dsx-remediate`` keeps in its ``requested`` entry (``observed
+<RFC 3339>`` in the detail, from the HealthEvent that started it) counts too; a remediation older than
+an hour started without an event shows no detection time unless its condition still says ``True``.
+Nodes no longer in the cluster are not counted.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ _BACK = (IN_SERVICE, "cancelled")
 """Ledger states after which the node is in service again (cancelled: a person took it back)."""
 _CHECK_OF_CONDITION = {condition: check for check, condition in vocab.CONDITION_SENTINEL.items()}
 _XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
+_OBSERVED = re.compile(r"\bobserved (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 _VERDICT_EVENTS = {"DsxCertificationPassed": "passed", "DsxCertificationFailed": "failed"}
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -276,6 +279,12 @@ def _story(node: Node, ledger_data: Mapping[str, str], events: Iterable[Mapping[
         if check and condition.status == "True" and at is not None:
             match = _XID.search(condition.message)
             story.observations.append(Observation(at, check, match.group(1) if match else ""))
+    for entry in story.ledger:
+        # dsx-remediate keeps the event's observation in its requested entry, after the Event ages out.
+        seen = _OBSERVED.search(str(entry.get("detail") or "")) if entry.get("state") == "requested" else None
+        at = _time(seen.group(1)) if seen else None
+        if at is not None and entry.get("check"):
+            story.observations.append(Observation(at, str(entry["check"])))
     label = node.labels.get(vocab.LABEL_CERTIFICATION, "")
     certified = _time(node.annotations.get(vocab.ANNOTATION_CERTIFIED_AT))
     if label in ("passed", "failed") and certified is not None:

@@ -84,6 +84,33 @@ def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counte
     assert (tmp_path / "goodput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_detection_time_outlives_the_event_through_the_ledger(tmp_path: Path) -> None:
+    # The Sensor's event says the agent saw XID 79 two hours ago: its Event has aged out of the API server
+    # (none here), the ledger's requested entry keeps when.
+    spec = shareable("sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5", tmp_path)
+    seen = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)
+    event = {
+        "node": "node-01", "check": "xid", "component": "gpu", "entity": "GPU-0", "code": "79",
+        "severity": "fatal", "action": "reboot", "healthy": False, "observed_at": seen.isoformat(),
+    }  # fmt: skip
+    run = dsx(
+        "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
+        "-p", "node=node-01", "-p", "check=xid", "-p", f"drain-policy={json.dumps(FAST)}",
+        "-p", "repair-timeout=4s", "-p", f"event={json.dumps(event)}",
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    stamp = seen.strftime("%Y-%m-%dT%H:%M:%SZ")
+    requested = [e for e in ledger.entries(connect(spec), "node-01") if e.state == "requested"]
+    assert requested[0].detail.endswith(f"; observed {stamp}")
+    time.sleep(1.1)
+    result = dsx("goodput", "--cluster", spec, "--since", "7d", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    [fixed] = json.loads(result.stdout)["remediations"]
+    assert fixed["observed_at"] == stamp
+    assert 2 * H <= fixed["detect_s"] < 2 * H + 120
+
+
 def _story(name: str, ledger: list[tuple[float, str]], **extra: object) -> NodeStory:
     entries = [
         {"at": dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "state": state,
