@@ -35,18 +35,17 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-import json
 import re
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from steps.cluster import changes
 from steps.cluster import vocabulary as vocab
-from steps.cluster.port import NODE_EVENT_NAMESPACE, ClusterPort, Node
+from steps.cluster.port import ClusterPort
 from steps.errors import InputError
 from steps.models import Frozen
+from steps.sentinel.goodput.stories import NodeStory, Observation, Verdict, parse_at, read_stories, stamp
 
 __all__ = [
     "CAUSE_CERTIFICATION",
@@ -83,48 +82,8 @@ CAUSE_SLOW = "slow-node-bisection"
 
 _BACK = (IN_SERVICE, "cancelled")
 """Ledger states after which the node is in service again (cancelled: a person took it back)."""
-_CHECK_OF_CONDITION = {condition: check for check, condition in vocab.CONDITION_SENTINEL.items()}
-_XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
-_OBSERVED = re.compile(r"\bobserved (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
-_VERDICT_EVENTS = {"DsxCertificationPassed": "passed", "DsxCertificationFailed": "failed"}
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-# ----------------------------------------------------------------------------- what is read
-
-
-@dataclass(frozen=True)
-class Observation:
-    """The agent saw a fault: a Warning Event or a ``True`` condition of a sentinel check."""
-
-    at: float
-    check: str
-    code: str = ""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A certification verdict written on the node (``passed`` or ``failed``), with its reason."""
-
-    at: float
-    status: str
-    reason: str = ""
-
-
-@dataclass
-class NodeStory:
-    """Everything read about one node, times as Unix seconds."""
-
-    name: str
-    gpus: int
-    ledger: list[Mapping[str, Any]] = field(default_factory=list)
-    """The node's ledger entries as stored (``at``, ``state``, ``attempt``, ``check``...), oldest first."""
-    state: str = ""
-    state_since: float | None = None
-    observations: list[Observation] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
-    """Certification verdicts, oldest first (the Events and the label now)."""
 
 
 # ----------------------------------------------------------------------------- what is reported
@@ -213,102 +172,6 @@ class GoodputReport(Frozen):
     remediations: list[Remediation]
 
 
-# ----------------------------------------------------------------------------- reading
-
-
-def _time(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text)  # RFC 3339 with Z reads since Python 3.11
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
-
-
-def _stamp(at: float) -> str:
-    """RFC 3339 in UTC to the second, as :func:`steps.cluster.changes.format_time` writes it."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
-
-
-def _event_time(event: Mapping[str, Any]) -> float | None:
-    meta = event.get("metadata") or {}
-    for text in (event.get("firstTimestamp"), event.get("eventTime"), meta.get("creationTimestamp")):
-        at = _time(text)
-        if at is not None:
-            return at
-    return None
-
-
-def _ledger(data: Mapping[str, str], node: str) -> list[Mapping[str, Any]]:
-    """The node's entries (see :mod:`steps.sentinel.ledger`); an unreadable key reads as none."""
-    try:
-        raw: Any = json.loads(data.get(node) or "[]")
-    except ValueError:
-        return []
-    if not isinstance(raw, list):
-        return []
-    return [e for e in raw if isinstance(e, dict) and _time(e.get("at")) is not None]
-
-
-def _story(node: Node, ledger_data: Mapping[str, str], events: Iterable[Mapping[str, Any]]) -> NodeStory:
-    story = NodeStory(
-        name=node.name,
-        gpus=node.gpu_count,
-        ledger=_ledger(ledger_data, node.name),
-        state=node.labels.get(vocab.LABEL_STATE, ""),
-        state_since=_time(node.annotations.get(vocab.ANNOTATION_STATE_SINCE)),
-    )
-    verdicts: list[Verdict] = []
-    for event in events:
-        at = _event_time(event)
-        reason = str(event.get("reason") or "")
-        if at is None:
-            continue
-        message = str(event.get("message") or "")
-        if reason in _CHECK_OF_CONDITION and event.get("type") == "Warning":
-            match = _XID.search(message)
-            story.observations.append(
-                Observation(at, _CHECK_OF_CONDITION[reason], match.group(1) if match else "")
-            )
-        elif reason in _VERDICT_EVENTS:
-            verdicts.append(Verdict(at, _VERDICT_EVENTS[reason], message.partition(": ")[2]))
-    for condition in node.conditions:
-        check = _CHECK_OF_CONDITION.get(condition.type)
-        at = _time(condition.last_transition_time)
-        if check and condition.status == "True" and at is not None:
-            match = _XID.search(condition.message)
-            story.observations.append(Observation(at, check, match.group(1) if match else ""))
-    for entry in story.ledger:
-        # dsx-remediate keeps the event's observation in its requested entry, after the Event ages out.
-        seen = _OBSERVED.search(str(entry.get("detail") or "")) if entry.get("state") == "requested" else None
-        at = _time(seen.group(1)) if seen else None
-        if at is not None and entry.get("check"):
-            story.observations.append(Observation(at, str(entry["check"])))
-    label = node.labels.get(vocab.LABEL_CERTIFICATION, "")
-    certified = _time(node.annotations.get(vocab.ANNOTATION_CERTIFIED_AT))
-    if label in ("passed", "failed") and certified is not None:
-        reason = node.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
-        verdicts.append(Verdict(certified, label, reason))
-    story.verdicts = sorted(verdicts, key=lambda v: (v.at, v.status))
-    story.observations.sort(key=lambda o: (o.at, o.check, o.code))
-    return story
-
-
-def read_stories(port: ClusterPort) -> list[NodeStory]:
-    """Every node's story: the nodes, the ledger ConfigMap and the Events about nodes."""
-    from steps.sentinel.ledger import LEDGER_CONFIGMAP
-
-    nodes = port.list_nodes()
-    data = port.get_state(LEDGER_CONFIGMAP)
-    by_node: dict[str, list[dict[str, Any]]] = {}
-    for event in port.list_objects("v1", "Event", NODE_EVENT_NAMESPACE):
-        involved = event.get("involvedObject") or {}
-        if involved.get("kind") == "Node" and involved.get("name"):
-            by_node.setdefault(str(involved["name"]), []).append(event)
-    return [_story(n, data, by_node.get(n.name, [])) for n in sorted(nodes, key=lambda n: n.name)]
-
-
 # ----------------------------------------------------------------------------- accounting
 
 
@@ -339,7 +202,7 @@ def _remediation_track(story: NodeStory) -> tuple[list[tuple[float, str | None, 
     current: _Attempt | None = None
     back = float("-inf")
     for entry in story.ledger:
-        at = _time(entry.get("at"))
+        at = parse_at(entry.get("at"))
         state = str(entry.get("state") or "")
         if at is None:
             continue
@@ -406,10 +269,11 @@ def _cause_of_state(state: str, fault: str) -> str:
     return fault
 
 
-def _node(
-    story: NodeStory, start: float, end: float, buckets: Mapping[str, str]
-) -> tuple[NodeAccount, list[Remediation]]:
-    track, attempts = _remediation_track(story)
+def _remediations(
+    story: NodeStory, attempts: list[_Attempt], start: float, end: float, buckets: Mapping[str, str]
+) -> tuple[list[str], list[Remediation]]:
+    """Each attempt's cause (fault class, or XID bucket), and the remediations quarantined in the period
+    with their detection and repair times."""
     causes: list[str] = []
     remediations: list[Remediation] = []
     obs_times = [o.at for o in story.observations]
@@ -430,9 +294,9 @@ def _node(
                     check=a.check,
                     cause=cause,
                     xid=xid,
-                    observed_at=_stamp(first.at) if first else "",
-                    quarantined_at=_stamp(a.quarantined),
-                    returned_at=_stamp(a.returned) if a.returned is not None else "",
+                    observed_at=stamp(first.at) if first else "",
+                    quarantined_at=stamp(a.quarantined),
+                    returned_at=stamp(a.returned) if a.returned is not None else "",
                     outcome=a.outcome,
                     detect_s=a.quarantined - first.at if first else None,
                     repair_s=a.returned - a.quarantined
@@ -441,6 +305,14 @@ def _node(
                     recertification=a.recertification,
                 )
             )
+    return causes, remediations
+
+
+def _node(
+    story: NodeStory, start: float, end: float, buckets: Mapping[str, str]
+) -> tuple[NodeAccount, list[Remediation]]:
+    track, attempts = _remediation_track(story)
+    causes, remediations = _remediations(story, attempts, start, end, buckets)
     # One sweep over both tracks' changes, in time order (a remediation change first at a tie).
     changes_: list[tuple[float, int, str | None, int, Verdict | None]] = [
         (at, 0, state, index, None) for at, state, index in track
@@ -495,7 +367,7 @@ def _node(
     for segment in timeline:
         for at in segment[:2]:
             if at not in stamps:
-                stamps[at] = _stamp(at)
+                stamps[at] = stamp(at)
     # One validation of plain data (pydantic-core is quicker at it than building each Segment).
     node_account = NodeAccount.model_validate(
         {
@@ -574,8 +446,8 @@ def account(stories: Iterable[NodeStory], start: float, end: float, cluster: str
     ranked = sorted(nodes, key=lambda n: (-n.lost_gpu_hours, n.hours[IN_SERVICE], n.node))
     return GoodputReport(
         cluster=cluster,
-        since=_stamp(start),
-        until=_stamp(end),
+        since=stamp(start),
+        until=stamp(end),
         period_hours=hours,
         fleet=fleet,
         nodes=ranked,

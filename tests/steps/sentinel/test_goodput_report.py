@@ -37,7 +37,9 @@ def _sums_to_period(report: dict) -> None:
 
 
 def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counted(tmp_path: Path) -> None:
-    spec = shareable("sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5", tmp_path)
+    # The repair takes 1.5 s, so the wait for it crosses a second's boundary: the ledger's times are to the
+    # second, and a shorter wait could read as none.
+    spec = shareable("sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=1.5", tmp_path)
     # The agent sees XID 79 (its Event and condition say when), then the remediation takes the node.
     seen = dsx("sentinel", "agent", "--once", "--node", "node-01", "--cluster", spec, "--metrics-port", "0")
     assert seen.returncode == 1, seen.stderr

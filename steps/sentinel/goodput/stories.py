@@ -1,0 +1,151 @@
+"""What the goodput report reads about each node, through the cluster port: its remediation ledger
+entries, its state and certification marks, and the Events and conditions that say when a fault was
+observed (see :mod:`steps.sentinel.goodput.ledger_report` for how they are accounted for).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from steps.cluster import vocabulary as vocab
+from steps.cluster.port import NODE_EVENT_NAMESPACE, ClusterPort, Node
+
+__all__ = ["NodeStory", "Observation", "Verdict", "parse_at", "read_stories", "stamp"]
+
+_CHECK_OF_CONDITION = {condition: check for check, condition in vocab.CONDITION_SENTINEL.items()}
+_XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
+_OBSERVED = re.compile(r"\bobserved (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+_VERDICT_EVENTS = {"DsxCertificationPassed": "passed", "DsxCertificationFailed": "failed"}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The agent saw a fault: a Warning Event or a ``True`` condition of a sentinel check."""
+
+    at: float
+    check: str
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A certification verdict written on the node (``passed`` or ``failed``), with its reason."""
+
+    at: float
+    status: str
+    reason: str = ""
+
+
+@dataclass
+class NodeStory:
+    """Everything read about one node, times as Unix seconds."""
+
+    name: str
+    gpus: int
+    ledger: list[Mapping[str, Any]] = field(default_factory=list)
+    """The node's ledger entries as stored (``at``, ``state``, ``attempt``, ``check``...), oldest first."""
+    state: str = ""
+    state_since: float | None = None
+    observations: list[Observation] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    """Certification verdicts, oldest first (the Events and the label now)."""
+
+
+def parse_at(text: Any) -> float | None:
+    """An RFC 3339 time as Unix seconds (no offset: UTC); ``None`` when it is none."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)  # RFC 3339 with Z reads since Python 3.11
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def stamp(at: float) -> str:
+    """RFC 3339 in UTC to the second, as :func:`steps.cluster.changes.format_time` writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def _eventparse_at(event: Mapping[str, Any]) -> float | None:
+    meta = event.get("metadata") or {}
+    for text in (event.get("firstTimestamp"), event.get("eventTime"), meta.get("creationTimestamp")):
+        at = parse_at(text)
+        if at is not None:
+            return at
+    return None
+
+
+def _ledger(data: Mapping[str, str], node: str) -> list[Mapping[str, Any]]:
+    """The node's entries (see :mod:`steps.sentinel.ledger`); an unreadable key reads as none."""
+    try:
+        raw: Any = json.loads(data.get(node) or "[]")
+    except ValueError:
+        return []
+    if not isinstance(raw, list):
+        return []
+    return [e for e in raw if isinstance(e, dict) and parse_at(e.get("at")) is not None]
+
+
+def _story(node: Node, ledger_data: Mapping[str, str], events: Iterable[Mapping[str, Any]]) -> NodeStory:
+    story = NodeStory(
+        name=node.name,
+        gpus=node.gpu_count,
+        ledger=_ledger(ledger_data, node.name),
+        state=node.labels.get(vocab.LABEL_STATE, ""),
+        state_since=parse_at(node.annotations.get(vocab.ANNOTATION_STATE_SINCE)),
+    )
+    verdicts: list[Verdict] = []
+    for event in events:
+        at = _eventparse_at(event)
+        reason = str(event.get("reason") or "")
+        if at is None:
+            continue
+        message = str(event.get("message") or "")
+        if reason in _CHECK_OF_CONDITION and event.get("type") == "Warning":
+            match = _XID.search(message)
+            story.observations.append(
+                Observation(at, _CHECK_OF_CONDITION[reason], match.group(1) if match else "")
+            )
+        elif reason in _VERDICT_EVENTS:
+            verdicts.append(Verdict(at, _VERDICT_EVENTS[reason], message.partition(": ")[2]))
+    for condition in node.conditions:
+        check = _CHECK_OF_CONDITION.get(condition.type)
+        at = parse_at(condition.last_transition_time)
+        if check and condition.status == "True" and at is not None:
+            match = _XID.search(condition.message)
+            story.observations.append(Observation(at, check, match.group(1) if match else ""))
+    for entry in story.ledger:
+        # dsx-remediate keeps the event's observation in its requested entry, after the Event ages out.
+        seen = _OBSERVED.search(str(entry.get("detail") or "")) if entry.get("state") == "requested" else None
+        at = parse_at(seen.group(1)) if seen else None
+        if at is not None and entry.get("check"):
+            story.observations.append(Observation(at, str(entry["check"])))
+    label = node.labels.get(vocab.LABEL_CERTIFICATION, "")
+    certified = parse_at(node.annotations.get(vocab.ANNOTATION_CERTIFIED_AT))
+    if label in ("passed", "failed") and certified is not None:
+        reason = node.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
+        verdicts.append(Verdict(certified, label, reason))
+    story.verdicts = sorted(verdicts, key=lambda v: (v.at, v.status))
+    story.observations.sort(key=lambda o: (o.at, o.check, o.code))
+    return story
+
+
+def read_stories(port: ClusterPort) -> list[NodeStory]:
+    """Every node's story: the nodes, the ledger ConfigMap and the Events about nodes."""
+    from steps.sentinel.ledger import LEDGER_CONFIGMAP
+
+    nodes = port.list_nodes()
+    data = port.get_state(LEDGER_CONFIGMAP)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for event in port.list_objects("v1", "Event", NODE_EVENT_NAMESPACE):
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") == "Node" and involved.get("name"):
+            by_node.setdefault(str(involved["name"]), []).append(event)
+    return [_story(n, data, by_node.get(n.name, [])) for n in sorted(nodes, key=lambda n: n.name)]
