@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steps.cluster import vocabulary as vocab
-from steps.cluster.errors import ApiUnavailableError, ClusterError
+from steps.cluster.errors import ApiUnavailableError, ClusterError, ConflictError
 from steps.cluster.port import ClusterPort
 from steps.errors import DsxError
 from steps.sentinel.catalogue import FaultCatalogue
@@ -43,6 +43,10 @@ from steps.sentinel.probes import Probe
 __all__ = ["Agent", "Metrics", "PassResult", "Write", "serve"]
 
 WriteKind = Literal["taint", "condition", "event"]
+
+# Errors a later pass can get past: the server away, or the node changed under a write until its retries ran
+# out (409). Such a write stays at the head of the queue; a write refused for good (403, 404, 422) is dropped.
+_TRANSIENT = (ApiUnavailableError, ConflictError)
 
 
 @dataclass
@@ -374,7 +378,7 @@ class Agent:
         write = Write("taint", self._next(), fatal=True)
         try:
             self._send(write)
-        except ApiUnavailableError as exc:
+        except _TRANSIENT as exc:
             print(f"warning: sentinel: taint node/{self.node} queued: {exc}", file=sys.stderr)
             self.queue.appendleft(write)
             self.metrics.api_up.set(0)
@@ -403,7 +407,7 @@ class Agent:
             write = self.queue[0]
             try:
                 self._send(write)
-            except ApiUnavailableError:
+            except _TRANSIENT:
                 result.api_up = False
                 break
             except ClusterError as exc:  # refused for good (forbidden, invalid): retrying cannot help

@@ -24,7 +24,9 @@ from tests.cli import dsx_here
 from tests.k8s_emulator import Emulator, write_kubeconfig
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
-FAST = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0)
+FAST = RetryPolicy(
+    attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0, conflict_attempts=2, conflict_delay=0.0
+)
 NODE = "node-01"
 CASES = [
     # fault, check, fatal
@@ -150,6 +152,23 @@ def test_api_outage_is_survived_and_every_write_replayed_in_order(ports) -> None
     assert node.condition("DsxGpuPcieDegraded").status == "True"
     assert node.condition("DsxGpuXid").status == "True"
     assert [e["reason"] for e in _events(port)] == ["DsxGpuPcieDegraded", "DsxGpuXid"]
+
+
+@pytest.mark.parametrize("ports", ["kube"], indirect=True)  # 409s come from the emulated API server
+def test_a_taint_that_keeps_conflicting_stays_queued_until_it_lands(ports) -> None:
+    port, hardware, emulator = ports("")
+    sentinel = _sentinel(port, hardware)
+    sentinel.run_once()
+    emulator.conflict(4)  # the fast path's taint and its replay each find the node changed, retries and all
+    hardware.inject(NODE, "xid=79@3")
+    first = sentinel.run_once()
+    assert [w.kind for w in sentinel.agent.queue][:1] == ["taint"]
+    assert not port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    second = sentinel.run_once()
+    assert not first.api_up and second.api_up and second.queued == 0
+    node = port.get_node(NODE)
+    assert node.has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    assert node.condition("DsxGpuXid").status == "True"
 
 
 def _heal(emulator: Emulator | None, hardware: SimCluster) -> None:
