@@ -65,6 +65,8 @@ def test_a_quiet_fleet_starts_nothing_and_says_so(tmp_path: Path, capsys: pytest
         (["--inject", "node-02"], "expected NODE:FAULT"),
         (["--inject", "node-09:xid=79"], "no node node-09"),
         (["--for", "soon"], "--for 'soon'"),
+        (["--for", "-5s"], "--for '-5s'"),
+        (["--for", "0s"], "--for '0s'"),
         (["-p", "iters"], "expected KEY=VALUE"),
         (["--cluster", "sim:nodes=2,gpu=h100,faults=node-00:nope"], "nope"),
     ],
@@ -74,3 +76,10 @@ def test_bad_input_exits_2_naming_it(
 ) -> None:
     code, _, stderr = dsx_here(capsys, "events", "play", "--out", str(tmp_path / "x"), *args)
     assert code == 2 and message in stderr
+
+
+def test_an_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder\n", encoding="utf-8")
+    code, _, stderr = dsx_here(capsys, "events", "play", "--out", str(taken), "--for", "1s")
+    assert code == 2 and f"--out {taken}: exists and is not a folder" in stderr

@@ -31,6 +31,8 @@ def _folder(out: Path | None) -> Path:
     from steps.errors import InputError
 
     folder = out or Path("dsx-runs") / f"events-{time.strftime('%Y%m%d-%H%M%S')}"
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {folder}: exists and is not a folder")
     if folder.exists() and any(folder.iterdir()):
         raise InputError(f"--out {folder}: the folder exists and is not empty")
     return folder
@@ -92,6 +94,8 @@ def play_cmd(
         seconds = parse_duration(duration)
     except ValueError:
         raise InputError(f"--for {duration!r}: not a duration (90s, 10m)") from None
+    if seconds <= 0:
+        raise InputError(f"--for {duration!r}: must be longer than nothing (90s, 10m)")
     result = play(
         list(compiled_documents().values()),
         cluster or os.environ.get(vocab.ENV_CLUSTER) or DEFAULT_FLEET,
