@@ -252,3 +252,12 @@ def test_kubeconfig_lists_several_files_merged_as_kubectl_does(
         monkeypatch.setenv("KUBECONFIG", f"{missing}:{tmp_path / 'gone'}")
         code, _, err = _dsx(capsys, "cluster", "nodes", "--cluster", "kube")
         assert code == 2 and "does not exist" in _error(err) and str(missing) in err
+
+
+@pytest.mark.parametrize("name", ["repair/suspend", "..", "../elsewhere"])
+def test_resume_refuses_a_node_name_that_is_a_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    code, _, err = _dsx(capsys, "resume", str(tmp_path), "--node", name)
+    assert code == 2 and f"--node {name!r}: a step or template name, not a path" in _error(err)
+    assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "elsewhere").exists()

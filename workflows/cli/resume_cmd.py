@@ -18,8 +18,12 @@ def resume_cmd(
     As `argo resume` marks a Workflow's suspended nodes Succeeded, this marks the run's: the step goes
     on at once instead of waiting out its duration.
     """
+    from steps.errors import InputError
     from workflows.runner.resume import request_resume
 
+    if "/" in node or "\\" in node or node in (".", ".."):
+        # the name becomes a file of <run folder>/resume/: a path would write elsewhere, or nowhere
+        raise InputError(f"--node {node!r}: a step or template name, not a path")
     if not run_dir.is_dir():
         typer.secho(f"error: {run_dir}: no such run folder", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)
