@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli import dsx
+import pytest
+
+from tests.cli import dsx, dsx_here
+
+FLEET = "sim:nodes=2,gpu=h100,workloads=false"
 
 
 def _nvml_here() -> bool:
@@ -34,3 +38,17 @@ def test_probe_says_whether_nvml_is_there_and_never_fails_with_a_traceback(tmp_p
         ((event,),) = [unavailable]
         assert event["code"] == "nvml-unavailable" and event["severity"] == "degraded"
         assert {e["check"] for e in events} == {"nvml", "nic"}
+
+
+def test_agent_once_on_a_node_the_cluster_lacks_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = dsx_here(capsys, "sentinel", "agent", "--once", "--cluster", FLEET, "--node", "node-99")
+    assert code == 2 and "--node node-99: no such node in the cluster" in err
+
+
+def test_breaker_reset_needs_a_name_to_record(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = dsx_here(capsys, "sentinel", "breaker", "reset", "--by", " ", "--cluster", FLEET)
+    assert code == 2 and "--by: name who resets the breaker" in err
+    code, out, _ = dsx_here(
+        capsys, "sentinel", "breaker", "reset", "--by", "ops", "--cluster", FLEET, "-o", "json"
+    )
+    assert code == 0 and json.loads(out)["reset_by"] == "ops"

@@ -144,15 +144,22 @@ def agent_cmd(
 ) -> None:
     """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint.
     With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
-    from steps.cluster import connect
+    from steps.cluster import ClusterError, NotFoundError, connect
     from steps.errors import InputError
     from steps.sentinel.agent import serve
     from steps.sentinel.node import build_sentinel
 
     if not node:
         raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
+    port = connect(cluster)
+    try:
+        port.get_node(node)
+    except NotFoundError:
+        raise InputError(f"--node {node}: no such node in the cluster") from None
+    except ClusterError as exc:  # the API server away at start: the agent queues and carries on
+        typer.echo(f"warning: sentinel: node/{node} not read at start: {exc}", err=True)
     sentinel = build_sentinel(
-        connect(cluster),
+        port,
         node,
         _catalogue(overrides),
         source=_source(source),
@@ -197,9 +204,12 @@ def breaker_reset_cmd(
 ) -> None:
     """Close the breaker and empty its window (it never closes by itself once tripped)."""
     from steps.cluster import connect
+    from steps.errors import InputError
     from steps.sentinel.policy import Breaker
 
-    status = Breaker(connect(cluster)).reset(by)
+    if not by.strip():
+        raise InputError("--by: name who resets the breaker (it is recorded)")
+    status = Breaker(connect(cluster)).reset(by.strip())
     emit(status, output, lambda s: print(f"breaker closed by {s.reset_by} at {s.reset_at}"))
 
 
