@@ -141,7 +141,6 @@ def test_the_catalogue_gives_nvidias_immediate_action_for_the_xids_operators_mee
         "95": ("fatal", "reset-gpu"),  # RESET_GPU: uncontained
         "119": ("fatal", "reset-gpu"),  # RESET_GPU
         "120": ("fatal", "reset-gpu"),  # RESET_GPU
-        "162": ("fatal", "reset-gpu"),  # RESET_GPU (was missing: it got the default)
     }
     found = {code: (r.severity, r.action) for code in expected for r in [catalogue.rule("xid", code)]}
     assert found == expected
