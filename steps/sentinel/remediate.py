@@ -126,6 +126,15 @@ def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
     raise RemediationCancelled(detail)
 
 
+def _out_of_service(port: ClusterPort, name: str, reason: str) -> None:
+    """Cordon (as :data:`OWNER`) and taint a node that is escalated without having been quarantined, so
+    that an escalated node never takes new work; a cordon someone else holds is kept as it is."""
+    # cordoned already, by a person or another owner: it stays out of service either way
+    with contextlib.suppress(CordonRefusedError):
+        port.cordon(name, reason, by=OWNER)
+    port.add_taint(name)
+
+
 def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str) -> None:
     """Leave the node cordoned with ``state=escalated``, ask for a replacement, say so; then raise."""
     attempt = _attempt(port, name)
@@ -261,6 +270,7 @@ def guard(
     if done >= max_attempts:
         _output("proceed", "false")
         why = f"{done} remediation attempts since it was last in service (limit {max_attempts})"
+        _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     if dry_run:
         detail = "dry run: would quarantine, drain, repair and recertify"

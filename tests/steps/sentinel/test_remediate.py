@@ -118,6 +118,29 @@ def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster,
     return result.returncode, port, result.stdout + result.stderr
 
 
+def test_a_node_past_its_attempts_is_escalated_out_of_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-service node whose remediations kept being cut short (a person uncordoned it each time) is
+    escalated at the limit, and an escalated node never takes new work: cordoned by dsx and tainted."""
+    from steps.errors import DsxError
+    from steps.sentinel import remediate
+
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    port = connect(spec)
+    for attempt in (1, 2, 3):
+        ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
+        ledger.record(port, "node-01", "cancelled", workflow=f"w{attempt}", attempt=attempt, check="xid")
+    with pytest.raises(DsxError, match="escalated: 3 remediation attempts"):
+        remediate.guard("node-01", "xid", workflow_name="w4", max_attempts=3)
+    node = port.get_node("node-01")
+    assert node.unschedulable and node.has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    assert node.labels[vocab.LABEL_STATE] == vocab.NodeState.escalated.value
+    assert node.annotations[vocab.ANNOTATION_CORDONED_BY] == remediate.OWNER
+
+
 def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
     # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's
     # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy.
