@@ -21,6 +21,7 @@ Rules every step keeps:
 Step modules are read by Hera's runner in the pod, so this one keeps its annotations evaluated.
 """
 
+import contextlib
 import datetime as dt
 import json
 import os
