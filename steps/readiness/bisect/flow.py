@@ -281,9 +281,11 @@ def confirm_members(
     """Test each member of a small failing part beside a known-good partner; label who fails at once.
 
     Known good: the ``partners`` lent by the caller, then every node a passing test of the run cleared
-    (never a member of this part). One member at a time, so a partner is in one test at a time. A member
-    with no partner to test beside stays unconfirmed and unlabelled (said on stderr). Output parameter
-    ``suspects``: the members labelled failed (JSON list).
+    (members of this part too, once cleared; never the member itself or a node named at fault). With no
+    known-good node outside the part, pairs of its members are tested first until one passes. One member
+    at a time, so a partner is in one test at a time. A member with no partner to test beside stays
+    unconfirmed and unlabelled (said on stderr). Output parameter ``suspects``: the members labelled
+    failed (JSON list).
     """
     run = _run_ref(run)
     store, test = _tester(run)
