@@ -1,6 +1,7 @@
-"""Readiness: is this cluster fit for production? NCCL sweeps, a training smoke run, verdicts, labels.
+"""Readiness: is this cluster fit for production? NCCL sweeps, a training smoke run, bisection, verdicts,
+labels.
 
-The part in four kinds of module, each kind knowing only the kinds above it::
+The part in five kinds of module, each kind knowing only the kinds above it::
 
     ranks/          code that runs inside one rank process, started by torchrun or the local launcher
       rankenv         the rank's place (RANK, WORLD_SIZE, its node), its process group, the marks
@@ -40,9 +41,19 @@ The part in four kinds of module, each kind knowing only the kinds above it::
       plots           bus bandwidth and step-time plots
       evidence        the folder a step writes its evidence to
 
+    bisect/         from a group that fails while its members pass alone, to the nodes at fault (beside
+                    the pipeline: its steps run the certification's group test, whose report reads
+                    its records)
+      models          a group test's result, every test run, suspects, the result
+      session         rounds, repeats within the noise band, the clock, node time
+      strategies      halving, pairs and auto over any group test (bisect, choose)
+      probes          the group tests of dsx bisect: the fabric model, or real local gloo ranks
+      records         one record per test of a workflow's bisection, kept in ConfigMaps of the run
+      flow            the steps of dsx-bisect and of dsx-certify's bisection stages
+
 Why flat for judgement, data and pipeline: they are what the workflows, the CLI and the tests import,
 and the compiled templates name the pipeline's steps by module path; a subpackage would only lengthen
 those paths. ``ranks`` and ``launchers`` are packages because their rules differ from the rest: a rank
 never touches the cluster (an import-linter contract in ``pyproject.toml``), and a launcher never reads
-what it runs.
+what it runs. ``bisect`` is one because it is a whole of its own built over the pipeline's group test.
 """

@@ -78,6 +78,10 @@ def test_a_healthy_group_exits_0_and_the_table_says_so(capsys: pytest.CaptureFix
         (["--cluster", "sim:nodes=4,colour=red"], "unknown key 'colour'"),
         (["--cluster", "sim:nodes=40", "--measure", "local"], "40 nodes is more than 16 local ranks"),
         (["--cluster", "sim:nodes=4", "--strategy", "random"], "'random' is not one of"),
+        (
+            ["--cluster", "sim:nodes=4", "--measure", "local", "--seed", "3"],
+            "--seed seeds the modelled tests",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_it(

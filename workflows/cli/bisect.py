@@ -83,7 +83,8 @@ def _group_test(
     """The group test for ``nodes``, the noise it measures with, and how long a healthy test lasts.
 
     Raises:
-        InputError: the cluster has no fabric model, or is too large or not simulated for local ranks.
+        InputError: the cluster has no fabric model, is too large for local ranks, or a seed is given
+            for them.
     """
     from steps.cluster.fabric import fabric_model
     from steps.errors import InputError
@@ -98,6 +99,11 @@ def _group_test(
     if seed is not None:
         model = type(model)(model.reports, model.settings.model_copy(update={"seed": seed}))
     if measure is Measure.local:
+        if seed is not None:
+            raise InputError(
+                "dsx bisect: --seed seeds the modelled tests; --measure local measures real ranks, "
+                "which no seed repeats"
+            )
         if len(nodes) > _LOCAL_MAX_NODES:
             raise InputError(
                 f"dsx bisect --measure local: {len(nodes)} nodes is more than {_LOCAL_MAX_NODES} local "

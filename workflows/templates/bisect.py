@@ -8,9 +8,10 @@ output ``suspects`` is what its own confirmation labelled: a skipped ``confirm-m
 its output declares a default, as Argo v4 requires of a skipped task's output that anything reads.
 
 Entry ``bisect`` (a run of its own): ``prepare`` (the nodes of the ``nodes`` selector, dsx's default
-thresholds) -> ``bisect-group`` -> ``finish`` (Failed when it named a node). ``bisect-groups`` is what
-``dsx-certify`` calls (templateRef) with the groups that failed while their members passed alone, at most
-:data:`PARALLELISM` of them at once; the workflow's ``parallelism`` bounds the tests run at once.
+thresholds) -> ``bisect-group`` -> ``finish`` (Failed when it named a node, or when a test failed and it
+could name none). ``bisect-groups`` is what ``dsx-certify`` calls (templateRef) with the groups that
+failed while their members passed alone, at most :data:`PARALLELISM` of them at once; the workflow's
+``parallelism`` bounds the tests run at once.
 """
 
 from typing import Any

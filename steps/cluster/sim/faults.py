@@ -72,7 +72,7 @@ _NODE_INFO_FIELDS = {
 }
 
 _FAULT = re.compile(
-    r"^(?P<kind>[a-z-]+)(?::(?P<name>[A-Za-z0-9_.-]+))?(?:=(?P<value>[0-9.]+))?(?:@(?P<gpu>\d+))?$"
+    r"^(?P<kind>[a-z-]+)(?::(?P<name>[A-Za-z0-9_.-]+))?(?:=(?P<value>\d+(?:\.\d*)?|\.\d+))?(?:@(?P<gpu>\d+))?$"
 )
 
 
@@ -176,6 +176,11 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
         _nic_down(fleet, node, version.strip(), fault)
         return
     match = _FAULT.match(fault.strip())
+    if not match and kind.partition(":")[0].partition("@")[0] in FAULT_KINDS:
+        raise InputError(
+            f"fault {fault!r} on {node}: cannot read it as KIND[:NAME][=NUMBER][@GPU] "
+            "(a value is a number such as 2240 or 0.25; see sim docs)"
+        )
     kind = match.group("kind") if match else ""
     if not match or kind not in FAULT_KINDS:
         raise InputError(
@@ -193,6 +198,11 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     if kind in ("flaky-nic", "hang"):
         _nic_fault(health, kind, value, node, fault)
     elif kind == "slow-nic":
+        if value is not None and float(value) <= 0:
+            raise InputError(
+                f"fault {fault!r} on {node}: slow-nic=GBPS needs GBPS > 0 "
+                "(for links that pass nothing, use hang)"
+            )
         health.link_gbps = float(value) if value else health.nominal_link_gbps / 4
     elif kind == "slow-nvlink":
         targets = [_gpu(health, gpu, node, fault)] if gpu is not None else range(len(health.gpus))

@@ -281,9 +281,11 @@ def confirm_members(
     """Test each member of a small failing part beside a known-good partner; label who fails at once.
 
     Known good: the ``partners`` lent by the caller, then every node a passing test of the run cleared
-    (never a member of this part). One member at a time, so a partner is in one test at a time. A member
-    with no partner to test beside stays unconfirmed and unlabelled (said on stderr). Output parameter
-    ``suspects``: the members labelled failed (JSON list).
+    (members of this part too, once cleared; never the member itself or a node named at fault). With no
+    known-good node outside the part, pairs of its members are tested first until one passes. One member
+    at a time, so a partner is in one test at a time. A member with no partner to test beside stays
+    unconfirmed and unlabelled (said on stderr). Output parameter ``suspects``: the members labelled
+    failed (JSON list).
     """
     run = _run_ref(run)
     store, test = _tester(run)
@@ -349,18 +351,30 @@ def bisect_targets(run: RunRef, stage: Literal["groups", "whole"]) -> list[Bisec
 
 
 def finish(run: RunRef) -> BisectSummary:
-    """End a ``dsx-bisect`` of its own: what it found; its records go; Failed when it named a node.
+    """End a ``dsx-bisect`` of its own: what it found; its records go; Failed unless the group is healthy.
+
+    The group is not healthy when a node was named, and also when a test failed yet no node could be
+    named (no known-good partner to confirm a member beside, or a fault outside the nodes): as
+    ``dsx bisect`` exits 1 on such an unresolved failure, the workflow does not end Succeeded.
 
     Raises:
-        DsxError: suspects were found (named, with their reasons).
+        DsxError: suspects were found (named, with their reasons), or a test failed with no node named.
     """
     run = _run_ref(run)
     store = OutcomeStore(connect(), run)
     records = Records(store)
     found = records.all()
     suspects = {node: suspect_reason(r) for node, r in sorted(records.suspects().items())}
+    failing = sorted((r for r in found if r.outcome != "pass"), key=lambda r: (len(r.members), r.members))
     summary = BisectSummary(suspects=suspects, tests=len(found), cleared=len(records.cleared()))
     store.delete()
     if suspects:
         raise DsxError("bisection found the nodes at fault: " + "; ".join(suspects.values()))
+    if failing:
+        smallest = failing[0]
+        raise DsxError(
+            f"bisection named no node, yet {len(failing)} test(s) failed, the smallest of "
+            f"{', '.join(smallest.members)} ({smallest.outcome}: {smallest.reason or 'no reason given'}); "
+            "no known-good node was found to confirm a member beside, or the fault is outside the nodes"
+        )
     return summary

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Sequence
 from typing import Literal
 
@@ -177,8 +176,3 @@ def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[
             )
         result.append(outcome.model_copy(update={"verdicts": verdicts}))
     return result
-
-
-def dumps(records: Sequence[Record]) -> str:
-    """Records as deterministic JSON (for a step's output)."""
-    return json.dumps([r.model_dump(mode="json") for r in records], sort_keys=True)

@@ -71,3 +71,12 @@ def test_ports_without_a_fabric_give_no_model() -> None:
     report = NodeReport(node="a", link_gbps=100.0, nominal_link_gbps=100.0)
     model = FabricModel({"a": report, "b": report.model_copy(update={"node": "b"})}, FabricSettings())
     assert model.allreduce(["a", "b"]).outcome == "pass"
+
+
+def test_a_noisy_figure_and_the_time_it_took_agree_a_higher_bandwidth_taking_less_time() -> None:
+    model = _model("noise=0.03,seed=2", 4)
+    launch, members = model.settings.launch_s, ["node-00", "node-01", "node-02"]
+    runs = [model.allreduce(members) for _ in range(50)]
+    work = [(r.figure or 0.0) * (r.duration_s - launch) for r in runs]
+    assert len({r.figure for r in runs}) > 1
+    assert work == pytest.approx([work[0]] * len(work), rel=1e-9)  # bandwidth times time: the work, fixed

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from steps.cluster import connect, shareable
+from steps.errors import DsxError
 from steps.readiness import certify
 from steps.readiness.bisect import GroupResult, flow
 from steps.readiness.bisect.records import BISECT_TEST, Record, Records, with_bisection
@@ -139,3 +140,15 @@ def test_a_hung_sweep_is_a_hang_to_bisection_with_no_figure() -> None:
     outcome = _group("bisect-node-00-node-06", ["node-00", "node-06"], "hang")
     result = flow._group_result(outcome)
     assert (result.outcome, result.figure) == ("hang", None)
+
+
+def test_a_bisection_that_names_no_node_yet_saw_a_failure_does_not_end_healthy(run: RunRef) -> None:
+    records = Records(OutcomeStore(connect(), run))
+    records.put(Record(group="bisect", kind="split", members=["node-00", "node-01"], outcome="pass"))
+    assert flow.finish(run).suspects == {}  # every test passed: healthy
+    records.put(Record(group="bisect", kind="split", members=["node-03", "node-04"], outcome="hang"))
+    # two members, no known-good partner to confirm either beside: nothing named, the group still failed
+    with pytest.raises(
+        DsxError, match=r"named no node, yet 1 test\(s\) failed, the smallest of node-03, node-04"
+    ):
+        flow.finish(run)
