@@ -77,7 +77,7 @@ def _group_dag(test_group: Script, confirm: Script) -> DAG:
             Task(
                 name=half,
                 template=dag,
-                when=f"{action} == split",
+                when=f"{action} == {flow.SPLIT}",
                 arguments={
                     "run": run,
                     "members": tested.get_parameter(half),
@@ -87,7 +87,7 @@ def _group_dag(test_group: Script, confirm: Script) -> DAG:
                 depends=tested.name,
             )
         confirmed = confirm(
-            when=f"{action} == confirm",
+            when=f"{action} == {flow.CONFIRM}",
             arguments={"run": run, "members": members, "partners": partners, "group": group},
         )
         tested >> confirmed
@@ -121,7 +121,8 @@ def templates() -> list[Any]:
         "Find the nodes that slow or break a group while each passes its own test: test the group, split a "
         "failing one in halves and test both at once, recursively, and test each member of a small failing "
         "part beside a known-good node. A node that fails beside one is labelled "
-        "dsx.dev/certification=failed with the reason at once. The workflow fails when it named a node.",
+        "dsx.dev/certification=failed with the reason at once. The workflow fails when it named a node, "
+        "and when a test failed that no node could be named for.",
         "bisect",
         [param("nodes", "Label selector of the nodes to bisect; empty: every managed node with GPUs.", "")],
         parallelism=PARALLELISM,

@@ -44,6 +44,9 @@ from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
     "ACTIONS",
+    "CONFIRM",
+    "PASS",
+    "SPLIT",
     "BisectStart",
     "BisectSummary",
     "BisectTarget",
@@ -55,8 +58,10 @@ __all__ = [
     "test_group",
 ]
 
-ACTIONS = ("pass", "split", "confirm")
-"""What ``bisect-group`` does after its test: nothing (it passed), split it, or confirm its members."""
+PASS, SPLIT, CONFIRM = "pass", "split", "confirm"
+ACTIONS = (PASS, SPLIT, CONFIRM)
+"""What ``bisect-group`` does after its test: nothing (it passed), split it, or confirm its members
+(the ``action`` output the template's ``when`` conditions compare with)."""
 
 STANDALONE = "bisect"
 """The group name of a ``dsx-bisect`` of its own."""
@@ -248,12 +253,12 @@ def test_group(run: RunRef, members: list[str], group: str = STANDALONE, tested:
         result = GroupResult(outcome=record.outcome, figure=record.figure, reason=record.reason)
     parts = halves(nodes) if result.outcome != "pass" else None
     if result.outcome == "pass":
-        step = GroupStep(action="pass", outcome=result.outcome, reason=result.reason)
+        step = GroupStep(action=PASS, outcome=result.outcome, reason=result.reason)
     elif parts is None:
-        step = GroupStep(action="confirm", outcome=result.outcome, reason=result.reason)
+        step = GroupStep(action=CONFIRM, outcome=result.outcome, reason=result.reason)
     else:
         step = GroupStep(
-            action="split", left=parts[0], right=parts[1], outcome=result.outcome, reason=result.reason
+            action=SPLIT, left=parts[0], right=parts[1], outcome=result.outcome, reason=result.reason
         )
     _params(action=step.action, left=json.dumps(step.left), right=json.dumps(step.right))
     return step
