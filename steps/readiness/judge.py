@@ -24,6 +24,7 @@ __all__ = [
     "judge_collective",
     "judge_relative",
     "judge_smoke",
+    "only_slow",
     "straggler_verdicts",
     "subject_name",
     "verdict",
@@ -437,3 +438,15 @@ def judge_smoke(
         *_smoke_stragglers(result, subject, thresholds, evidence),
         *_mfu_verdicts(result, subject, thresholds, evidence),
     ]
+
+
+#: The tests whose failure says the group was slow (too little bandwidth, or a rank that keeps the
+#: others waiting), as opposed to broken (a failed run, wrong data, a rank that died).
+SLOW_TESTS = ("allreduce-busbw", "allreduce-straggler")
+
+
+def only_slow(verdicts: Sequence[Verdict]) -> bool:
+    """Whether every failing verdict is about speed (:data:`SLOW_TESTS`): a bisection then calls the node
+    it names slow, else failing."""
+    failing = [v for v in verdicts if v.status != "pass"]
+    return bool(failing) and all(v.test.split("@")[0] in SLOW_TESTS for v in failing)

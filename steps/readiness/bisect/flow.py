@@ -36,6 +36,7 @@ from steps.readiness.bisect.session import judged
 from steps.readiness.bisect.strategies import halves
 from steps.readiness.checks import SweepOutcome
 from steps.readiness.evidence import output_dir
+from steps.readiness.judge import only_slow
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from steps.readiness.planning import LOCAL_RANKS_PER_NODE
@@ -177,6 +178,8 @@ def _group_result(outcome: SweepOutcome) -> GroupResult:
     failed = [v for v in outcome.verdicts if v.status != "pass"]
     judged = next((v for v in failed if v.unit == "GB/s" and v.measured is not None), None)
     figure = judged.measured if judged is not None else (rows[-1].busbw() if rows else None)
+    if failed and not only_slow(failed):
+        figure = None  # broken, not slow: a bisection names the node failing, never slow
     if outcome.status == "pass":
         kind: Literal["pass", "fail", "hang"] = "pass"
     else:

@@ -42,6 +42,7 @@ def local_test(
         timeout_s: a test that has not finished by then is a hang.
     """
     from steps.readiness.checks import SweepRequest, run_allreduce_sweep
+    from steps.readiness.judge import only_slow
     from steps.readiness.launchers.local import local_injections
     from steps.readiness.models import Subject
 
@@ -67,12 +68,13 @@ def local_test(
             )
         )
         rows = outcome.run.rows if outcome.run is not None else []
-        failed = [v.message for v in outcome.verdicts if v.status != "pass"]
+        failed = [v for v in outcome.verdicts if v.status != "pass"]
+        broken = bool(failed) and not only_slow(failed)  # a broken test names a failing node, not a slow one
         return GroupResult(
             outcome="pass" if outcome.status == "pass" else "hang" if outcome.status == "hang" else "fail",
-            figure=rows[-1].busbw() if rows else None,
+            figure=rows[-1].busbw() if rows and not broken else None,
             duration_s=outcome.elapsed_s,
-            reason=failed[0] if failed else f"{len(members)} local ranks passed",
+            reason=failed[0].message if failed else f"{len(members)} local ranks passed",
         )
 
     return test

@@ -152,3 +152,21 @@ def test_a_bisection_that_names_no_node_yet_saw_a_failure_does_not_end_healthy(r
         DsxError, match=r"named no node, yet 1 test\(s\) failed, the smallest of node-03, node-04"
     ):
         flow.finish(run)
+
+
+def test_a_broken_test_is_a_failure_to_bisection_a_slow_one_keeps_its_figure() -> None:
+    """Wrong data or a dead rank names the node failing; only a bandwidth or straggler verdict says slow."""
+    subject = Subject(kind="group", name="bisect-1", members=["node-00", "node-06"])
+    slow = verdict(
+        subject, "allreduce-busbw@64MiB", "fail", "low", measured=40.0, threshold=80.0, unit="GB/s"
+    )
+    wrong = verdict(subject, "allreduce-data", "fail", "3 wrong elements", measured=3, unit="wrong elements")
+
+    def outcome(*found: object) -> SweepOutcome:
+        return SweepOutcome(
+            subject=subject, status="fail", verdicts=list(found), evidence=[], out_dir="", elapsed_s=1.0
+        )
+
+    assert flow._group_result(outcome(slow)).figure == 40.0
+    assert flow._group_result(outcome(wrong)).figure is None
+    assert flow._group_result(outcome(slow, wrong)).figure is None  # broken as well as slow: failing
