@@ -35,6 +35,7 @@ import pytest
 
 from steps.cluster import vocabulary as vocab
 from steps.sentinel import ledger
+from steps.sentinel.policy import Breaker, BreakerSettings
 from tests.k8s_emulator import Emulator
 from tests.k8s_kubelet import EmulatedCluster
 from tests.paths import REPO
@@ -265,6 +266,20 @@ def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_pat
     reasons = [e.get("reason") for e in made.emulator.objects("events", "default")]
     assert "DsxRemediationEscalated" in reasons
     _lost_nothing(made, frozenset({"node-03"}))
+
+
+def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
+    made = cluster()
+    breaker = Breaker(made.port(NAMESPACE), BreakerSettings(max_share=0.25))
+    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
+    assert _remediate(made, tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
+    node = _node(made)
+    assert not _cordoned(node) and vocab.LABEL_STATE not in _labels(node)  # nothing changed on it
+    assert "refused" in _states(made)
+    assert not _requests(made.emulator, "POST", "/eviction") and not _requests(
+        made.emulator, "PATCH", "/nodes/"
+    )
+    _lost_nothing(made)
 
 
 def test_two_remediations_for_one_node_never_run_at_once(
