@@ -1,0 +1,447 @@
+"""The faults ``dsx-remediate`` must survive losing nothing, on the emulated API server: the compiled
+WorkflowTemplate run by the local runner with ``--cluster kube``, every step talking through the kubernetes
+client over HTTP to :mod:`tests.k8s_emulator` (nodes, the kubelet double, the Job controller, the
+scheduler, PodDisruptionBudgets with the API server's disruption semantics).
+
+The cluster is the simulated fleet's objects seeded into the emulator: DaemonSet, ReplicaSet and Job
+pods whose controllers live outside it (the emulator replaces a pod that goes), a bare pod, and the
+``serving`` budgets (``inference`` minAvailable 1 over 3 replicas; ``gateway`` maxUnavailable 0 with
+``blocking-pdb=true``). node-01 carries the sentinel's ``DsxGpuXid`` condition. The repair system is a
+thread of the test (:class:`Repairer`): once remediation asks for a repair it reboots the node (a new
+``status.nodeInfo.bootID``) and clears the condition, as the provider's repair service would.
+
+Recertification: ``dsx-certify`` is reached through ``templateRef`` with ``launcher=local``, so its
+measurements run as gloo ranks of this machine while every cluster action of certification (labels,
+Leases, outcome ConfigMaps, node Events) goes through the emulated API server; ``iters=2`` keeps it fast.
+
+After every run the promises of :mod:`tests.workflows.test_remediate_faults` are checked against the
+emulator's objects and request log (:func:`_lost_nothing`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steps.cluster import vocabulary as vocab
+from steps.sentinel import ledger
+from steps.sentinel.policy import Breaker, BreakerSettings
+from tests.k8s_emulator import Emulator
+from tests.k8s_kubelet import EmulatedCluster
+from tests.paths import REPO
+from tests.workflows.test_remediate_faults import FAST, NODE, _templates, _wait_for
+from workflows.runner import Phase, RunOptions, run
+
+NAMESPACE = "dsx"
+FLEET = "sim:nodes=4,gpu=h100,faults=node-01:xid=79"
+CONDITION = vocab.CONDITION_SENTINEL["xid"]
+STAMP = "2025-01-06T08:00:00Z"
+
+
+class Repairer:
+    """The repair system: reboots node-01 ``delay`` seconds after each request for its repair.
+
+    ``mode``: ``ok`` (new boot id, Ready, the fault's condition False) or ``never`` (nothing happens).
+    """
+
+    def __init__(self, emulator: Emulator, mode: str = "ok", delay: float = 0.3) -> None:
+        self.emulator, self.mode, self.delay = emulator, mode, delay
+        self.repaired = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Repairer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _asked(self) -> str:
+        node = self.emulator.get("nodes", NODE)
+        return ((node or {}).get("metadata", {}).get("annotations") or {}).get(
+            vocab.ANNOTATION_REPAIR_REQUESTED_AT, ""
+        )
+
+    def _loop(self) -> None:
+        done = ""
+        while not self._stop.is_set() and self.mode != "never":
+            asked = self._asked()
+            if asked and asked != done:  # each new request is repaired once
+                self._stop.wait(self.delay)
+                self.emulator.update("nodes", "", NODE, _reboot)
+                self.repaired.set()
+                done = asked
+            self._stop.wait(0.05)
+
+
+def _reboot(node: dict[str, Any]) -> None:
+    node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
+    for condition in node["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["status"] = "True"
+        elif condition["type"] == CONDITION:
+            condition.update(status="False", reason="Repaired", message="healthy after the repair")
+
+
+def _faulty(node: dict[str, Any]) -> None:
+    node["status"]["conditions"].append(
+        {
+            "type": CONDITION,
+            "status": "True",
+            "reason": "Xid79",
+            "message": "GPU 3: XID 79 (fallen off the bus)",
+            "lastTransitionTime": STAMP,
+            "lastHeartbeatTime": STAMP,
+        }
+    )
+
+
+@pytest.fixture
+def cluster(k8s_cluster: Callable[..., EmulatedCluster]) -> Callable[..., EmulatedCluster]:
+    """``cluster(spec)``: an emulated cluster of the simulated fleet ``spec``, node-01 faulty."""
+
+    def make(spec: str = FLEET) -> EmulatedCluster:
+        made = k8s_cluster(spec=spec)
+        made.emulator.update("nodes", "", NODE, _faulty)
+        return made
+
+    return make
+
+
+def _params(**extra: str) -> dict[str, str]:
+    return {
+        "node": NODE,
+        "check": "xid",
+        "drain-policy": json.dumps(FAST),
+        "repair-timeout": "6s",
+        "launcher": "local",
+        "iters": "2",
+        **extra,
+    }
+
+
+def _options(made: EmulatedCluster, out: Path) -> RunOptions:
+    return RunOptions(out_dir=out, cluster="kube", kubeconfig=str(made.kubeconfig), namespace=NAMESPACE)
+
+
+def _remediate(made: EmulatedCluster, out: Path, **extra: str) -> Phase:
+    entry, library = _templates()
+    return run(entry, library, _params(**extra), _options(made, out)).phase
+
+
+def _in_background(made: EmulatedCluster, out: Path, **extra: str) -> tuple[threading.Thread, list[Phase]]:
+    phases: list[Phase] = []
+    thread = threading.Thread(target=lambda: phases.append(_remediate(made, out, **extra)), daemon=True)
+    thread.start()
+    return thread, phases
+
+
+def _node(made: EmulatedCluster, name: str = NODE) -> dict[str, Any]:
+    node = made.emulator.get("nodes", name)
+    assert node is not None, f"{name} is gone"
+    return node
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return dict(node["metadata"].get("labels") or {})
+
+
+def _cordoned(node: dict[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def _state_of(made: EmulatedCluster) -> str:
+    node = made.emulator.get("nodes", NODE)
+    return "gone" if node is None else _labels(node).get(vocab.LABEL_STATE, "")
+
+
+def _states(made: EmulatedCluster) -> list[str]:
+    return [e.state for e in ledger.entries(made.port(NAMESPACE), NODE)]
+
+
+def _cordon_by_hand(made: EmulatedCluster, name: str) -> None:
+    """``kubectl cordon``: a merge patch of ``spec.unschedulable`` over HTTP."""
+    _core(made).patch_node(name, {"spec": {"unschedulable": True}}, _preload_content=False)
+
+
+def _core(made: EmulatedCluster) -> Any:
+    from kubernetes import client
+
+    from steps.cluster.kube import load_api_client
+
+    api_client, _ = load_api_client(str(made.kubeconfig))
+    return client.CoreV1Api(api_client)
+
+
+def _requests(emulator: Emulator, method: str, part: str) -> list[str]:
+    return [r.path for r in emulator.requests if r.method == method and part in r.path]
+
+
+def _lost_nothing(
+    made: EmulatedCluster, cordoned_before: frozenset[str] = frozenset(), deleted: str = ""
+) -> None:
+    """No pod deleted outside the Eviction API (but pods whose name holds ``deleted``, where the drain
+    policy says so), no budget below what it asks for, no node cordoned without ``dsx.dev/state``, no
+    cordon made outside dsx lifted."""
+    emulator = made.emulator
+    removed = [p for p in _requests(emulator, "DELETE", "/pods/") if not (deleted and deleted in p)]
+    assert not removed, f"pods deleted outside the Eviction API: {removed}"
+    emulator.settle()
+    pods = emulator.objects("pods")
+    for budget in emulator.objects("poddisruptionbudgets"):
+        wanted = budget["spec"]["selector"]["matchLabels"].items()
+        healthy = [
+            p
+            for p in pods
+            if p["metadata"].get("namespace") == budget["metadata"]["namespace"]
+            and wanted <= (p["metadata"].get("labels") or {}).items()
+            and (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        desired = int(budget["status"]["desiredHealthy"])
+        assert len(healthy) >= desired, f"budget {budget['metadata']['name']}: {len(healthy)} < {desired}"
+    for node in emulator.objects("nodes"):
+        name = node["metadata"]["name"]
+        if name in cordoned_before:
+            assert _cordoned(node), f"{name}: a cordon made outside dsx was lifted"
+        elif _cordoned(node):
+            assert _labels(node).get(vocab.LABEL_STATE), f"{name} cordoned with no state label"
+
+
+def _in_service(made: EmulatedCluster) -> None:
+    node = _node(made)
+    labels = _labels(node)
+    assert not _cordoned(node) and labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in labels and vocab.LABEL_RECERTIFY not in labels
+    assert not [t for t in node["spec"].get("taints") or [] if t["key"] == vocab.TAINT_UNHEALTHY]
+    assert _states(made)[-2:] == [ledger.IN_SERVICE, "ended"]
+
+
+# ----------------------------------------------------------------------------------------- the faults
+
+
+def test_a_repaired_node_is_recertified_and_back_in_service(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    made = cluster()
+    _cordon_by_hand(made, "node-00")  # an operator's cordon from before: never lifted
+    with Repairer(made.emulator) as repairer:
+        assert _remediate(made, tmp_path / "run") == Phase.Succeeded
+    assert repairer.repaired.is_set()
+    _in_service(made)
+    evicted = _requests(made.emulator, "POST", "/eviction")
+    assert any("/serving/pods/inference" in p for p in evicted) and any("/research/" in p for p in evicted)
+    assert not any("nvidia-" in p for p in evicted), "a DaemonSet pod was evicted"
+    assert not [
+        p
+        for p in made.emulator.objects("pods")
+        if p["spec"].get("nodeName") == NODE
+        and (p["metadata"].get("ownerReferences") or [{}])[0].get("kind") != "DaemonSet"
+    ], "the drain left pods on the node"
+    _lost_nothing(made, frozenset({"node-00"}))
+
+
+def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
+    made = cluster()
+    _cordon_by_hand(made, "node-03")
+    with Repairer(made.emulator, mode="never"):
+        assert _remediate(made, tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
+    node = _node(made)
+    labels = _labels(node)
+    assert _cordoned(node) and labels[vocab.LABEL_STATE] == "escalated"
+    assert labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert _states(made)[-2:] == ["escalated", "ended"]
+    reasons = [e.get("reason") for e in made.emulator.objects("events", "default")]
+    assert "DsxRemediationEscalated" in reasons
+    _lost_nothing(made, frozenset({"node-03"}))
+
+
+def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
+    made = cluster()
+    breaker = Breaker(made.port(NAMESPACE), BreakerSettings(max_share=0.25))
+    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
+    assert _remediate(made, tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
+    node = _node(made)
+    assert not _cordoned(node) and vocab.LABEL_STATE not in _labels(node)  # nothing changed on it
+    assert "refused" in _states(made)
+    assert not _requests(made.emulator, "POST", "/eviction") and not _requests(
+        made.emulator, "PATCH", "/nodes/"
+    )
+    _lost_nothing(made)
+
+
+def test_two_remediations_for_one_node_never_run_at_once(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    made = cluster()
+    with Repairer(made.emulator):
+        first, phases_a = _in_background(made, tmp_path / "a")
+        second, phases_b = _in_background(made, tmp_path / "b")
+        first.join(120)
+        second.join(120)
+    assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
+    entries = ledger.entries(made.port(NAMESPACE), NODE)
+    runs = [e.workflow for e in entries if e.state == "requested"]
+    assert len(runs) == 2 and runs[0] != runs[1]
+    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
+    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
+    assert first_done < second_start, "two remediations of one node overlapped"
+    _in_service(made)
+    _lost_nothing(made)
+
+
+def test_an_operator_uncordons_by_hand_mid_remediation(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    made = cluster()
+    with Repairer(made.emulator, mode="never"):
+        thread, phases = _in_background(made, tmp_path / "run", **{"repair-timeout": "3s"})
+        _wait_for(lambda: _state_of(made) == "awaiting-repair")
+        _core(made).patch_node(
+            NODE, {"spec": {"unschedulable": False}}, _preload_content=False
+        )  # kubectl uncordon
+        thread.join(120)
+    assert phases == [Phase.Failed]
+    node = _node(made)  # never cordoned again after the operator's uncordon, nothing left saying why
+    assert not _cordoned(node) and vocab.LABEL_STATE not in _labels(node)
+    states = _states(made)
+    assert "cancelled" in states and "escalated" not in states
+    reasons = [e.get("reason") for e in made.emulator.objects("events", "default")]
+    assert "DsxRemediationCancelled" in reasons
+    _lost_nothing(made)
+
+
+def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    made = cluster()
+    made.emulator.fail(2, 500, method="PATCH", path="/nodes/")
+    made.emulator.fail(2, 500, method="POST", path="/eviction")
+    made.emulator.fail(2, 500, method="PUT", path="/configmaps/")
+    made.emulator.conflict(3)
+    with Repairer(made.emulator):
+        assert _remediate(made, tmp_path / "run") == Phase.Succeeded
+    failed = [r for r in made.emulator.requests if r.status == 500]
+    conflicts = [r for r in made.emulator.requests if r.status == 409]
+    assert len(failed) == 6 and conflicts, (len(failed), len(conflicts))
+    _in_service(made)
+    _lost_nothing(made)
+
+
+def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
+    made = cluster(f"{FLEET},blocking-pdb=true")
+    thread, phases = _in_background(made, tmp_path / "run")
+    _wait_for(lambda: any(r.status == 429 for r in made.emulator.requests))  # the gateway's budget holds
+    _core(made).delete_node(NODE, _preload_content=False)
+    thread.join(120)
+    assert phases == [Phase.Failed]
+    entries = ledger.entries(made.port(NAMESPACE), NODE)
+    assert "draining" in [e.state for e in entries] and entries[-1].state == "ended"
+    assert "disappeared" in entries[-2].detail
+    _lost_nothing(made)
+
+
+@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair"])
+def test_stopped_and_resubmitted_picks_up_where_it_stopped(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path, stop_at: str
+) -> None:
+    made = cluster(f"{FLEET},blocking-pdb=true")
+    # The gateway's budget blocks its pod for 1.5 s, then its namespace mode deletes it: the drain lasts.
+    policy = {**FAST, "namespaces": {"serving": {"mode": "delete-after-timeout", "timeout_s": 1.5}}}
+    params = _params(**{"drain-policy": json.dumps(policy)})
+    args = [
+        sys.executable,
+        "-m",
+        "workflows.cli",
+        "run",
+        "remediate",
+        "--local",
+        "--cluster",
+        "kube",
+        "--kubeconfig",
+        str(made.kubeconfig),
+        *[a for k, v in params.items() for a in ("-p", f"{k}={v}")],
+    ]
+    env = {**os.environ, vocab.ENV_NAMESPACE: NAMESPACE}
+    with Repairer(made.emulator, delay=2.0):
+        first = subprocess.Popen(
+            [*args, "--out", str(tmp_path / "first")],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_for(lambda: _state_of(made) == stop_at, 60)
+            first.send_signal(signal.SIGTERM)  # argo terminate: running steps killed, no exit handler
+            assert first.wait(60) != 0
+        finally:
+            first.kill()
+        stopped = _node(made)
+        assert _cordoned(stopped) and _labels(stopped)[vocab.LABEL_STATE]  # cordoned, and says why
+        again = subprocess.run(
+            [*args, "--out", str(tmp_path / "again")],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    _in_service(made)
+    entries = ledger.entries(made.port(NAMESPACE), NODE)
+    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
+    assert resumed and stop_at in resumed[0].detail
+    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
+    _lost_nothing(made, deleted="/serving/pods/gateway")  # the one deletion the namespace's mode asks for
+
+
+# ----------------------------------------------------------------------------------------- RBAC
+
+
+def _needs(method: str, path: str) -> tuple[str, str, str, str]:
+    """The RBAC (namespace or '*', api group, resource, verb) a request needs."""
+    parts = path.split("?")[0].strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = "*"
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {"GET": "get" if named else "list", "POST": "create", "PUT": "update", "PATCH": "patch"}.get(
+        method, method.lower()
+    )
+    return namespace, group, resource, verb
+
+
+def test_every_call_a_remediation_makes_is_granted_to_its_account(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    """A remediation that goes through every step on the emulated API server (a drain that evicts and, as
+    its namespace mode says, deletes; the repair wait; certification through ``templateRef``; the pair
+    test through ``dsx-bisect``'s templates; the exit handler): every request it sent needs a grant the
+    chart gives ``dsx-remediate``, as Argo runs templates reached through ``templateRef`` under the calling
+    workflow's service account."""
+    from tests.test_chart import CHART, _docs, _granted, _template
+
+    granted = set(_granted(_docs(_template(CHART, namespace=NAMESPACE)), "dsx-remediate"))
+    made = cluster(f"{FLEET},blocking-pdb=true")
+    policy = {**FAST, "namespaces": {"serving": {"mode": "delete-after-timeout", "timeout_s": 0.5}}}
+    with Repairer(made.emulator):
+        assert _remediate(made, tmp_path / "run", **{"drain-policy": json.dumps(policy)}) == Phase.Succeeded
+    needed = {_needs(r.method, r.path) for r in made.emulator.requests}
+    missing = sorted(n for n in needed if n not in granted and ("*", *n[1:]) not in granted)
+    assert not missing, f"dsx-remediate may not: {missing}"
