@@ -42,13 +42,15 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
 - Job controller: startTime on first sight; pods ``JOB-INDEX-xxxxx`` with the job-tracking finalizer, a
   controller ownerReference, index label and annotation, env ``JOB_COMPLETION_INDEX`` from the label,
   hostname ``JOB-INDEX``; a pod Failed or deleted before it succeeded counts as failed; backoffLimit
-  (BackoffLimitExceeded); activeDeadlineSeconds from startTime, Pending included (DeadlineExceeded: active
-  pods deleted); FailureTarget then Failed once nothing terminates; SuccessCriteriaMet then Complete
-  (CompletionsReached) and completionTime; replacements after a back-off of 10 s doubling (at most
-  10 min); orphan pods lose the tracking finalizer: ``pkg/controller/job/job_controller.go``,
-  ``indexed_job_utils.go``, ``backoff_utils.go``.
+  (BackoffLimitExceeded); backoffLimitPerIndex (backoffLimit then defaults to MaxInt32; an index whose
+  failed pods exceed it is failed, never started again, listed in ``failedIndexes``; once every index has
+  succeeded or failed, FailedIndexes; maxFailedIndexes, MaxFailedIndexesExceeded); activeDeadlineSeconds
+  from startTime, Pending included (DeadlineExceeded: active pods deleted); FailureTarget then Failed once
+  nothing terminates; SuccessCriteriaMet then Complete (CompletionsReached) and completionTime; replacements
+  after a back-off of 10 s doubling (at most 10 min); orphan pods lose the tracking finalizer:
+  ``pkg/controller/job/job_controller.go``, ``indexed_job_utils.go``, ``backoff_utils.go``.
   Not modelled: ttlSecondsAfterFinished (finished Jobs stay), suspend, podFailurePolicy, successPolicy,
-  backoffLimitPerIndex.
+  the per-index back-off delay (the Job's own is used).
 - Pods: requests default to limits: ``pkg/apis/core/v1/defaults.go``; not-ready/unreachable NoExecute
   tolerations for 300 s: ``plugin/pkg/admission/defaulttolerationseconds``; a service account other than
   ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
@@ -499,7 +501,8 @@ def _default_job(job: dict[str, Any]) -> list[_FieldError]:
         spec["completions"] = 1
         spec["parallelism"] = 1
     spec.setdefault("parallelism", 1)
-    spec.setdefault("backoffLimit", 6)
+    # With backoffLimitPerIndex the whole Job's limit defaults to MaxInt32 (pkg/apis/batch/v1/defaults.go).
+    spec.setdefault("backoffLimit", 6 if spec.get("backoffLimitPerIndex") is None else 2**31 - 1)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
@@ -1412,6 +1415,17 @@ class Emulator:
                 succeeded_indexes.add(ix)
         if indexed:
             succeeded = len(succeeded_indexes)
+        failed_indexes = _parse_ranges(status.get("failedIndexes", ""))
+        per_index = spec.get("backoffLimitPerIndex") if indexed else None
+        if per_index is not None:
+            # An index fails once its failed pods exceed the limit (job_controller.go, backoff per index).
+            counts: dict[int, int] = {}
+            for p in pods:
+                ix = _completion_index(p)
+                if ix is not None and _pod_failed(p):
+                    counts[ix] = counts.get(ix, 0) + 1
+            failed_indexes |= {ix for ix, n in counts.items() if n > int(per_index)}
+            failed_indexes -= succeeded_indexes
         if uid not in self._job_start:
             start = _parse_time(status.get("startTime"))
             self._job_start[uid] = start if start is not None else now
@@ -1432,10 +1446,23 @@ class Emulator:
         finishing = self._condition(job, "SuccessCriteriaMet") or self._condition(job, "FailureTarget")
         if finishing is None:
             deadline = spec.get("activeDeadlineSeconds")
+            most = spec.get("maxFailedIndexes")
             if failed > int(spec.get("backoffLimit", 6)):
                 finishing = condition(
                     "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
                 )
+            elif per_index is not None and most is not None and len(failed_indexes) > int(most):
+                finishing = condition(
+                    "FailureTarget",
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                )
+            elif (
+                failed_indexes
+                and completions is not None
+                and len(failed_indexes | succeeded_indexes) >= int(completions)
+            ):
+                finishing = condition("FailureTarget", "FailedIndexes", "Job has failed indexes")
             elif deadline is not None and now - self._job_start[uid] >= float(deadline):
                 finishing = condition(
                     "FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline"
@@ -1448,7 +1475,9 @@ class Emulator:
                 self._delete(_pod_key(p), "Background")
             active = []
         elif not meta.get("deletionTimestamp"):
-            self._manage_job(job, active, succeeded, succeeded_indexes, now)
+            # A failed index is never started again: counted with the succeeded ones for what to create.
+            ended = succeeded_indexes | failed_indexes
+            self._manage_job(job, active, succeeded + len(failed_indexes), ended, now)
             active = [self._objects[k] for k in self._job_pod_keys(uid) if _pod_active(self._objects[k])]
             if completions is None:
                 done = succeeded > 0 and not active
@@ -1488,6 +1517,8 @@ class Emulator:
         )
         if indexed:
             status["completedIndexes"] = _index_ranges(succeeded_indexes)
+        if per_index is not None:
+            status["failedIndexes"] = _index_ranges(failed_indexes)
         if finishing is not None and terminating == 0:
             final = "Complete" if finishing["type"] == "SuccessCriteriaMet" else "Failed"
             conditions.append(condition(final, finishing["reason"], finishing["message"]))

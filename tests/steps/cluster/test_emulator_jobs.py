@@ -139,6 +139,34 @@ def test_a_failed_pod_within_the_limit_is_replaced_after_the_controllers_back_of
     assert sorted(indexes) == ["0", "1", "1", "2", "3"]
 
 
+def test_with_a_backoff_limit_per_index_a_failed_index_ends_the_job_once_the_others_have_ended(
+    quiet: Quiet,
+) -> None:
+    """dsx's group Jobs: ``backoffLimitPerIndex: 0`` and no ``backoffLimit`` (then MaxInt32). A failed
+    index is not started again and the others run on; the Job fails (FailedIndexes) once all have ended."""
+    emulator, api, clock = quiet
+    job = group_job("g1", MEMBERS)
+    del job["spec"]["backoffLimit"]
+    job["spec"]["backoffLimitPerIndex"] = 0
+    client.BatchV1Api(api).create_namespaced_job("dsx", job)
+    emulator.settle()
+    pods = job_pods(emulator, "g1")
+    made = emulator.get("jobs", "g1", "dsx")
+    assert made is not None and made["spec"]["backoffLimit"] == 2**31 - 1
+    _end_pod(emulator, pods[1], "Failed", 1)
+    clock.advance(30)  # past any back-off: still no replacement for index 1
+    emulator.settle()
+    made = emulator.get("jobs", "g1", "dsx")
+    assert made is not None and made["status"]["failedIndexes"] == "1" and conditions(made) == {}
+    assert len(job_pods(emulator, "g1")) == 4 and made["status"]["active"] == 3
+    for pod in (pods[0], pods[2], pods[3]):
+        _end_pod(emulator, pod, "Succeeded", 0)
+    emulator.settle()
+    made = emulator.get("jobs", "g1", "dsx")
+    assert made is not None and conditions(made)["Failed"]["reason"] == "FailedIndexes"
+    assert (made["status"]["completedIndexes"], made["status"]["failedIndexes"]) == ("0,2-3", "1")
+
+
 def test_deleting_a_running_pod_counts_as_a_failure(quiet: Quiet) -> None:
     emulator, api, _ = quiet
     pods = _start(quiet, backoff=0)
