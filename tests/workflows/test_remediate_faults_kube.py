@@ -13,6 +13,8 @@ thread of the test (:class:`Repairer`): once remediation asks for a repair it re
 Recertification: ``dsx-certify`` is reached through ``templateRef`` with ``launcher=local``, so its
 measurements run as gloo ranks of this machine while every cluster action of certification (labels,
 Leases, outcome ConfigMaps, node Events) goes through the emulated API server; ``iters=2`` keeps it fast.
+Where recertification must fail it runs with ``launcher=job``: rank Jobs the kubelet double runs, whose
+pods on the repaired node exit 1.
 
 After every run the promises of :mod:`tests.workflows.test_remediate_faults` are checked against the
 emulator's objects and request log (:func:`_lost_nothing`).
@@ -51,11 +53,18 @@ STAMP = "2025-01-06T08:00:00Z"
 class Repairer:
     """The repair system: reboots node-01 ``delay`` seconds after each request for its repair.
 
-    ``mode``: ``ok`` (new boot id, Ready, the fault's condition False) or ``never`` (nothing happens).
+    ``mode``: ``ok`` (new boot id, Ready, the fault's condition False) or ``never`` (nothing happens);
+    ``after`` runs once the node is back (say, the repair left a fault the condition does not show).
     """
 
-    def __init__(self, emulator: Emulator, mode: str = "ok", delay: float = 0.3) -> None:
-        self.emulator, self.mode, self.delay = emulator, mode, delay
+    def __init__(
+        self,
+        emulator: Emulator,
+        mode: str = "ok",
+        delay: float = 0.3,
+        after: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.emulator, self.mode, self.delay, self.after = emulator, mode, delay, after
         self.repaired = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -81,6 +90,7 @@ class Repairer:
             if asked and asked != done:  # each new request is repaired once
                 self._stop.wait(self.delay)
                 self.emulator.update("nodes", "", NODE, _reboot)
+                self.after()
                 self.repaired.set()
                 done = asked
             self._stop.wait(0.05)
@@ -110,10 +120,11 @@ def _faulty(node: dict[str, Any]) -> None:
 
 @pytest.fixture
 def cluster(k8s_cluster: Callable[..., EmulatedCluster]) -> Callable[..., EmulatedCluster]:
-    """``cluster(spec)``: an emulated cluster of the simulated fleet ``spec``, node-01 faulty."""
+    """``cluster(spec, **options)``: an emulated cluster of the simulated fleet ``spec``, node-01 faulty
+    (``options``: :func:`tests.conftest.k8s_cluster`'s)."""
 
-    def make(spec: str = FLEET) -> EmulatedCluster:
-        made = k8s_cluster(spec=spec)
+    def make(spec: str = FLEET, **options: Any) -> EmulatedCluster:
+        made = k8s_cluster(spec=spec, **options)
         made.emulator.update("nodes", "", NODE, _faulty)
         return made
 
@@ -268,6 +279,46 @@ def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_pat
     _lost_nothing(made, frozenset({"node-03"}))
 
 
+def test_recertification_fails_on_the_repaired_node(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair brings node-01 back on a new boot, its condition cleared, but its GPUs still fail:
+    certification's rank pods, Jobs on the node run by the kubelet double, exit 1. The node stays out."""
+    made = cluster(service_accounts=("dsx-ranks",))  # the rank pods' account
+    kubelet = made.kubelet
+    assert kubelet is not None
+    for name, value in {
+        vocab.ENV_GPU_IMAGE: "registry.example/dsx-gpu:0.1.0",
+        vocab.ENV_JOB_POLL_S: "0.1",
+        vocab.ENV_SCHEDULE_BUDGET_S: "60",
+        vocab.ENV_STALE_WAIT_S: "30",
+    }.items():
+        monkeypatch.setenv(name, value)
+    _cordon_by_hand(made, "node-02")
+
+    def broken() -> None:  # from the repair on, every pod on node-01 exits 1
+        kubelet.behave(NODE, fail_exit_code=1, fail_after_s=0.2)
+
+    sizes = {"launcher": "job", "min-bytes": "16KiB", "max-bytes": "64KiB", "iters": "2"}
+    with Repairer(made.emulator, after=broken) as repairer:
+        assert _remediate(made, tmp_path / "run", **sizes) == Phase.Failed
+    assert repairer.repaired.is_set()
+    node = _node(made)
+    labels = _labels(node)
+    assert _cordoned(node) and labels[vocab.LABEL_STATE] == "escalated"
+    assert labels[vocab.LABEL_CERTIFICATION] == "failed"
+    assert labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert vocab.LABEL_RECERTIFY not in labels
+    states = _states(made)
+    assert "recertifying" in states and states[-2:] == ["escalated", "ended"]
+    assert _requests(made.emulator, "POST", f"/namespaces/{NAMESPACE}/jobs"), "no rank Job ran"
+    escalated = [e for e in ledger.entries(made.port(NAMESPACE), NODE) if e.state == "escalated"][-1]
+    assert "FailedIndexes" in escalated.detail, escalated.detail  # the Job's own verdict on its ranks
+    warnings = [e for e in made.emulator.objects("events", "default") if e.get("type") == "Warning"]
+    assert "DsxRemediationEscalated" in [e.get("reason") for e in warnings]
+    _lost_nothing(made, frozenset({"node-02"}))
+
+
 def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
     made = cluster()
     breaker = Breaker(made.port(NAMESPACE), BreakerSettings(max_share=0.25))
@@ -353,7 +404,7 @@ def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], 
     _lost_nothing(made)
 
 
-@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair"])
+@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
 def test_stopped_and_resubmitted_picks_up_where_it_stopped(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, stop_at: str
 ) -> None:
