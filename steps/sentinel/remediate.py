@@ -308,6 +308,10 @@ def quarantine(node: str, check: str, workflow_name: str = "") -> str:
         _held(port, node, workflow_name, check)
         if _state(current) != vocab.NodeState.quarantined.value:
             return f"{node}: already past quarantine ({_state(current)})"
+        attempt = _attempt(port, node)
+        done = vocab.NodeState.quarantined.value
+        if any(e.state == done and e.attempt == attempt for e in ledger.entries(port, node)):
+            return f"{node}: already quarantined (attempt {attempt})"  # a resubmitted run: nothing to redo
     try:
         result = port.cordon(node, f"dsx-remediate {workflow_name}: {check}", by=OWNER)
     except CordonRefusedError as exc:

@@ -344,3 +344,30 @@ def test_a_repair_suspend_nobody_resumes_escalates_at_its_deadline(tmp_path: Pat
     escalated = next(e for e in ledger.entries(port, NODE) if e.state == "escalated")
     assert "the repair did not come" in escalated.detail
     _lost_nothing(port)
+
+
+def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quarantine state lasts too short a time to stop a run in it by polling: the first run's guard and
+    quarantine steps run as that run would run them (the same step functions, its workflow name), and the
+    run stops there; the resubmitted workflow picks the node up quarantined, never quarantining it twice."""
+    from steps.sentinel import remediate
+
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    monkeypatch.setenv(vocab.ENV_CLUSTER, state)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "first"))
+    remediate.guard(NODE, "xid", workflow_name="dsx-remediate-first")
+    remediate.quarantine(NODE, "xid", workflow_name="dsx-remediate-first")
+    stopped = port.get_node(NODE)
+    assert stopped.unschedulable and stopped.labels[vocab.LABEL_STATE] == vocab.NodeState.quarantined.value
+    assert _remediate(state, tmp_path / "again") == Phase.Succeeded
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels
+    entries = ledger.entries(port, NODE)
+    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
+    assert resumed and "quarantined" in resumed[0].detail
+    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
+    assert len([c for c in port.calls() if c.method == "cordon" and c.args.get("node") == NODE]) == 1
+    _lost_nothing(port)
