@@ -496,3 +496,28 @@ def test_every_call_a_remediation_makes_is_granted_to_its_account(
     needed = {_needs(r.method, r.path) for r in made.emulator.requests}
     missing = sorted(n for n in needed if n not in granted and ("*", *n[1:]) not in granted)
     assert not missing, f"dsx-remediate may not: {missing}"
+
+
+def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run's guard and quarantine steps run as that run would run them, against the API server;
+    the run stops there. The resubmitted workflow picks the node up quarantined and cordons it once."""
+    from steps.sentinel import remediate
+
+    made = cluster()
+    monkeypatch.setenv(vocab.ENV_CLUSTER, "kube")
+    monkeypatch.setenv("KUBECONFIG", str(made.kubeconfig))
+    monkeypatch.setenv(vocab.ENV_NAMESPACE, NAMESPACE)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "first"))
+    remediate.guard(NODE, "xid", workflow_name="dsx-remediate-first")
+    remediate.quarantine(NODE, "xid", workflow_name="dsx-remediate-first")
+    assert _cordoned(_node(made)) and _state_of(made) == vocab.NodeState.quarantined.value
+    with Repairer(made.emulator):
+        assert _remediate(made, tmp_path / "again") == Phase.Succeeded
+    _in_service(made)
+    entries = ledger.entries(made.port(NAMESPACE), NODE)
+    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
+    assert resumed and "quarantined" in resumed[0].detail
+    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
+    _lost_nothing(made)
