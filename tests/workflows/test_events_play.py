@@ -36,7 +36,9 @@ def test_a_fatal_xid_mid_run_is_remediated_and_the_node_returns_certified(
     assert first("check=xid") < first("cordoned no -> yes")
     assert first("cordoned no -> yes") < first(" boot ") < first(": Succeeded")  # the repair: a new boot
     assert first("-> recertifying") < first(": Succeeded")
-    assert first(": Succeeded") <= first("taint on -> off")
+    # the taint comes off in the workflow's last steps, after recertification; the player's poll may see it
+    # before it reports the workflow's end, so only the order against recertification is the workflow's own
+    assert first("-> recertifying") < first("taint on -> off")
     assert sum("submit dsx-remediate" in line for line in lines) == 1
 
     node = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
