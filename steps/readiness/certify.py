@@ -222,6 +222,14 @@ def keep_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
     return f"recipe {kept['digest'] or '(no digest)'} kept for {run.name}"
 
 
+def _backend(plan: CertifyPlan) -> Literal["gloo", "nccl"]:
+    """gloo between local processes, and between the CPU ranks of a cluster without GPUs (``accelerator:
+    cpu``, e.g. kind or a CI cluster); NCCL everywhere else."""
+    if plan.launcher == "local" or plan.criteria.get("accelerator") == "cpu":
+        return "gloo"
+    return "nccl"
+
+
 def _thresholds(recipe: dict[str, Any]) -> Thresholds:
     return load_thresholds(recipe.get("thresholds"))
 
@@ -257,7 +265,7 @@ def _sweep(
     request = SweepRequest(
         subject=subject,
         ranks=ranks,
-        backend="gloo" if plan.launcher == "local" else "nccl",
+        backend=_backend(plan),
         min_bytes=plan.min_bytes,
         max_bytes=plan.max_bytes,
         factor=4,
@@ -441,7 +449,7 @@ def _smoke(
     request = SmokeRequest(
         subject=subject,
         ranks=ranks,
-        backend="gloo" if local else "nccl",
+        backend=_backend(plan),
         inject=inject,
         timeout_s=group_timeout(LAUNCH_OVERHEAD_S * 3, thresholds),
         thresholds=recipe.get("thresholds"),

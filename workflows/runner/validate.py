@@ -390,6 +390,18 @@ class _Checker:
         for duplicate in sorted({n for n in names if names.count(n) > 1}):
             self.add(scope, name, f"{base}.dag.tasks", f"task name {duplicate!r} is not unique")
         continue_on = {str(t.get("name")): t.get("continueOn") or {} for t in tasks}
+        if any("depends" in t for t in tasks) and any("dependencies" in t for t in tasks):
+            self.add(scope, name, f"{base}.dag.tasks", "cannot use both depends and dependencies in one DAG")
+        if any("depends" in t for t in tasks):
+            # Argo refuses it (validate.go, validateDAG; the CRD's rule on each task): with depends, a
+            # dependent says which phases it accepts (task.Failed, task.Errored).
+            for index, task in enumerate(tasks):
+                if task.get("continueOn") is not None:
+                    self.add(
+                        scope, name, f"{base}.dag.tasks[{index}].continueOn",
+                        "cannot use continueOn when using depends: use task.Failed / task.Errored in the "
+                        "dependent's depends instead",
+                    )  # fmt: skip
         graph: dict[str, list[str]] = {}
         for index, task in enumerate(tasks):
             path = f"{base}.dag.tasks[{index}]"

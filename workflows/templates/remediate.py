@@ -25,7 +25,7 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 from typing import Any
 
 from hera.workflows import DAG, Parameter, Resource, Suspend, Task, TaskResult, WorkflowTemplate
-from hera.workflows.models import ContinueOn, Mutex, Synchronization, TemplateRef, ValueFrom
+from hera.workflows.models import Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import AUTO
@@ -149,7 +149,6 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
         template_ref=TemplateRef(name=_BISECT, template="finish"),
         when=has_partner,
         arguments={"run": run},
-        continue_on=ContinueOn(failed=True),
     )
     prepared >> confirmed >> finished
     return prepared, finished
@@ -179,7 +178,6 @@ def _recertify() -> DAG:
         certified = Task(
             name="certify",
             template_ref=TemplateRef(name="dsx-certify", template="certify"),
-            continue_on=ContinueOn(failed=True),
         )
         unmarked = unmark(arguments={"node": node})
         partnered = pair_partner(arguments={"node": node})
@@ -255,7 +253,6 @@ def templates() -> list[Any]:
             waited = repair_wait(
                 arguments={"node": node, "boot-id": requested.get_parameter("boot-id")},
                 when=f"{go} && '{how}' == 'node'",
-                continue_on=ContinueOn(failed=True),
             )
             suspended = Task(
                 name="repair-suspend", template=repair_suspend, when=f"{go} && '{how}' == 'suspend'"

@@ -39,6 +39,7 @@ __all__ = [
     "GPU_RESOURCE",
     "JOB_GRACE_S",
     "RANK_COMMAND",
+    "RANK_UID",
     "RENDEZVOUS_PORT",
     "RESULT_FILE",
     "GroupJob",
@@ -54,6 +55,8 @@ RENDEZVOUS_PORT = 29500
 RESULT_FILE = "/tmp/dsx-out/result.json"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: The GPU image's user and group (the Dockerfile's ``USER 65532:65532``), which rank pods run as.
+RANK_UID = 65532
 #: The rank container's command; its arguments are those of :mod:`steps.readiness.launchers.rankpod`.
 RANK_COMMAND = ["python", "-m", "steps.readiness.launchers.rankpod"]
 #: Time the Job's own deadline leaves past the scheduling budget and the run deadline, seconds: the
@@ -233,6 +236,16 @@ def _pod_spec(name: str, subject: Subject, settings: JobSettings, rank_args: lis
                 ]
             },
         },
+        # Pod Security "restricted", which a namespace may enforce: the GPU image's non-root user, the
+        # runtime's default seccomp profile, no privilege escalation, every capability dropped (a fabric
+        # profile may add some back; then the namespace must allow them).
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RANK_UID,
+            "runAsGroup": RANK_UID,
+            "fsGroup": RANK_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "tolerations": [
             {"key": vocab.TAINT_UNHEALTHY, "operator": "Exists"},
             {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
@@ -253,6 +266,7 @@ def _pod_spec(name: str, subject: Subject, settings: JobSettings, rank_args: lis
                 ],
                 "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
                 "resources": {"limits": {GPU_RESOURCE: str(settings.gpus_per_node)}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
             }
         ],

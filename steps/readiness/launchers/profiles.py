@@ -335,6 +335,9 @@ def parse_profile(data: Any, source: str) -> RankPodProfile:
     """
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: a rank pod profile is a mapping, not {type(data).__name__}")
+    if data.get("priorityClassName") == "":
+        # The chart's default (values.yaml: "empty: none"): no priority class, and nothing overridden.
+        data = {k: v for k, v in data.items() if k != "priorityClassName"}
     try:
         return RankPodProfile.model_validate(data)
     except ValidationError as exc:

@@ -43,12 +43,22 @@ def test_depends_runs_error_handlers_and_omits_the_rest(run_fixture: RunFixture)
         "B": Phase.Succeeded,  # depends: A.Failed
         "C": Phase.Omitted,  # depends: A (A.Succeeded || A.Skipped || A.Daemoned)
         "D": Phase.Succeeded,  # (B.Succeeded || C.Succeeded) && !C.Succeeded
-        "E": Phase.Failed,  # continueOn: failed
-        "F": Phase.Succeeded,  # dependencies: [E], allowed by E's continueOn
     }
     assert result.node("C").message == "omitted: depends condition not met"
     assert printed(result, result.node("D")) == "B Succeeded, C Omitted"  # {{tasks.X.status}}
-    # A's failure is handled by B and E's by continueOn: the DAG succeeds, as in Argo
+    # A's failure is handled by B: the DAG succeeds, as in Argo
+    assert result.phase is Phase.Succeeded
+
+
+def test_continue_on_lets_dependencies_run_and_the_dag_succeed(run_fixture: RunFixture) -> None:
+    result = run_fixture("depends.yaml", "dsx-fixture-depends", entrypoint="continue-on")
+    phases = {n.display_name: n.phase for n in result.nodes.values() if n.id != result.root_id}
+    assert phases == {
+        "E": Phase.Failed,  # continueOn: failed
+        "F": Phase.Succeeded,  # dependencies: [E], allowed by E's continueOn
+        "errs-allowed": Phase.Error,  # continueOn: error
+        "after-allowed-error": Phase.Succeeded,
+    }
     assert result.phase is Phase.Succeeded
 
 
@@ -121,14 +131,12 @@ def test_depends_results_for_errors_skips_omissions_and_fan_outs(run_fixture: Ru
         "open /var/run/argo/outputs/parameters/tmp/dsx-out/never-written: no such file or directory"
     )
     assert {name: phases[name] for name in sorted(phases) if name != "wf"} == {
-        "after-allowed-error": Phase.Succeeded,  # continueOn.error adds errs-allowed.Errored
         "after-error": Phase.Omitted,  # a plain name is Succeeded || Skipped || Daemoned
         "after-skipped": Phase.Succeeded,
         "all-bad": Phase.Failed,
         "all-failed": Phase.Succeeded,  # all-bad.AllFailed
         "any-ok": Phase.Succeeded,  # mixed.AnySucceeded
         "errs": Phase.Error,
-        "errs-allowed": Phase.Error,
         "mixed": Phase.Failed,  # a fan-out with one failure fails
         "none-ok": Phase.Omitted,
         "not-all-failed": Phase.Omitted,

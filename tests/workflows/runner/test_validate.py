@@ -134,6 +134,19 @@ _SCRIPT = {"image": "x", "command": ["python"], "source": "print(1)"}
             {"script": _SCRIPT, "retryStrategy": {"limit": 2, "expression": "true"}},
             "unsupported construct 'expression'",
         ),
+        (
+            # Argo refuses it (validate.go, and the CRD's rule, which the real API server applied to a
+            # WorkflowTemplate the local runner had run).
+            {
+                "dag": {
+                    "tasks": [
+                        {"name": "a", "template": "main", "continueOn": {"failed": True}},
+                        {"name": "b", "template": "main", "depends": "a.Succeeded || a.Failed"},
+                    ]
+                }
+            },
+            "cannot use continueOn when using depends",
+        ),
         ({"dag": {"tasks": []}, "timeout": "1m"}, "'timeout' on a dag template has no effect in Argo"),
         ({"script": _SCRIPT, "timeout": "ten minutes"}, "invalid duration 'ten minutes'"),
         (

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from steps.cluster.vocabulary import LABEL_GROUP_TEST as GROUP_LABEL
 from steps.errors import InputError
@@ -438,3 +439,17 @@ def test_every_packaged_recipe_fabric_is_a_valid_rank_pod_profile() -> None:
             apply_profile(_template(), merge_profiles(profile, None))
             asked |= set(profile.resources)
     assert asked == {EFA, "rdma/rdma_shared_device_a"}
+
+
+def test_the_charts_default_rank_pod_profile_is_taken_and_its_empty_priority_class_overrides_nothing() -> (
+    None
+):
+    """values.yaml's rankPods as the chart renders them into DSX_RANK_POD (``priorityClassName: ""``, empty
+    meaning none): a real install's group tests failed on it before they started."""
+    values = yaml.safe_load((Path(__file__).parents[4] / "charts" / "dsx" / "values.yaml").read_text())
+    text = json.dumps({**values["rankPods"], "imagePullSecrets": []})
+    operator = profile_from_env({ENV_VAR: text})
+    assert operator is not None and operator.priority_class_name is None
+    recipe = parse_profile({"priorityClassName": "gpu-critical"}, "recipe")
+    merged = merge_profiles(recipe, operator)
+    assert merged is not None and merged.priority_class_name == "gpu-critical"

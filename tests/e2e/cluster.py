@@ -1,0 +1,546 @@
+"""A real control plane on this machine: ``python -m tests.e2e.cluster up|down --dir DIR``.
+
+``up`` builds what the cache lacks (:mod:`tests.e2e.build`), then starts, each as a process of its own
+with its log under ``DIR/logs``: etcd, kube-apiserver (its own PKI, Node and RBAC authorization, the
+default admission plugins, Pod Security among them, the default one-hour event TTL), kube-controller-manager
+(every default controller: garbage collector, Job, ReplicaSet and Deployment, disruption, node lifecycle,
+service-account token and root-CA publisher...), kube-scheduler, Argo's CRDs (full schemas) and
+workflow-controller, and the process kubelet (:mod:`tests.e2e.kubelet`) with four fake H100 nodes in two
+racks. Then it labels namespace ``gpu-ops`` ``pod-security.kubernetes.io/enforce=restricted`` and installs
+``charts/dsx`` there with the real helm. It prints ``export`` lines a shell can ``eval``.
+
+Pods run in network namespaces of their own on a bridge this module creates (``10.244.N.0/24``); the API
+server listens on the bridge's address, so pods reach it as ``KUBERNETES_SERVICE_HOST``. ``down`` stops
+every process ``up`` started (by the process groups recorded in ``DIR/state.json``), removes the bridge
+and the pods' network namespaces, and removes nothing else outside ``DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.e2e import build
+from tests.e2e.pki import make_pki
+
+__all__ = ["Cluster", "main"]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools" / "bin"
+NAMESPACE = "gpu-ops"
+ARGO_NAMESPACE = "argo"
+EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:{version}"
+SERVICE_RANGE = "10.96.0.0/16"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+#: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
+#: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier installs it only where it tests it.
+#: GPUs each fake node offers. A real H100 node has 8; here each GPU's rank is a CPU process with torch,
+#: and 4 nodes of 8 (32 ranks importing torch at once) do not fit a healthy run's deadline on 2 cores.
+DEFAULT_GPUS = 2
+CHART_VALUES = ["--set", "sentinel.enabled=false"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _subnet_free(third: int) -> bool:
+    out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True).stdout
+    return f" 10.244.{third}." not in out
+
+
+@dataclass
+class State:
+    """What ``up`` started, kept in ``DIR/state.json`` so ``down`` (in another process) can stop it."""
+
+    processes: dict[str, int] = field(default_factory=dict)
+    bridge: str = ""
+    subnet: int = -1
+    apiserver_port: int = 0
+    etcd_port: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.__dict__, indent=2, sort_keys=True))
+
+
+class Cluster:
+    """One control plane rooted at ``dir``; :meth:`up` and :meth:`down` are what the CLI and the pytest
+    session fixture both call."""
+
+    def __init__(
+        self, dir: Path, *, nodes: int = 4, racks: int = 2, gpus: int = DEFAULT_GPUS, log: Any = print
+    ) -> None:
+        self.dir = dir.resolve()
+        self.nodes = nodes
+        self.racks = racks
+        self.gpus = gpus
+        self.log = log
+        self.state_path = self.dir / "state.json"
+        self.state = State.load(self.state_path)
+        self.bin: Path = Path()
+
+    # ---------------------------------------------------------------------------------------- paths
+
+    @property
+    def pki(self) -> Path:
+        return self.dir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def gateway(self) -> str:
+        return f"10.244.{self.state.subnet}.1"
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.gateway}:{self.state.apiserver_port}"
+
+    def path_entries(self) -> list[str]:
+        return [str(self.bin), str(TOOLS)]
+
+    def env(self) -> dict[str, str]:
+        """KUBECONFIG and PATH for argo, kubectl and helm against this cluster."""
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": os.pathsep.join([*self.path_entries(), os.environ.get("PATH", "")]),
+        }
+
+    def exports(self) -> str:
+        path = os.pathsep.join([*self.path_entries(), "$PATH"])
+        return f"export KUBECONFIG={self.kubeconfig}\nexport PATH={path}\n"
+
+    # ------------------------------------------------------------------------------------------ up
+
+    def up(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        if self.state.processes:
+            raise RuntimeError(f"{self.dir}: a cluster is already up here (run down first)")
+        self.bin = build.build(log=self.log)
+        subprocess.run([str(ROOT / ".ci" / "fetch-helm")], check=True, capture_output=True)
+        started = time.monotonic()
+        try:
+            self._network()
+            make_pki(self.pki, [self.gateway, "127.0.0.1", "10.96.0.1"])
+            self._kubeconfigs()
+            self._etcd()
+            self._apiserver()
+            self._controllers()
+            self._argo()
+            self._kubelet()
+            self._chart()
+        except BaseException:
+            self.down()
+            raise
+        self.log(f"control plane up in {time.monotonic() - started:.0f}s ({self.server})")
+
+    def _network(self) -> None:
+        third = next((n for n in range(200, 250) if _subnet_free(n)), None)
+        if third is None:
+            raise RuntimeError("no free 10.244.N.0/24 subnet for the pod bridge")
+        bridge = f"dsxe2e{third}"
+        subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+        self.state.bridge, self.state.subnet = bridge, third
+        self.state.apiserver_port = _free_port()
+        self.state.etcd_port = _free_port()
+        self.state.save(self.state_path)
+        subprocess.run(["ip", "addr", "add", f"{self.gateway}/24", "dev", bridge], check=True)
+        subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
+
+    def _kubeconfig(self, stem: str, namespace: str = "default") -> Path:
+        path = self.dir / f"{stem}.kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.pki / "ca.crt")},
+                }
+            ],
+            "users": [
+                {
+                    "name": stem,
+                    "user": {
+                        "client-certificate": str(self.pki / f"{stem}.crt"),
+                        "client-key": str(self.pki / f"{stem}.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "e2e", "context": {"cluster": "e2e", "user": stem, "namespace": namespace}}
+            ],
+            "current-context": "e2e",
+        }
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def _kubeconfigs(self) -> None:
+        self._kubeconfig("admin", NAMESPACE).replace(self.kubeconfig)
+        for stem in ("controller-manager", "scheduler", "kubelet"):
+            self._kubeconfig(stem)
+        self._kubeconfig("workflow-controller", ARGO_NAMESPACE)
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        logfile = open(self.dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(
+            argv,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=self.dir,
+        )
+        logfile.close()
+        self.state.processes[name] = proc.pid
+        self.state.save(self.state_path)
+
+    def _alive(self, name: str) -> None:
+        pid = self.state.processes[name]
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = 0, 0
+        if done:
+            tail = (self.dir / "logs" / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
+            raise RuntimeError(f"{name} exited ({status}):\n" + "\n".join(tail))
+
+    def _wait(self, name: str, check: Any, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._alive(name)
+            with contextlib.suppress(Exception):
+                if check():
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready after {timeout:.0f}s (see {self.dir}/logs/{name}.log)")
+            time.sleep(0.5)
+
+    def _etcd(self) -> None:
+        port = self.state.etcd_port
+        self._start(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                "--name",
+                "e2e",
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{_free_port()}",
+                "--log-level",
+                "warn",
+                "--quota-backend-bytes",
+                str(2 * 1024**3),
+            ],
+        )
+        self._wait(
+            "etcd", lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200
+        )
+
+    def _https_ok(self, url: str) -> bool:
+        context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        with urllib.request.urlopen(url, context=context, timeout=3) as response:
+            return bool(response.status == 200)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.dir / "logs" / "audit.jsonl"
+
+    def _audit_policy(self) -> Path:
+        path = self.dir / "audit-policy.json"
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{NAMESPACE}"]},
+                {"level": "None"},
+            ],
+        }
+        path.write_text(json.dumps(policy))
+        return path
+
+    def _apiserver(self) -> None:
+        pki = self.pki
+        self._start(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
+                f"--bind-address={self.gateway}",
+                f"--advertise-address={self.gateway}",
+                f"--secure-port={self.state.apiserver_port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                # The default plugins (NamespaceLifecycle, LimitRanger, ServiceAccount, PodSecurity,
+                # Priority, DefaultTolerationSeconds, ResourceQuota, the webhooks...) and NodeRestriction,
+                # as kubeadm has them.
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                f"--cert-dir={self.dir / 'apiserver-certs'}",
+                "--profiling=false",
+                # Every request of the service accounts in the namespaces dsx uses, with its verdict: the
+                # RBAC tests read what each account asked for and whether it was allowed.
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=0",
+            ],
+        )
+        self._wait("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout=180)
+
+    def _controllers(self) -> None:
+        pki = self.pki
+        self._start(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                f"--kubeconfig={self.dir / 'controller-manager.kubeconfig'}",
+                f"--authentication-kubeconfig={self.dir / 'controller-manager.kubeconfig'}",
+                f"--authorization-kubeconfig={self.dir / 'controller-manager.kubeconfig'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={_free_port()}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+            ],
+        )
+        self._start(
+            "kube-scheduler",
+            [
+                str(self.bin / "kube-scheduler"),
+                f"--kubeconfig={self.dir / 'scheduler.kubeconfig'}",
+                f"--authentication-kubeconfig={self.dir / 'scheduler.kubeconfig'}",
+                f"--authorization-kubeconfig={self.dir / 'scheduler.kubeconfig'}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={_free_port()}",
+            ],
+        )
+        # The root-CA publisher writes kube-root-ca.crt into every namespace: pods' token volumes need it.
+        self._wait(
+            "kube-controller-manager",
+            lambda: self.kubectl("get", "configmap", "kube-root-ca.crt", "-n", "default"),
+        )
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            [str(TOOLS / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            input=input,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def argo_tree(self) -> Path:
+        return self.bin.parent / "src" / "argo-workflows" / "argo-workflows"
+
+    def _argo(self) -> None:
+        versions = build.read_versions()
+        crds = self.argo_tree() / "manifests" / "base" / "crds" / "full"
+        files = sorted(str(p) for p in crds.glob("argoproj.io_*.yaml"))
+        self.kubectl("apply", "--server-side", *(f"-f={f}" for f in files))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.kubectl("create", "namespace", ARGO_NAMESPACE)
+        # A namespace that enforces Pod Security "restricted" refuses Argo's init and wait containers
+        # without a security context: the README's advice to operators, applied.
+        executor = {
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
+        }
+        config = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "workflow-controller-configmap", "namespace": ARGO_NAMESPACE},
+            "data": {"executor": json.dumps(executor)},
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(config))
+        self._start(
+            "workflow-controller",
+            [
+                str(self.bin / "workflow-controller"),
+                f"--kubeconfig={self.dir / 'workflow-controller.kubeconfig'}",
+                f"--executor-image={EXECUTOR_IMAGE.format(version=versions['ARGO_WORKFLOWS'])}",
+                "--loglevel=info",
+            ],
+            env={"LEADER_ELECTION_DISABLE": "true", "DEFAULT_REQUEUE_TIME": "1s"},
+        )
+
+    def _kubelet(self) -> None:
+        self._start(
+            "kubelet",
+            [
+                sys.executable,
+                "-m",
+                "tests.e2e.kubelet",
+                "--dir",
+                str(self.dir / "kubelet"),
+                "--kubeconfig",
+                str(self.dir / "kubelet.kubeconfig"),
+                "--bin",
+                str(self.bin),
+                "--bridge",
+                self.state.bridge,
+                "--gateway",
+                self.gateway,
+                "--apiserver-port",
+                str(self.state.apiserver_port),
+                "--ca",
+                str(self.pki / "ca.crt"),
+                "--nodes",
+                str(self.nodes),
+                "--racks",
+                str(self.racks),
+                "--gpus",
+                str(self.gpus),
+            ],
+            env={"PYTHONPATH": str(ROOT)},
+        )
+
+        def ready() -> bool:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            ready = [
+                n
+                for n in nodes
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
+                )
+            ]
+            return len(ready) == self.nodes
+
+        self._wait("kubelet", ready)
+
+    def _chart(self) -> None:
+        self.kubectl("create", "namespace", NAMESPACE)
+        self.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+        proc = subprocess.run(
+            [
+                str(TOOLS / "helm"),
+                "install",
+                "dsx",
+                str(ROOT / "charts" / "dsx"),
+                "-n",
+                NAMESPACE,
+                *CHART_VALUES,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env()},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"helm install: {proc.stderr.strip()}")
+
+    # ---------------------------------------------------------------------------------------- down
+
+    def down(self) -> None:
+        """Stop what :meth:`up` started: the kubelet first (it stops its pods), then the rest in reverse."""
+        for name in reversed(list(self.state.processes)):
+            self._stop(self.state.processes[name], grace=30 if name == "kubelet" else 10)
+        self.state.processes = {}
+        for ns in _pod_namespaces(self.state.bridge):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        if self.state.bridge:
+            subprocess.run(["ip", "link", "delete", self.state.bridge], capture_output=True)
+            self.state.bridge = ""
+        if self.dir.exists():
+            self.state.save(self.state_path)
+
+    @staticmethod
+    def _stop(pid: int, grace: float) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _pod_namespaces(bridge: str) -> Iterator[str]:
+    """The network namespaces the kubelet made for pods on ``bridge`` (named after it)."""
+    if not bridge:
+        return
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if name.startswith(f"{bridge}-"):
+            yield name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.e2e.cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("--dir", type=Path, required=True, help="where the cluster keeps everything")
+    args = parser.parse_args(argv)
+    cluster = Cluster(args.dir, log=lambda line: print(line, file=sys.stderr))
+    if args.action == "down":
+        cluster.down()
+        return 0
+    try:
+        cluster.up()
+    except build.BuildError as exc:
+        print(f"dsx e2e cluster: {exc}", file=sys.stderr)
+        return 3
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"dsx e2e cluster: {exc}", file=sys.stderr)
+        return 3
+    sys.stdout.write(cluster.exports())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The e2e tier's session: one real control plane for every test (``pytest -m e2e tests/e2e``).
+
+By default the session brings up its own (:class:`tests.e2e.cluster.Cluster`: built from the Go module
+proxy, cached, torn down at the end so no process outlives the session). With ``DSX_E2E_KUBECONFIG``
+it uses an existing cluster instead (kind, k3d...): Argo Workflows installed, ``charts/dsx`` installed in
+``gpu-ops``, ``argo`` on ``PATH``; tests that need the process kubelet's hardware levers (reboots, busy
+nodes) then skip, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import NAMESPACE, ROOT, Cluster
+
+
+@dataclass
+class RealCluster:
+    """A cluster the tests drive through the real ``argo`` and ``kubectl``."""
+
+    kubeconfig: Path
+    env: dict[str, str]
+    own: Cluster | None
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env},
+            cwd=ROOT,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def argo(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return self.run("argo", *args, check=check, timeout=timeout)
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("kubectl", *args, check=check)
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def workflow(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.get("workflow", name, "-n", NAMESPACE)
+        return result
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in self.get("nodes")["items"]}
+
+    def debug(self) -> str:
+        """Logs of the control plane's processes, for a failing assertion."""
+        if self.own is None:
+            return ""
+        out = []
+        for log in sorted((self.own.dir / "logs").glob("*.log")):
+            out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+        return "\n".join(out)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    existing = os.environ.get("DSX_E2E_KUBECONFIG")
+    if existing:
+        yield RealCluster(Path(existing), {"KUBECONFIG": existing}, None)
+        return
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.up()
+        yield RealCluster(cluster.kubeconfig, cluster.env(), cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def own_cluster(real_cluster: RealCluster) -> Cluster:
+    """The session's own control plane, for tests that pull the process kubelet's levers."""
+    if real_cluster.own is None:
+        pytest.skip("DSX_E2E_KUBECONFIG names an existing cluster: no process kubelet to reboot or load")
+    return real_cluster.own

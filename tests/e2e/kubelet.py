@@ -1,0 +1,1127 @@
+"""A process kubelet for the e2e tier: fake GPU nodes whose pods run as host processes.
+
+    python -m tests.e2e.kubelet --dir DIR --kubeconfig FILE --bin DIR --bridge BR --gateway IP \\
+        --apiserver-port PORT --ca FILE --nodes 4 --racks 2 [--gpus 8]
+
+What it does, as the real kubelet does it (``pkg/kubelet``):
+
+- **Nodes.** Registers ``node-00``... with capacity and allocatable ``nvidia.com/gpu`` (``--gpus``, 8 by
+  default), the labels GPU Feature Discovery sets (``nvidia.com/gpu.present``, ``.product``, ``.count``,
+  ``.memory``), a rack label (``topology.dsx.dev/rack``), ``status.nodeInfo`` with a boot id; renews each
+  node's Lease in ``kube-node-lease`` every 10 s and posts its status every minute.
+- **Pods.** Watches pods bound to its nodes. Each pod gets a network namespace of its own on the cluster's
+  bridge (``hostNetwork`` pods stay in the host's), an IP, and an entry in the hosts file every container
+  mounts at ``/etc/hosts`` (``HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local`` and its shorter forms, as
+  cluster DNS answers for pods behind a headless Service). Volumes: emptyDir, configMap, secret,
+  downwardAPI, hostPath, and projected (service-account tokens through the TokenRequest API,
+  ``kube-root-ca.crt``, the namespace). Each container runs in a mount namespace of its own
+  (:mod:`tests.e2e.container`): a private ``/tmp``, the volume mounts with ``subPath`` and ``readOnly``,
+  ``/dev/termination-log``, the pod's ``runAsUser``, ``runAsGroup``, ``fsGroup`` and supplemental groups.
+  Environment: ``value``, ``fieldRef``, ``resourceFieldRef``, ``configMapKeyRef``, ``secretKeyRef``,
+  ``envFrom``, the image's own variables and ``KUBERNETES_SERVICE_HOST``/``PORT``. Init containers run in
+  order, then the rest at once; ``restartPolicy`` Never, OnFailure and Always; ``activeDeadlineSeconds``.
+  Statuses as the kubelet writes them: phase, the five pod conditions, init and container statuses with
+  ``running`` and ``terminated`` (exit code, reason Completed or Error, the termination message, with
+  ``FallbackToLogsOnError``), ``podIP``, ``hostIP``, ``startTime``.
+- **Deletion.** A pod being deleted gets SIGTERM on every container's process group, SIGKILL once its
+  grace period is over, then the kubelet's final delete (grace 0, uid precondition).
+- **Images** map to host programs: Argo's executor image to the built ``argoexec``, dsx's control and GPU
+  images to this interpreter's environment (``HOME=/tmp``, as the Dockerfile sets), ``pause`` images to a
+  process that sleeps until stopped. Any other image ends ``ErrImagePull``.
+
+Control of the fake hardware, for tests: ``DIR/nodes/NODE/reboot`` (a file) reboots the node as a real one
+reboots (:meth:`ProcessKubelet.reboot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+HERE = Path(__file__).resolve().parent
+CONTAINER_HELPER = HERE / "container.py"
+#: GPUs a fake node reports unless told (``--gpus``): what an H100 node has.
+GPUS = 8
+GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+KUBELET_VERSION = "v1.37.2"
+OS_IMAGE = "Ubuntu 22.04.5 LTS"
+LEASE_RENEW_S = 10
+STATUS_REPORT_S = 60
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Image:
+    """What an image would have given the container: its entrypoint, command, environment, workdir."""
+
+    entrypoint: list[str]
+    cmd: list[str]
+    env: dict[str, str]
+    workdir: str
+
+
+def image_for(name: str, bin_dir: Path) -> Image | None:
+    if "argoproj/argoexec" in name:
+        return Image(["argoexec"], [], {"PATH": f"{bin_dir}:{SYSTEM_PATH}"}, "/")
+    if "argoproj/argo-events" in name:
+        return Image([str(bin_dir / "argo-events")], [], {"PATH": f"{bin_dir}:{SYSTEM_PATH}"}, "/")
+    if "dsx-dev/dsx" in name:
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:{bin_dir}:{SYSTEM_PATH}",
+            "HOME": "/tmp",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        return Image([], ["dsx", "--help"], env, "/tmp")
+    if "/pause" in name:
+        return Image(["sleep", "infinity"], [], {"PATH": SYSTEM_PATH}, "/")
+    return None
+
+
+# ------------------------------------------------------------------------------------------ network
+
+
+class Network:
+    """Pod network namespaces on one bridge, IPs from its /24, and the cluster's hosts file."""
+
+    def __init__(self, bridge: str, gateway: str, hosts: Path) -> None:
+        self.bridge = bridge
+        self.gateway = gateway
+        self.prefix = gateway.rsplit(".", 1)[0]
+        self.hosts = hosts
+        self.lock = threading.Lock()
+        self.create_lock = threading.Lock()
+        self.used: dict[int, str] = {}
+        self.names: dict[str, list[str]] = {}
+        self.counter = 0
+        self._write_hosts()
+
+    def create(self, uid: str) -> tuple[str, str]:
+        """A network namespace for pod ``uid``: (namespace name, pod IP)."""
+        with self.lock:
+            octet = next(n for n in range(2, 255) if n not in self.used)
+            self.used[octet] = uid
+            self.counter += 1
+            number = self.counter
+        ns = f"{self.bridge}-{number}"
+        veth = f"v{self.bridge[-3:]}x{number}"
+        ip = f"{self.prefix}.{octet}"
+        steps = [
+            ["ip", "netns", "add", ns],
+            ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+            ["ip", "link", "set", veth, "master", self.bridge, "up"],
+            ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
+            ["ip", "-n", ns, "link", "set", "eth0", "up"],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ["ip", "-n", ns, "route", "add", "default", "via", self.gateway],
+        ]
+        # One at a time: concurrent `ip netns add` and `ip link add ... netns` race on the namespace's mount.
+        with self.create_lock:
+            for step in steps:
+                done = subprocess.run(step, capture_output=True, text=True)
+                if done.returncode != 0:
+                    subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+                    raise OSError(f"{' '.join(step)}: {done.stderr.strip()}")
+        return ns, ip
+
+    def release(self, ns: str, ip: str) -> None:
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        with self.lock:
+            self.used.pop(int(ip.rsplit(".", 1)[1]), None)
+
+    def publish(self, uid: str, ip: str, names: list[str]) -> None:
+        with self.lock:
+            self.names[uid] = [ip, *names]
+            self._write_hosts()
+
+    def withdraw(self, uid: str) -> None:
+        with self.lock:
+            if self.names.pop(uid, None) is not None:
+                self._write_hosts()
+
+    def _write_hosts(self) -> None:
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        lines += ["\t".join([entry[0], " ".join(entry[1:])]) for entry in self.names.values()]
+        text = "\n".join(lines) + "\n"
+        # Rewritten in place: every container binds this very file, so a new inode would go unseen.
+        with open(self.hosts, "a+") as f:
+            f.seek(0)
+            f.truncate()
+            f.write(text)
+
+
+# ---------------------------------------------------------------------------------------------- pods
+
+
+@dataclass
+class Running:
+    name: str
+    process: subprocess.Popen[bytes]
+    started_at: str
+    log: Path
+    spec_dir: Path
+    restarts: int = 0
+
+
+@dataclass
+class PodWorker:
+    kubelet: ProcessKubelet
+    pod: dict[str, Any]
+    thread: threading.Thread | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    running: dict[str, Running] = field(default_factory=dict)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    init_statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    netns: str = ""
+    ip: str = ""
+    start_time: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    finished: bool = False
+
+    @property
+    def uid(self) -> str:
+        return str(self.pod["metadata"]["uid"])
+
+    @property
+    def key(self) -> str:
+        return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
+
+    @property
+    def dir(self) -> Path:
+        return self.kubelet.dir / "pods" / self.uid
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return dict(self.pod["spec"])
+
+    # -------------------------------------------------------------------------------- life cycle
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._life, name=f"pod {self.key}", daemon=True)
+        self.thread.start()
+
+    def _life(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # the kubelet reports it on the pod, as a sandbox failure
+            self.kubelet.log(f"{self.key}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            self._patch_status({"phase": "Failed", "reason": "KubeletError", "message": str(exc)[:1000]})
+            self.finished = True
+        finally:
+            self._kill_all(signal.SIGKILL)
+
+    def _run(self) -> None:
+        spec = self.spec
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.start_time = now()
+        if spec.get("hostNetwork"):
+            self.ip = self.kubelet.network.gateway
+        else:
+            self.netns, self.ip = self.kubelet.network.create(self.uid)
+        hostname = spec.get("hostname") or self.pod["metadata"]["name"]
+        names = [hostname]
+        if spec.get("subdomain"):
+            ns = self.pod["metadata"]["namespace"]
+            base = f"{hostname}.{spec['subdomain']}"
+            names = [f"{base}.{ns}.svc.cluster.local", f"{base}.{ns}.svc", f"{base}.{ns}", base, hostname]
+        self.kubelet.network.publish(self.uid, self.ip, names)
+        self.hostname = hostname
+        for c in spec.get("initContainers") or []:
+            self.init_statuses[c["name"]] = _waiting(c, "PodInitializing")
+        for c in spec.get("containers") or []:
+            self.statuses[c["name"]] = _waiting(
+                c, "PodInitializing" if spec.get("initContainers") else "ContainerCreating"
+            )
+        self._report()
+        try:
+            self._volumes()
+        except (ApiException, OSError, KeyError) as exc:
+            self._patch_status(
+                {"phase": "Pending", "reason": "FailedMount", "message": f"volume setup failed: {exc}"[:1000]}
+            )
+            while not self.stopping.wait(1):
+                pass
+            return
+        restart = spec.get("restartPolicy", "Always")
+        for c in spec.get("initContainers") or []:
+            code = self._run_to_end(c, self.init_statuses, restart)
+            if self.stopping.is_set():
+                return
+            if code != 0:
+                self._finish("Failed")
+                return
+        for c in spec.get("containers") or []:
+            self._launch(c, self.statuses)
+        self._report()
+        self._supervise(restart)
+
+    def _deadline_passed(self) -> bool:
+        deadline = self.spec.get("activeDeadlineSeconds")
+        if deadline is None:
+            return False
+        started = dt.datetime.strptime(self.start_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+        return (dt.datetime.now(dt.UTC) - started).total_seconds() > float(deadline)
+
+    def _run_to_end(
+        self, container: dict[str, Any], statuses: dict[str, dict[str, Any]], restart: str
+    ) -> int:
+        while True:
+            self._launch(container, statuses)
+            self._report()
+            running = self.running[container["name"]]
+            while running.process.poll() is None:
+                if self.stopping.wait(0.2):
+                    return -1
+                if self._deadline_passed():
+                    self._deadline()
+                    return -1
+            code = self._ended(container, statuses)
+            self._report()
+            if code == 0 or restart == "Never":
+                return code
+            time.sleep(1)
+
+    def _supervise(self, restart: str) -> None:
+        containers = {c["name"]: c for c in self.spec.get("containers") or []}
+        while not self.stopping.is_set():
+            changed = False
+            for name, c in containers.items():
+                running = self.running.get(name)
+                if running is None or running.process.poll() is None:
+                    continue
+                code = self._ended(c, self.statuses)
+                changed = True
+                if restart == "Always" or (restart == "OnFailure" and code != 0):
+                    time.sleep(1)
+                    self._launch(c, self.statuses, restarts=running.restarts + 1)
+            if changed:
+                self._report()
+            if not self.running:
+                ok = all(
+                    s["state"].get("terminated", {}).get("exitCode") == 0 for s in self.statuses.values()
+                )
+                self._finish("Succeeded" if ok else "Failed")
+                return
+            if self._deadline_passed():
+                self._deadline()
+                return
+            self.stopping.wait(0.2)
+
+    def _deadline(self) -> None:
+        self._kill_all(signal.SIGKILL)
+        for name in list(self.running):
+            self._ended_by_signal(name)
+        self._patch_status(
+            {
+                "phase": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "Pod was active on the node longer than the specified deadline",
+                **self._status_lists(),
+            }
+        )
+        self.finished = True
+
+    def _finish(self, phase: str) -> None:
+        self.finished = True
+        self._report(phase=phase)
+
+    # -------------------------------------------------------------------------------- containers
+
+    def _launch(self, c: dict[str, Any], statuses: dict[str, dict[str, Any]], restarts: int = 0) -> None:
+        image = image_for(c.get("image", ""), self.kubelet.bin)
+        if image is None:
+            statuses[c["name"]] = {
+                **_waiting(c, "ErrImagePull"),
+                "state": {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f"image {c.get('image')!r} is not known to the process kubelet",
+                    }
+                },
+            }
+            self._report()
+            while not self.stopping.wait(1):
+                pass
+            return
+        cdir = self.dir / "containers" / c["name"]
+        if cdir.exists():
+            shutil.rmtree(cdir)
+        cdir.mkdir(parents=True)
+        term = cdir / "termination-log"
+        term.touch()
+        term.chmod(0o666)
+        # As the kubelet combines them with the image's: a command replaces the entrypoint and drops the
+        # image's arguments; arguments alone replace the image's arguments.
+        command, args = c.get("command"), c.get("args")
+        if command:
+            argv = [*command, *(args or [])]
+        else:
+            argv = [*image.entrypoint, *(args if args is not None else image.cmd)]
+        uid, gid, groups = self._identity(c)
+        spec = {
+            "name": c["name"],
+            "hostname": self.hostname,
+            "argv": argv,
+            "env": self._env(c, image),
+            "workingDir": c.get("workingDir") or image.workdir,
+            "mounts": self._mounts(c),
+            "hosts": str(self.kubelet.network.hosts),
+            "terminationLog": str(term),
+            "terminationMessagePath": c.get("terminationMessagePath") or "/dev/termination-log",
+            "uid": uid,
+            "gid": gid,
+            "groups": groups,
+        }
+        spec_path = cdir / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "--"]
+        if self.netns:
+            wrapper = ["ip", "netns", "exec", self.netns, *wrapper]
+        log = cdir.with_suffix(".log")
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                [*wrapper, sys.executable, "-I", str(CONTAINER_HELPER), str(spec_path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        started = now()
+        self.running[c["name"]] = Running(c["name"], process, started, log, cdir, restarts)
+        statuses[c["name"]] = _container_status(
+            c, {"running": {"startedAt": started}}, ready=True, restarts=restarts, pid=process.pid
+        )
+
+    def _ended(self, c: dict[str, Any], statuses: dict[str, dict[str, Any]]) -> int:
+        running = self.running.pop(c["name"])
+        code = running.process.wait()
+        code = 128 - code if code < 0 else code  # killed by signal N: 128 + N
+        start_error = running.spec_dir / "start-error"
+        message = (running.spec_dir / "termination-log").read_text(errors="replace")[:4096]
+        reason = "Completed" if code == 0 else "Error"
+        if start_error.exists():
+            reason, message = "StartError", start_error.read_text()
+        elif not message and code != 0 and c.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            lines = running.log.read_text(errors="replace").splitlines()[-80:]
+            message = "\n".join(lines)[-2048:]
+        terminated: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": running.started_at,
+            "finishedAt": now(),
+            "containerID": f"process://{running.process.pid}",
+        }
+        if message:
+            terminated["message"] = message
+        statuses[c["name"]] = _container_status(
+            c, {"terminated": terminated}, ready=False, restarts=running.restarts, pid=running.process.pid
+        )
+        return code
+
+    def _ended_by_signal(self, name: str) -> None:
+        containers = {
+            c["name"]: c for c in [*(self.spec.get("initContainers") or []), *self.spec["containers"]]
+        }
+        target = self.init_statuses if name in self.init_statuses else self.statuses
+        self._ended(containers[name], target)
+
+    def _kill_all(self, sig: int) -> None:
+        for running in list(self.running.values()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(running.process.pid, sig)
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every container, SIGKILL once ``grace`` is over; report them terminated."""
+        self.stopping.set()
+        self._kill_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(r.process.poll() is None for r in self.running.values()):
+            time.sleep(0.1)
+        self._kill_all(signal.SIGKILL)
+        for name in list(self.running):
+            self._ended_by_signal(name)
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+    def cleanup(self) -> None:
+        self.kubelet.network.withdraw(self.uid)
+        if self.netns:
+            self.kubelet.network.release(self.netns, self.ip)
+            self.netns = ""
+
+    # --------------------------------------------------------------------------------- identity
+
+    def _identity(self, c: dict[str, Any]) -> tuple[int, int, list[int]]:
+        pod_sc = self.spec.get("securityContext") or {}
+        sc = c.get("securityContext") or {}
+        uid = int(sc.get("runAsUser", pod_sc.get("runAsUser", 0)))
+        gid = int(sc.get("runAsGroup", pod_sc.get("runAsGroup", 0)))
+        if (sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True) and uid == 0:
+            raise OSError("container has runAsNonRoot and image will run as root")
+        groups = [gid]
+        if pod_sc.get("fsGroup") is not None:
+            groups.append(int(pod_sc["fsGroup"]))
+        groups += [int(g) for g in pod_sc.get("supplementalGroups") or []]
+        return uid, gid, sorted(set(groups))
+
+    # ------------------------------------------------------------------------------------- env
+
+    def _field(self, path: str) -> str:
+        meta = self.pod["metadata"]
+        simple = {
+            "metadata.name": meta["name"],
+            "metadata.namespace": meta["namespace"],
+            "metadata.uid": meta["uid"],
+            "spec.nodeName": self.spec.get("nodeName", ""),
+            "spec.serviceAccountName": self.spec.get("serviceAccountName", "default"),
+            "status.podIP": self.ip,
+            "status.podIPs": self.ip,
+            "status.hostIP": self.kubelet.network.gateway,
+            "status.hostIPs": self.kubelet.network.gateway,
+        }
+        if path in simple:
+            return str(simple[path])
+        for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+            if path.startswith(prefix + "['") and path.endswith("']"):
+                return str((meta.get(source) or {}).get(path[len(prefix) + 2 : -2], ""))
+            if path == prefix:
+                return "\n".join(f'{k}="{v}"' for k, v in sorted((meta.get(source) or {}).items()))
+        raise KeyError(f"unsupported fieldRef {path!r}")
+
+    def _resource(self, c: dict[str, Any], ref: dict[str, Any]) -> str:
+        resources = c.get("resources") or {}
+        kind, _, name = ref["resource"].partition(".")
+        value = (resources.get(kind) or {}).get(name)
+        if value is None and kind == "requests":
+            value = (resources.get("limits") or {}).get(name)
+        if value is None:
+            value = {"cpu": "16", "memory": str(128 * 2**30), "ephemeral-storage": str(500 * 2**30)}.get(
+                name, "0"
+            )
+        return str(value)
+
+    def _env(self, c: dict[str, Any], image: Image) -> dict[str, str]:
+        ns = self.pod["metadata"]["namespace"]
+        env = dict(image.env)
+        env["HOSTNAME"] = self.hostname
+        env["KUBERNETES_SERVICE_HOST"] = self.kubelet.network.gateway
+        env["KUBERNETES_SERVICE_PORT"] = str(self.kubelet.apiserver_port)
+        env["KUBERNETES_SERVICE_PORT_HTTPS"] = str(self.kubelet.apiserver_port)
+        env["KUBERNETES_PORT"] = f"tcp://{self.kubelet.network.gateway}:{self.kubelet.apiserver_port}"
+        for source in c.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            if "configMapRef" in source:
+                data = self.kubelet.config_map(
+                    ns, source["configMapRef"]["name"], source["configMapRef"].get("optional")
+                )
+            else:
+                data = self.kubelet.secret(
+                    ns, source["secretRef"]["name"], source["secretRef"].get("optional")
+                )
+            env.update({prefix + k: v for k, v in data.items()})
+        for item in c.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = _expand(str(item["value"]), env)
+                continue
+            ref = item.get("valueFrom") or {}
+            if "fieldRef" in ref:
+                env[item["name"]] = self._field(ref["fieldRef"]["fieldPath"])
+            elif "resourceFieldRef" in ref:
+                env[item["name"]] = self._resource(c, ref["resourceFieldRef"])
+            elif "configMapKeyRef" in ref:
+                r = ref["configMapKeyRef"]
+                value = self.kubelet.config_map(ns, r["name"], r.get("optional")).get(r["key"])
+                if value is not None:
+                    env[item["name"]] = value
+            elif "secretKeyRef" in ref:
+                r = ref["secretKeyRef"]
+                value = self.kubelet.secret(ns, r["name"], r.get("optional")).get(r["key"])
+                if value is not None:
+                    env[item["name"]] = value
+            else:
+                env[item["name"]] = ""
+        return env
+
+    # --------------------------------------------------------------------------------- volumes
+
+    def _volume_dir(self, name: str) -> Path:
+        return self.dir / "volumes" / name
+
+    def _write_files(self, root: Path, files: dict[str, bytes], mode: int) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        gid = (self.spec.get("securityContext") or {}).get("fsGroup")
+        for rel, content in files.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(mode)
+            if gid is not None:
+                os.chown(target, 0, int(gid))
+        root.chmod(0o755)
+
+    def _items(self, data: dict[str, bytes], items: list[dict[str, Any]] | None) -> dict[str, bytes]:
+        if not items:
+            return data
+        return {i["path"]: data[i["key"]] for i in items if i["key"] in data}
+
+    def _projected_source(self, source: dict[str, Any]) -> dict[str, bytes]:
+        ns = self.pod["metadata"]["namespace"]
+        if "serviceAccountToken" in source:
+            s = source["serviceAccountToken"]
+            token = self.kubelet.token(ns, self.spec.get("serviceAccountName", "default"), self.pod, s)
+            return {s["path"]: token.encode()}
+        if "configMap" in source:
+            s = source["configMap"]
+            data = {
+                k: v.encode() for k, v in self.kubelet.config_map(ns, s["name"], s.get("optional")).items()
+            }
+            return self._items(data, s.get("items"))
+        if "secret" in source:
+            s = source["secret"]
+            data = {k: v.encode() for k, v in self.kubelet.secret(ns, s["name"], s.get("optional")).items()}
+            return self._items(data, s.get("items"))
+        if "downwardAPI" in source:
+            return self._downward(source["downwardAPI"].get("items") or [])
+        raise KeyError(f"unsupported projected source {sorted(source)}")
+
+    def _downward(self, items: list[dict[str, Any]]) -> dict[str, bytes]:
+        out = {}
+        for item in items:
+            if "fieldRef" in item:
+                out[item["path"]] = self._field(item["fieldRef"]["fieldPath"]).encode()
+        return out
+
+    def _volumes(self) -> None:
+        ns = self.pod["metadata"]["namespace"]
+        for volume in self.spec.get("volumes") or []:
+            root = self._volume_dir(volume["name"])
+            if "emptyDir" in volume:
+                root.mkdir(parents=True, exist_ok=True)
+                root.chmod(0o777)
+            elif "hostPath" in volume:
+                continue
+            elif "configMap" in volume:
+                s = volume["configMap"]
+                data = {
+                    k: v.encode()
+                    for k, v in self.kubelet.config_map(ns, s["name"], s.get("optional")).items()
+                }
+                self._write_files(root, self._items(data, s.get("items")), s.get("defaultMode", 0o644))
+            elif "secret" in volume:
+                s = volume["secret"]
+                data = {
+                    k: v.encode()
+                    for k, v in self.kubelet.secret(ns, s["secretName"], s.get("optional")).items()
+                }
+                self._write_files(root, self._items(data, s.get("items")), s.get("defaultMode", 0o644))
+            elif "downwardAPI" in volume:
+                s = volume["downwardAPI"]
+                self._write_files(root, self._downward(s.get("items") or []), s.get("defaultMode", 0o644))
+            elif "projected" in volume:
+                s = volume["projected"]
+                files: dict[str, bytes] = {}
+                for source in s.get("sources") or []:
+                    files.update(self._projected_source(source))
+                self._write_files(root, files, s.get("defaultMode", 0o644))
+            else:
+                raise KeyError(f"volume {volume['name']}: unsupported type {sorted(set(volume) - {'name'})}")
+
+    def _mounts(self, c: dict[str, Any]) -> list[dict[str, Any]]:
+        volumes = {v["name"]: v for v in self.spec.get("volumes") or []}
+        mounts = []
+        for m in c.get("volumeMounts") or []:
+            volume = volumes[m["name"]]
+            source = Path(volume["hostPath"]["path"]) if "hostPath" in volume else self._volume_dir(m["name"])
+            if m.get("subPath"):
+                source = source / m["subPath"]
+                if not source.exists():
+                    source.mkdir(parents=True)
+                    source.chmod(0o777)
+            mounts.append(
+                {"source": str(source), "target": m["mountPath"], "readOnly": bool(m.get("readOnly"))}
+            )
+        return mounts
+
+    # ---------------------------------------------------------------------------------- status
+
+    def _status_lists(self) -> dict[str, Any]:
+        lists: dict[str, Any] = {"containerStatuses": list(self.statuses.values())}
+        if self.init_statuses:
+            lists["initContainerStatuses"] = list(self.init_statuses.values())
+        return lists
+
+    def _report(self, phase: str | None = None) -> None:
+        inits_done = all(
+            s["state"].get("terminated", {}).get("exitCode") == 0 for s in self.init_statuses.values()
+        )
+        running = [s for s in self.statuses.values() if "running" in s["state"]]
+        all_ready = bool(self.statuses) and len(running) == len(self.statuses)
+        if phase is None:
+            phase = (
+                "Running"
+                if running or any("terminated" in s["state"] for s in self.statuses.values())
+                else "Pending"
+            )
+        stamp = now()
+        conditions = [
+            {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": stamp},
+            {"type": "Initialized", "status": "True" if inits_done else "False", "lastTransitionTime": stamp},
+            {"type": "Ready", "status": "True" if all_ready else "False", "lastTransitionTime": stamp},
+            {
+                "type": "ContainersReady",
+                "status": "True" if all_ready else "False",
+                "lastTransitionTime": stamp,
+            },
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp},
+        ]
+        if not inits_done:
+            conditions[1]["reason"] = "ContainersNotInitialized"
+        if not all_ready:
+            conditions[2]["reason"] = conditions[3]["reason"] = (
+                "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+            )
+        status = {
+            "phase": phase,
+            "conditions": conditions,
+            "hostIP": self.kubelet.network.gateway,
+            "hostIPs": [{"ip": self.kubelet.network.gateway}],
+            "podIP": self.ip,
+            "podIPs": [{"ip": self.ip}],
+            "startTime": self.start_time,
+            **self._status_lists(),
+        }
+        self._patch_status(status)
+
+    def _patch_status(self, status: dict[str, Any]) -> None:
+        meta = self.pod["metadata"]
+        with self.lock:
+            for _ in range(5):
+                try:
+                    self.kubelet.core.patch_namespaced_pod_status(
+                        meta["name"], meta["namespace"], {"status": status}
+                    )
+                    return
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return
+                    self.kubelet.log(f"{self.key}: status not written: {exc.status} {exc.body}")
+                    time.sleep(0.5)
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """``$(VAR)`` references to earlier variables, as the kubelet expands them; ``$$`` escapes."""
+    out, i = [], 0
+    while i < len(value):
+        if value.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif value.startswith("$(", i) and ")" in value[i:]:
+            end = value.index(")", i)
+            name = value[i + 2 : end]
+            out.append(env.get(name, value[i : end + 1]))
+            i = end + 1
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out)
+
+
+def _waiting(c: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"waiting": {"reason": reason}},
+    }
+
+
+def _container_status(
+    c: dict[str, Any], state: dict[str, Any], ready: bool, restarts: int, pid: int
+) -> dict[str, Any]:
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": f"process://{c.get('image', '')}",
+        "containerID": f"process://{pid}",
+        "ready": ready,
+        "restartCount": restarts,
+        "started": "running" in state,
+        "state": state,
+    }
+
+
+# -------------------------------------------------------------------------------------------- nodes
+
+
+class ProcessKubelet:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.dir: Path = args.dir.resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.bin: Path = args.bin
+        self.apiserver_port: int = args.apiserver_port
+        self.ca = Path(args.ca).read_text()
+        config.load_kube_config(str(args.kubeconfig))
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self.auth = client.AuthenticationV1Api(self.api)
+        self.network = Network(args.bridge, args.gateway, self.dir / "hosts")
+        self.nodes = [f"node-{i:02d}" for i in range(args.nodes)]
+        self.racks = {n: f"rack-{i * args.racks // args.nodes:02d}" for i, n in enumerate(self.nodes)}
+        self.gpus: int = args.gpus
+        self.workers: dict[str, PodWorker] = {}
+        self.workers_lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.boot_ids: dict[str, str] = {}
+        self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
+
+    def log(self, line: str) -> None:
+        print(f"{now()} {line}", flush=True)
+
+    # ------------------------------------------------------------------------------- API reads
+
+    def config_map(self, ns: str, name: str, optional: bool | None) -> dict[str, str]:
+        try:
+            cm = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status == 404 and optional:
+                return {}
+            raise
+        data = dict(cm.data or {})
+        return data
+
+    def secret(self, ns: str, name: str, optional: bool | None) -> dict[str, str]:
+        try:
+            secret = self.core.read_namespaced_secret(name, ns)
+        except ApiException as exc:
+            if exc.status == 404 and optional:
+                return {}
+            raise
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    def token(self, ns: str, account: str, pod: dict[str, Any], source: dict[str, Any]) -> str:
+        """A bound token through the TokenRequest API, bound to the pod, as the kubelet asks for it."""
+        spec: dict[str, Any] = {
+            "expirationSeconds": int(source.get("expirationSeconds", 3607)),
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod["metadata"]["name"],
+                "uid": pod["metadata"]["uid"],
+            },
+        }
+        if source.get("audience"):
+            spec["audiences"] = [source["audience"]]
+        result = self.core.create_namespaced_service_account_token(
+            account, ns, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        )
+        return str(result.status.token)
+
+    # ---------------------------------------------------------------------------------- nodes
+
+    def boot_id(self, node: str) -> str:
+        path = self.dir / "nodes" / node / "boot_id"
+        if node not in self.boot_ids:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                path.write_text(str(uuid.uuid4()))
+            self.boot_ids[node] = path.read_text().strip()
+        return self.boot_ids[node]
+
+    def _node_status(self, node: str) -> dict[str, Any]:
+        stamp = now()
+        ready = self.ready[node]
+
+        def condition(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+            return {
+                "type": kind,
+                "status": "True" if status else "False",
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": stamp,
+            }
+
+        resources = {
+            "cpu": "16",
+            "memory": "128Gi",
+            "pods": "110",
+            "ephemeral-storage": "500Gi",
+            "nvidia.com/gpu": str(self.gpus),
+        }
+        return {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                condition(
+                    "MemoryPressure",
+                    False,
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition("DiskPressure", False, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition(
+                    "PIDPressure", False, "KubeletHasSufficientPID", "kubelet has sufficient PID available"
+                ),
+                condition(
+                    "Ready",
+                    ready,
+                    "KubeletReady" if ready else "KubeletNotReady",
+                    "kubelet is posting ready status" if ready else "container runtime is down",
+                ),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": self.network.gateway},
+                {"type": "Hostname", "address": node},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, node).hex,
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, node)),
+                "bootID": self.boot_id(node),
+                "kernelVersion": platform.release(),
+                "osImage": OS_IMAGE,
+                "containerRuntimeVersion": "process://1.0",
+                "kubeletVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+
+    def register(self, node: str) -> None:
+        labels = {
+            "kubernetes.io/hostname": node,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": GPU_PRODUCT,
+            "nvidia.com/gpu.count": str(self.gpus),
+            "nvidia.com/gpu.memory": "81559",
+            "topology.dsx.dev/rack": self.racks[node],
+        }
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}}
+        with contextlib.suppress(ApiException):
+            self.core.create_node(body)
+        self.post_status(node)
+
+    def post_status(self, node: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.core.patch_node_status(node, {"status": self._node_status(node)})
+
+    def renew_lease(self, node: str) -> None:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+        }
+        try:
+            self.coordination.patch_namespaced_lease(node, "kube-node-lease", {"spec": body["spec"]})
+        except ApiException as exc:
+            if exc.status == 404:
+                with contextlib.suppress(ApiException):
+                    self.coordination.create_namespaced_lease("kube-node-lease", body)
+
+    def _heartbeats(self) -> None:
+        last_status = 0.0
+        while not self.stop_event.is_set():
+            for node in self.nodes:
+                if self.ready[node]:
+                    self.renew_lease(node)
+            if time.monotonic() - last_status > STATUS_REPORT_S:
+                for node in self.nodes:
+                    self.post_status(node)
+                last_status = time.monotonic()
+            self._controls()
+            self.stop_event.wait(LEASE_RENEW_S / 5)
+
+    def _controls(self) -> None:
+        for node in self.nodes:
+            request = self.dir / "nodes" / node / "reboot"
+            if request.exists():
+                request.unlink()
+                threading.Thread(target=self.reboot, args=(node,), daemon=True).start()
+
+    def reboot(self, node: str, ready_after: float = 20.0) -> None:
+        """As a node reboots: its pods die, a new boot id is reported at once, Ready comes later."""
+        self.log(f"{node}: reboot")
+        with self.workers_lock:
+            workers = [w for w in self.workers.values() if w.spec.get("nodeName") == node]
+        for worker in workers:
+            worker.stop(0)
+        self.ready[node] = False
+        path = self.dir / "nodes" / node / "boot_id"
+        path.write_text(str(uuid.uuid4()))
+        self.boot_ids.pop(node, None)
+        self.post_status(node)
+        time.sleep(ready_after)
+        self.ready[node] = True
+        self.post_status(node)
+
+    # ----------------------------------------------------------------------------------- pods
+
+    def sync(self, pod: dict[str, Any]) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in self.nodes:
+            return
+        uid = pod["metadata"]["uid"]
+        with self.workers_lock:
+            worker = self.workers.get(uid)
+            if worker is None:
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._confirm_deletion(pod)
+                    return
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    return  # ended before this kubelet started: nothing to run
+                worker = PodWorker(self, pod)
+                self.workers[uid] = worker
+                worker.start()
+                return
+            worker.pod = pod
+        if pod["metadata"].get("deletionTimestamp") and not getattr(worker, "deleting", False):
+            worker.deleting = True  # type: ignore[attr-defined]
+            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            threading.Thread(target=self._delete, args=(worker, grace), daemon=True).start()
+
+    def _delete(self, worker: PodWorker, grace: float) -> None:
+        worker.stop(grace)
+        worker.cleanup()
+        self._confirm_deletion(worker.pod)
+        with self.workers_lock:
+            self.workers.pop(worker.uid, None)
+        self._keep_logs(worker)
+
+    def _keep_logs(self, worker: PodWorker) -> None:
+        """A deleted pod's container logs move to ``DIR/deleted/NAMESPACE_NAME/`` (for a failing test's
+        report; the real kubelet drops them), then its folder goes."""
+        keep = self.dir / "deleted" / worker.key.replace("/", "_")
+        keep.mkdir(parents=True, exist_ok=True)
+        for log in (worker.dir / "containers").glob("*.log"):
+            shutil.move(str(log), keep / log.name)
+        shutil.rmtree(worker.dir, ignore_errors=True)
+
+    def _confirm_deletion(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                grace_period_seconds=0,
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                ),
+            )
+
+    def _watch_pods(self) -> None:
+        from kubernetes import watch
+
+        while not self.stop_event.is_set():
+            try:
+                listing = self.api.sanitize_for_serialization(
+                    self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+                )
+                for pod in listing["items"]:
+                    self.sync(pod)
+                version = listing["metadata"]["resourceVersion"]
+                stream = watch.Watch().stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector="spec.nodeName!=",
+                    resource_version=version,
+                    timeout_seconds=30,
+                    _preload_content=False,
+                )
+                for event in stream:
+                    if self.stop_event.is_set():
+                        return
+                    pod = event["raw_object"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.sync(pod)
+                    elif event["type"] == "DELETED":
+                        self._forget(pod)
+            except Exception as exc:  # the watch is restarted, as informers relist
+                self.log(f"pod watch: {type(exc).__name__}: {exc}")
+                self.stop_event.wait(1)
+
+    def _forget(self, pod: dict[str, Any]) -> None:
+        with self.workers_lock:
+            worker = self.workers.pop(pod["metadata"]["uid"], None)
+        if worker is not None:
+            worker.stop(0)
+            worker.cleanup()
+            self._keep_logs(worker)
+
+    # ------------------------------------------------------------------------------------ run
+
+    def run(self) -> None:
+        for node in self.nodes:
+            self.register(node)
+            self.renew_lease(node)
+        threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True).start()
+        threading.Thread(target=self._watch_pods, name="pods", daemon=True).start()
+        self.log(f"kubelet: {len(self.nodes)} nodes registered")
+        self.stop_event.wait()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        with self.workers_lock:
+            workers = list(self.workers.values())
+        threads = [threading.Thread(target=w.stop, args=(5,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for w in workers:
+            w.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.e2e.kubelet")
+    parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--bin", type=Path, required=True)
+    parser.add_argument("--bridge", required=True)
+    parser.add_argument("--gateway", required=True)
+    parser.add_argument("--apiserver-port", type=int, required=True)
+    parser.add_argument("--ca", required=True)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--racks", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=GPUS, help="nvidia.com/gpu of each node")
+    args = parser.parse_args(argv)
+    kubelet = ProcessKubelet(args)
+    signal.signal(signal.SIGTERM, lambda *_: kubelet.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: kubelet.stop_event.set())
+    kubelet.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
