@@ -543,6 +543,101 @@ def _default_job(job: dict[str, Any]) -> list[_FieldError]:
     return errors
 
 
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+_BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+
+
+def _containers_phrase(names: list[str]) -> str:
+    quoted = ", ".join(f'"{n}"' for n in names)
+    return f"container {quoted}" if len(names) == 1 else f"containers {quoted}"
+
+
+def pod_security_violations(pod: dict[str, Any], level: str) -> list[str]:
+    """What the PodSecurity admission plugin says a pod violates at ``level`` (baseline, restricted), in its
+    words and order (``k8s.io/pod-security-admission/policy``, the checks of version latest that dsx's pods
+    meet): host namespaces, privileged, added capabilities, hostPath volumes; then, for restricted, volume
+    types, allowPrivilegeEscalation, capabilities not dropping ALL or adding more than NET_BIND_SERVICE,
+    runAsNonRoot, runAsUser 0, seccompProfile."""
+    if level not in ("baseline", "restricted"):
+        return []
+    spec = pod.get("spec") or {}
+    pod_sc = spec.get("securityContext") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    problems = []
+    hosts = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    if hosts:
+        problems.append(f"host namespaces ({', '.join(hosts)})")
+    privileged = [c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")]
+    if privileged:
+        problems.append(
+            f"privileged ({_containers_phrase(privileged)} must not set securityContext.privileged=true)"
+        )
+    for c in containers:
+        added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+        extra = [a for a in added if a not in _BASELINE_CAPABILITIES]
+        if extra:
+            quoted = ", ".join(f'"{a}"' for a in extra)
+            problems.append(
+                f'non-default capabilities (container "{c["name"]}" must not include {quoted} in '
+                "securityContext.capabilities.add)"
+            )
+    host_paths = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_paths:
+        quoted = ", ".join(f'"{v}"' for v in host_paths)
+        problems.append(
+            f"hostPath volumes (volume {quoted})"
+            if len(host_paths) == 1
+            else f"hostPath volumes (volumes {quoted})"
+        )
+    if level == "baseline":
+        return problems
+    escalating = [
+        c["name"]
+        for c in containers
+        if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False
+    ]
+    if escalating:
+        problems.append(
+            f"allowPrivilegeEscalation != false ({_containers_phrase(escalating)} must set "
+            "securityContext.allowPrivilegeEscalation=false)"
+        )
+    undropped = [
+        c["name"]
+        for c in containers
+        if "ALL" not in (((c.get("securityContext") or {}).get("capabilities") or {}).get("drop") or [])
+    ]
+    if undropped:
+        problems.append(
+            f"unrestricted capabilities ({_containers_phrase(undropped)} must set "
+            'securityContext.capabilities.drop=["ALL"])'
+        )
+    root = [
+        c["name"]
+        for c in containers
+        if (c.get("securityContext") or {}).get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True
+    ]
+    if root:
+        who = f"pod or {_containers_phrase(root)}"
+        problems.append(f"runAsNonRoot != true ({who} must set securityContext.runAsNonRoot=true)")
+    seccomp = [
+        c["name"]
+        for c in containers
+        if ((c.get("securityContext") or {}).get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get(
+            "type"
+        )
+        not in ("RuntimeDefault", "Localhost")
+    ]
+    if seccomp:
+        problems.append(
+            f"seccompProfile (pod or {_containers_phrase(seccomp)} must set "
+            'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+        )
+    return problems
+
+
 def _default_pod(pod: dict[str, Any]) -> None:
     """Defaults and the DefaultTolerationSeconds admission plugin."""
     spec = pod.setdefault("spec", {})
@@ -1104,6 +1199,18 @@ class Emulator:
 
     def _admit_pod(self, pod: dict[str, Any], namespace: str) -> None:
         _default_pod(pod)
+        ns = self._objects.get(("v1", "namespaces", "", namespace)) or {}
+        level = ((ns.get("metadata") or {}).get("labels") or {}).get(POD_SECURITY_ENFORCE, "privileged")
+        problems = pod_security_violations(pod, level)
+        if problems:
+            meta = pod["metadata"]
+            name = meta.get("name") or meta.get("generateName") or ""
+            raise _fail(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": {", ".join(problems)}',
+                {"name": name, "kind": "pods"},
+            )
         account = pod["spec"]["serviceAccountName"]
         if account != "default" and ("v1", "serviceaccounts", namespace, account) not in self._objects:
             meta = pod["metadata"]

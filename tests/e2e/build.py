@@ -211,7 +211,11 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 
-def build(only: set[str] | None = None, log: Callable[[str], None] = print) -> Path:
+#: What the control plane of :mod:`tests.e2e.cluster` runs; Argo Events and nats-server serve the Events tier.
+CORE = frozenset({"kubernetes", "etcd", "argo-workflows"})
+
+
+def build(only: set[str] | frozenset[str] | None = None, log: Callable[[str], None] = print) -> Path:
     """Build what the cache lacks; return the folder of binaries."""
     versions = read_versions()
     root = cache_dir(versions, go_version())
@@ -239,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.build", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--only", action="append", choices=[c.name for c in COMPONENTS], help="build just these"
+    )
+    parser.add_argument(
+        "--core", action="store_true", help=f"build what the control plane runs ({', '.join(sorted(CORE))})"
     )
     parser.add_argument("--print-bin", action="store_true", help="print the binaries' folder, nothing else")
     args = parser.parse_args(argv)

@@ -137,7 +137,7 @@ class Cluster:
         (self.dir / "logs").mkdir(exist_ok=True)
         if self.state.processes:
             raise RuntimeError(f"{self.dir}: a cluster is already up here (run down first)")
-        self.bin = build.build(log=self.log)
+        self.bin = build.build(build.CORE, log=self.log)
         subprocess.run([str(ROOT / ".ci" / "fetch-helm")], check=True, capture_output=True)
         started = time.monotonic()
         try:

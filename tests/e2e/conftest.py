@@ -69,6 +69,11 @@ class RealCluster:
         return "\n".join(out)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that read what the others did (the audit log) run after them."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
+
+
 @pytest.fixture(scope="session")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     existing = os.environ.get("DSX_E2E_KUBECONFIG")

@@ -13,7 +13,8 @@ from kubernetes.client.exceptions import ApiException
 
 from steps.cluster import ClusterError
 from steps.cluster.kube import KubeCluster, load_api_client
-from tests.k8s_emulator import Emulator, ManualClock
+from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock
+from tests.pods import bare_pod, rank_pod
 from tests.steps.cluster.conftest import group_job, job_pods
 
 NODE_EVENT = {
@@ -308,3 +309,24 @@ def test_a_configmap_over_one_mebibyte_is_refused_on_create_and_on_update(api: A
     bigger = {"metadata": {"name": "bigger"}, "binaryData": {"g": "A" * (1400 * 1024)}}  # 1,050 KiB decoded
     status, _ = _refusal(lambda: core.create_namespaced_config_map("dsx", bigger))
     assert status == 422
+
+
+# ------------------------------------------------------------------------- pod security
+
+
+def test_a_restricted_namespace_refuses_a_pod_without_its_security_context_and_takes_a_rank_pod(
+    api: Any,
+) -> None:
+    """Pod Security admission as the real API server applies it (tests/e2e/test_doubles.py compares the two):
+    dsx's rank pods meet ``restricted``; a pod that sets nothing does not, and is refused naming each rule."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "locked", "labels": {POD_SECURITY_ENFORCE: "restricted"}}})
+    status, body = _refusal(lambda: core.create_namespaced_pod("locked", bare_pod()))
+    assert status == 403
+    assert body["message"].startswith('pods "bare" is forbidden: violates PodSecurity "restricted:latest": ')
+    for rule in ("allowPrivilegeEscalation != false", "unrestricted capabilities", "runAsNonRoot != true",
+                 "seccompProfile"):  # fmt: skip
+        assert rule in body["message"]
+    assert core.create_namespaced_pod("locked", rank_pod("locked")).metadata.name == "rank"
+    core.create_namespace({"metadata": {"name": "open"}})
+    assert core.create_namespaced_pod("open", bare_pod()).metadata.name == "bare"

@@ -1,0 +1,66 @@
+"""The emulated API server against the real one: the same request, the same answer.
+
+Each scenario runs on :class:`tests.k8s_emulator.Emulator` and on the real control plane, and the test
+compares what each said. Where they differ, the double changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from steps.cluster.kube import load_api_client
+from tests.e2e.conftest import RealCluster
+from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, write_kubeconfig
+from tests.pods import bare_pod, rank_pod
+
+pytestmark = pytest.mark.e2e
+
+
+def _answers(core: client.CoreV1Api, namespace: str, dry_run: str | None) -> dict[str, Any]:
+    """What the server says to a restricted namespace, a bare pod and a rank pod in it."""
+    core.create_namespace({"metadata": {"name": namespace, "labels": {POD_SECURITY_ENFORCE: "restricted"}}})
+    deadline = time.monotonic() + 30
+    while (
+        dry_run and time.monotonic() < deadline
+    ):  # the service-account controller makes "default" soon after
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            break
+        except ApiException:
+            time.sleep(0.2)
+    answers: dict[str, Any] = {}
+    for name, pod in (("bare", bare_pod()), ("rank", rank_pod(namespace))):
+        try:
+            if dry_run:
+                core.create_namespaced_pod(namespace, pod, dry_run=dry_run)
+            else:
+                core.create_namespaced_pod(namespace, pod)
+            answers[name] = "created"
+        except ApiException as exc:
+            answers[name] = (exc.status, json.loads(exc.body)["message"])
+    return answers
+
+
+def test_pod_security_restricted_refuses_and_admits_the_same_pods(
+    real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    namespace = f"psa-{uuid.uuid4().hex[:8]}"
+    real_api, _ = load_api_client(str(real_cluster.kubeconfig))
+    try:
+        real = _answers(client.CoreV1Api(real_api), namespace, dry_run="All")
+    finally:
+        client.CoreV1Api(real_api).delete_namespace(namespace)
+    with Emulator() as emulator:
+        fake_api, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
+        emulated = _answers(client.CoreV1Api(fake_api), namespace, dry_run=None)
+    assert real["rank"] == "created", real
+    assert real["bare"][0] == 403 and 'violates PodSecurity "restricted:latest"' in real["bare"][1]
+    assert emulated == real

@@ -1,0 +1,94 @@
+"""The chart's RBAC judged by the real authorizer: every request dsx's accounts made during the e2e runs was
+allowed, and what an account may do but never did is either explained below or should go.
+
+Runs after the scenarios (``conftest.py`` orders it last): it reads the API server's audit log, which records
+every request of the service accounts in ``gpu-ops`` with the authorizer's decision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from steps.cluster.kube import load_api_client
+from tests.e2e.cluster import NAMESPACE, Cluster
+from tests.e2e.conftest import RealCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_last]
+
+PREFIX = f"system:serviceaccount:{NAMESPACE}:"
+#: Permissions an account holds that the e2e scenarios do not use, each with the reason it stays.
+#: (account, verb, "group/resource[/subresource]"): reason.
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("dsx-certify", "delete", "/pods"): "the pods a killed run left are deleted before a group test's retry",
+    ("dsx-certify", "patch", "/configmaps"): "a retried step's outcome or report, kept over its earlier try",
+}
+
+
+def _audit(own: Cluster) -> list[dict[str, Any]]:
+    events = []
+    for line in own.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("stage") == "ResponseComplete" and event["user"]["username"].startswith(PREFIX):
+            events.append(event)
+    return events
+
+
+def _resource(ref: dict[str, Any]) -> str:
+    text = f"{ref.get('apiGroup', '')}/{ref.get('resource', '')}"
+    return f"{text}/{ref['subresource']}" if ref.get("subresource") else text
+
+
+def _granted(real_cluster: RealCluster, account: str) -> set[tuple[str, str]]:
+    """(verb, group/resource) the authorizer lets ``account`` do in the namespace: a SelfSubjectRulesReview
+    made as the account (impersonated), what ``kubectl auth can-i --list --as`` shows."""
+    api, _ = load_api_client(str(real_cluster.kubeconfig))
+    api.set_default_header("Impersonate-User", f"{PREFIX}{account}")
+    review = client.AuthorizationV1Api(api).create_self_subject_rules_review(
+        {"spec": {"namespace": NAMESPACE}}
+    )
+    granted = set()
+    for rule in review.status.resource_rules:
+        for group in rule.api_groups or [""]:
+            for resource in rule.resources or []:
+                for verb in rule.verbs or []:
+                    granted.add((verb, f"{group}/{resource}"))
+    return granted
+
+
+def test_every_request_of_dsx_accounts_was_allowed(real_cluster: RealCluster, own_cluster: Cluster) -> None:
+    events = _audit(own_cluster)
+    assert events, "no request of a gpu-ops service account reached the audit log"
+    refused = sorted(
+        {
+            (e["user"]["username"].removeprefix(PREFIX), e["verb"], _resource(e.get("objectRef") or {}))
+            for e in events
+            if e["annotations"].get("authorization.k8s.io/decision") != "allow"
+        }
+    )
+    assert refused == [], f"requests the authorizer refused: {refused}"
+
+
+def test_what_each_account_may_do_and_never_did_is_explained(
+    real_cluster: RealCluster, own_cluster: Cluster
+) -> None:
+    used: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for e in _audit(own_cluster):
+        used[e["user"]["username"].removeprefix(PREFIX)].add((e["verb"], _resource(e.get("objectRef") or {})))
+    unexplained = []
+    for account in sorted(used):
+        for verb, resource in sorted(_granted(real_cluster, account) - used[account]):
+            if resource.startswith(
+                ("authorization.k8s.io/", "authentication.k8s.io/", "certificates.k8s.io/")
+            ):
+                continue  # what every authenticated user may do (system:basic-user)
+            if (account, verb, resource) not in EXPLAINED:
+                unexplained.append(f"{account}: {verb} {resource}")
+    print("accounts exercised:", ", ".join(sorted(used)))
+    assert unexplained == [], "granted but never used (remove it, or explain it in EXPLAINED):\n" + "\n".join(
+        unexplained
+    )
