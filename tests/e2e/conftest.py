@@ -69,9 +69,18 @@ class RealCluster:
         return "\n".join(out)
 
 
+#: pytest-timeout's bound for one e2e test, which the suite's default (300 s) is too short for: a
+#: certification's pods, torch imports and gloo runs take minutes on 2 cores, and the first test also pays
+#: for the control plane coming up.
+E2E_TIMEOUT_S = 1800
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read what the others did (the audit log) run after them."""
+    """Tests that read what the others did (the audit log) run after them; e2e tests get their bound."""
     items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")
