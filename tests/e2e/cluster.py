@@ -45,11 +45,11 @@ ARGO_NAMESPACE = "argo"
 EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:{version}"
 SERVICE_RANGE = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-#: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
-#: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier installs it only where it tests it.
 #: GPUs each fake node offers. A real H100 node has 8; here each GPU's rank is a CPU process with torch,
 #: and 4 nodes of 8 (32 ranks importing torch at once) do not fit a healthy run's deadline on 2 cores.
 DEFAULT_GPUS = 2
+#: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
+#: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier does not install it.
 CHART_VALUES = ["--set", "sentinel.enabled=false"]
 
 
