@@ -9,11 +9,11 @@ import pytest
 import yaml
 from hera.workflows import DAG
 
+from steps.durations import parse_duration
 from steps.errors import InputError
 from tests.paths import CHART, REPO, shared_path
 from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
-from workflows.runner.durations import parse_duration
 from workflows.templates._base import STARTUP_ALLOWANCE, step, workflow_template
 
 DEMO = "tests.workflows.fixtures.demo_templates"

@@ -85,9 +85,9 @@ def play_cmd(
     import time
 
     from steps.cluster import vocabulary as vocab
+    from steps.durations import parse_duration
     from steps.errors import InputError
     from workflows.compiler import compiled_documents
-    from workflows.runner.durations import parse_duration
     from workflows.runner.eventplay import parse_injection, play
 
     try:

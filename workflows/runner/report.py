@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
-from workflows.runner.durations import format_duration
+from steps.durations import format_duration
 from workflows.runner.model import NodeStatus, Phase, Plan, RunResult
 
 __all__ = ["SYMBOLS", "LineReporter", "LiveReporter", "plan_text", "result_text", "tree_rows"]

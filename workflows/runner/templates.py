@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from steps.durations import humanize_duration, parse_duration
 from workflows.runner import resource, workflowpod
-from workflows.runner.durations import humanize_duration, parse_duration
 from workflows.runner.errors import NodeError
 from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase

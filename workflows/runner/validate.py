@@ -13,10 +13,10 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from steps.durations import parse_duration
 from workflows.runner import fields
 from workflows.runner.conditions import ConditionError, parse_condition
 from workflows.runner.depends import DependsError, depends_logic, task_names
-from workflows.runner.durations import parse_duration
 from workflows.runner.errors import UnsupportedConstruct
 from workflows.runner.library import Library, TemplateScope, spec_of
 from workflows.runner.paths import local_path, outside_message

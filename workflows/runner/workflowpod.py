@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.cluster import vocabulary as vocab
-from workflows.runner.durations import parse_duration
+from steps.durations import parse_duration
 from workflows.runner.errors import NodeError
 from workflows.runner.executor import ProcessSpec, RunningProcess, hera_entrypoint, wait_for
 from workflows.runner.model import NodeStatus, Phase

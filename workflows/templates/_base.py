@@ -69,8 +69,8 @@ from hera.workflows.models import (
 )
 
 from steps.cluster import vocabulary as vocab
+from steps.durations import parse_duration
 from steps.errors import InputError
-from workflows.runner.durations import parse_duration
 
 __all__ = [
     "DEFAULT_IMAGE",

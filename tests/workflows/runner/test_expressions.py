@@ -2,9 +2,9 @@
 
 import pytest
 
+from steps.durations import parse_duration
 from workflows.runner.conditions import json_path, matches, parse_condition
 from workflows.runner.depends import TaskResults, depends_logic, evaluate_depends, task_names
-from workflows.runner.durations import parse_duration
 from workflows.runner.templating import Unresolved, render
 from workflows.runner.when import WhenError, evaluate_when
 

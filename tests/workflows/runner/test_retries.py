@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
+from steps.durations import humanize_duration
 from tests.workflows.runner.conftest import shell, workflow
 from workflows.runner import NodeStatus, Phase, RunOptions, RunResult, run
-from workflows.runner.durations import humanize_duration
 from workflows.runner.engine import transient
 
 
