@@ -23,8 +23,9 @@ reason (``pkg/scheduler/framework/plugins``, Kubernetes 1.33):
 
 A pod that fits nowhere stays Pending with PodScheduled False, reason Unschedulable, and the message
 FitError builds (``pkg/scheduler/framework/types.go``): ``0/N nodes are available: COUNT REASON, ....``
-followed by DefaultPreemption's ``preemption: 0/N nodes are available: ...`` (every pod has the same
-priority, so preemption never finds victims). Pending pods are tried again after every change, in
+followed by DefaultPreemption's ``preemption: 0/N nodes are available: ....`` (every pod has the same
+priority, so preemption never finds victims), word for word as Kubernetes v1.37's scheduler writes it (the
+e2e tier compares the two: ``tests/e2e/test_doubles.py``). Pending pods are tried again after every change, in
 creation order, so one freed GPU lets the oldest waiting pod in. Among the nodes that fit, the one with
 the fewest pods wins (ties by name); real scoring is not modelled.
 
@@ -352,7 +353,7 @@ def place(
         return None, "no nodes available to schedule pods"
     return None, (
         f"0/{total} nodes are available: {_histogram(reasons)}. "
-        f"preemption: 0/{total} nodes are available: {_histogram(preemption)}.."
+        f"preemption: 0/{total} nodes are available: {_histogram(preemption)}."
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from steps.cluster.node import GPU_RESOURCE
 from steps.models import Strict
 
 __all__ = ["EvictionOutcome", "EvictionResult", "Pod", "PodRef", "pod_ref"]
@@ -33,6 +34,7 @@ class Pod(Strict):
     owner_name: str = ""
     phase: str = "Running"
     labels: dict[str, str] = Field(default_factory=dict)
+    gpus: int = Field(0, ge=0, description="the GPUs it holds (its containers' nvidia.com/gpu requests)")
 
     @property
     def ref(self) -> str:
@@ -43,6 +45,12 @@ class Pod(Strict):
     def daemonset(self) -> bool:
         """Whether a DaemonSet owns the pod (drains leave those alone)."""
         return self.owner_kind == "DaemonSet"
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether it holds GPUs now: it asks for some and has not ended (the scheduler counts every bound
+        pod that has not Succeeded or Failed)."""
+        return self.gpus > 0 and self.phase not in ("Succeeded", "Failed")
 
     @classmethod
     def from_manifest(cls, data: Mapping[str, Any]) -> Pod:
@@ -59,6 +67,7 @@ class Pod(Strict):
             owner_name=str(owner.get("name", "")),
             phase=str((data.get("status") or {}).get("phase") or "Pending"),
             labels=dict(meta.get("labels") or {}),
+            gpus=_gpus(data.get("spec") or {}),
         )
 
     def to_manifest(self) -> dict[str, Any]:
@@ -81,7 +90,10 @@ class Pod(Strict):
                     "uid": f"uid-{self.owner_kind.lower()}-{self.owner_name}",
                 }
             ]
-        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.local/workload:1"}]}
+        container: dict[str, Any] = {"name": "main", "image": "registry.local/workload:1"}
+        if self.gpus:
+            container["resources"] = {"limits": {GPU_RESOURCE: str(self.gpus)}}
+        spec: dict[str, Any] = {"containers": [container]}
         if self.node:
             spec["nodeName"] = self.node
         return {
@@ -95,6 +107,25 @@ class Pod(Strict):
                 "conditions": [{"type": "Ready", "status": "True" if self.phase == "Running" else "False"}],
             },
         }
+
+
+def _gpus(spec: Mapping[str, Any]) -> int:
+    """The GPUs a pod spec asks for, as the scheduler counts them: the containers' sum, or the largest
+    init container's if more (requests default to limits; an extended resource's are equal)."""
+
+    def each(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(
+            GPU_RESOURCE
+        )
+        try:
+            return max(0, int(str(wanted or 0)))
+        except ValueError:
+            return 0
+
+    running = sum(each(c) for c in spec.get("containers") or [])
+    starting = max((each(c) for c in spec.get("initContainers") or []), default=0)
+    return max(running, starting)
 
 
 PodRef = Pod | str

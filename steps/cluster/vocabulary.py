@@ -73,6 +73,7 @@ __all__ = [
     "ANNOTATION_PAIR_TEST",
     "ANNOTATION_RECIPE_DIGEST",
     "ANNOTATION_REMEDIATION",
+    "ANNOTATION_REPAIR_BOOTED_AT",
     "ANNOTATION_REPAIR_BOOT_ID",
     "ANNOTATION_REPAIR_REQUESTED_AT",
     "ANNOTATION_REPORT_CONTENTS",
@@ -172,6 +173,9 @@ ANNOTATION_STATE_SINCE: Final = "dsx.dev/state-since"
 ANNOTATION_REMEDIATION: Final = "dsx.dev/remediation"
 ANNOTATION_REPAIR_REQUESTED_AT: Final = "dsx.dev/repair-requested-at"
 ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
+#: The last time the repair wait read the node on its old boot id: the new boot, and the sentinel's
+#: readings of it that clear the fault, came after.
+ANNOTATION_REPAIR_BOOTED_AT: Final = "dsx.dev/repair-booted-at"
 LABEL_REPLACE: Final = "dsx.dev/replace"
 LABEL_RECERTIFY: Final = "dsx.dev/recertify"
 # dsx-remediate's pair test: what it found (passed beside, failed beside, skipped and why), read by conclude.

@@ -70,6 +70,7 @@ from steps.readiness.planning import (
     CertifyPlan,
     Exclusion,
     check_options,
+    drill_injections,
     make_plan,
     now,
     plan_outputs,
@@ -151,6 +152,7 @@ def plan(
     iters: int = 20,
     namespace: str = "",
     image: str = "",
+    inject: str = "",
     workflow_name: str = "",
     workflow_uid: str = "",
 ) -> CertifyPlan:
@@ -270,7 +272,7 @@ def _sweep(
         max_bytes=plan.max_bytes,
         factor=4,
         iters=plan.options.iters,
-        inject=inject,
+        inject=inject + drill_injections(plan, hosts),
         timeout_s=group_timeout(_healthy_s(plan, thresholds, scope), thresholds),
         thresholds=recipe.get("thresholds"),
         scope=scope,
@@ -446,6 +448,7 @@ def _smoke(
         port = connect()
         for rank, node in enumerate(hosts):
             inject += local_injections(port, node, rank, "group")
+    inject += drill_injections(plan, hosts, ("delay", "fail", "hang"))
     request = SmokeRequest(
         subject=subject,
         ranks=ranks,

@@ -38,17 +38,27 @@ def holder(run: RunRef) -> str:
     return f"dsx-certify/{run.namespace}/{run.name}/{run.uid}"
 
 
-def holder_alive(port: ClusterPort, identity: str) -> bool:
-    """Whether the certification run that holds a Lease still exists (a killed run's hold is stale).
+#: The phases of a Workflow that has ended (Argo's ``WorkflowSucceeded``, ``WorkflowFailed``,
+#: ``WorkflowError``): its steps run no more, so a Lease it still holds is stale.
+FINISHED_PHASES = ("Succeeded", "Failed", "Error")
 
-    A holder that is not a certification Workflow (remediation, a local run without a Workflow object)
-    counts as alive: its Lease's own expiry decides.
+
+def holder_alive(port: ClusterPort, identity: str) -> bool:
+    """Whether the certification run that holds a Lease may still be running: its Workflow (a
+    certification's, or a remediation's whose recertification took the Lease) exists, with the uid the
+    hold names, and has not finished. A killed run's hold, a deleted Workflow's, or a finished one's
+    (its exit handler stopped before releasing, or never ran: ``onExit`` does not run for a DAG reached
+    through ``templateRef``) is stale.
+
+    A holder that is not a Workflow (a local run) counts as alive: its Lease's own expiry decides.
     """
     parts = identity.split("/")
     if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == LOCAL_RUN_NAME:
         return True
     workflow = port.get_object("argoproj.io/v1alpha1", "Workflow", parts[2], parts[1])
-    return workflow is not None and (workflow.get("metadata") or {}).get("uid") == parts[3]
+    if workflow is None or (workflow.get("metadata") or {}).get("uid") != parts[3]:
+        return False
+    return (workflow.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
 def take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:

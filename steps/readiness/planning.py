@@ -24,11 +24,13 @@ from steps.models import input_error
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject
 from steps.readiness.outcomes import RunRef
+from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.sizes import parse_size
 
 __all__ = [
     "ACCELERATORS",
     "AUTO",
+    "DRILL_FAULTS",
     "LAUNCHERS",
     "LOCAL_RANKS_PER_NODE",
     "PLAN_OUTPUTS",
@@ -40,8 +42,10 @@ __all__ = [
     "Exclusion",
     "Launcher",
     "check_options",
+    "drill_injections",
     "make_plan",
     "now",
+    "parse_drill",
     "plan_outputs",
 ]
 
@@ -77,6 +81,9 @@ ACCELERATORS: tuple[tuple[str, str], ...] = (
     ("A100", "a100"),
 )
 
+#: The faults a drill may play (``inject``); the training smoke run plays all but ``corrupt`` (it has no
+#: reduced data to check).
+DRILL_FAULTS = ("delay", "fail", "hang", "corrupt")
 #: Ranks per node in a local single-node check (two stand for the node's GPUs over NVLink).
 LOCAL_RANKS_PER_NODE = 2
 #: Name of the group of every node; the groups of the group label are tested before it.
@@ -97,6 +104,10 @@ class CertifyOptions(Model):
     iters: int = Field(default=20, ge=1)
     namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
     image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
+    inject: str = Field(
+        default="",
+        description="a fault drill: NODE:KIND[=VALUE] faults every rank on NODE plays, comma-separated",
+    )
 
 
 class Exclusion(Model):
@@ -125,7 +136,8 @@ class CertifyPlan(Model):
     max_bytes: int
     criteria: dict[str, str] = Field(description="service, accelerator and os for the recipe")
     injected: dict[str, list[str]] = Field(
-        default_factory=dict, description="local runs: faults the simulated fleet plays, per node"
+        default_factory=dict,
+        description="faults played on purpose, per node: a drill's, and in local runs the simulated fleet's",
     )
     started_at: str
     run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
@@ -217,7 +229,49 @@ def check_options(**values: Any) -> CertifyOptions:
     ]
     if len(sizes) == 2 and sizes[0] > sizes[1]:
         raise InputError(f"min-bytes {sizes[0]} is larger than max-bytes {sizes[1]}")
+    parse_drill(options.inject)
     return options
+
+
+def parse_drill(text: str) -> dict[str, list[str]]:
+    """A fault drill's faults by node: ``node-02:delay=20ms,node-05:fail`` gives every rank that runs on
+    ``node-02`` a 20 ms delay before each collective or step and makes every rank on ``node-05`` fail, in
+    every test the node takes part in. A drill proves on a real cluster that certification and bisection
+    name a node that drags its groups; every verdict and report labels the faults as injected.
+
+    Raises:
+        InputError: an entry is not ``NODE:KIND[=VALUE]``, its fault is not one of ``delay``, ``fail``,
+            ``hang`` or ``corrupt``, or a node is named twice.
+    """
+    drill: dict[str, list[str]] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        node, _, fault = entry.partition(":")
+        if not node or not fault:
+            raise InputError(
+                f"certify option: inject: {entry!r} is not NODE:KIND[=VALUE] (node-02:delay=20ms)"
+            )
+        if node in drill:
+            raise InputError(f"certify option: inject: node {node!r} is named twice")
+        try:
+            (parsed,) = parse_injections([f"0:{fault}"], 1, DRILL_FAULTS)
+        except InputError as exc:
+            raise InputError(f"certify option: inject: {entry!r}: {exc}") from None
+        drill[node] = [parsed.spec.split(":", 1)[1]]
+    return drill
+
+
+def drill_injections(plan: CertifyPlan, hosts: list[str], kinds: tuple[str, ...] = DRILL_FAULTS) -> list[str]:
+    """The rank faults (``RANK:KIND[=VALUE]``) of the plan's drill for a run whose rank ``r`` runs on
+    ``hosts[r]``, of the ``kinds`` that run plays."""
+    drill = parse_drill(plan.options.inject)
+    return [
+        f"{rank}:{fault}"
+        for rank, host in enumerate(hosts)
+        for fault in drill.get(host, [])
+        if fault.split("=", 1)[0] in kinds
+    ]
 
 
 def _candidates(port: ClusterPort, options: CertifyOptions) -> tuple[list[Node], list[Exclusion], list[str]]:
@@ -316,6 +370,18 @@ def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> Certif
             faults = local_injections(port, name, 0, "group") + local_injections(port, name, 0, "node")
             if faults:
                 injected[name] = sorted(f.split(":", 1)[1] for f in faults)
+    for name, faults in parse_drill(options.inject).items():
+        if name not in names:
+            raise InputError(
+                f"certify option: inject: node {name!r} is not among the nodes to certify "
+                f"({', '.join(names)})"
+            )
+        if name in injected:
+            raise InputError(
+                f"certify option: inject: node {name!r} already plays the simulated fleet's faults "
+                f"({', '.join(injected[name])}): drill another node"
+            )
+        injected[name] = faults
     return CertifyPlan(
         options=options,
         launcher=chosen,

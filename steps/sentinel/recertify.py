@@ -9,9 +9,15 @@ killed mid-way is taken off other nodes first, so certification never reaches a 
 The pair test that follows (:func:`pair_partner`, then ``dsx-bisect``'s ``prepare``, ``confirm-members``
 and ``finish`` through ``templateRef``, then :func:`pair_verdict`) tests the node beside a known-good node:
 a node labelled ``dsx.dev/certification=passed``, not cordoned, Ready, managed, with GPUs, not under
-remediation itself (the first by name). Both carry ``dsx.dev/recertify=pair`` (:data:`PAIR_SELECTOR`, the
-bisection's node selector) while it runs. What it found is written to the node's ``dsx.dev/pair-test``
-annotation, which ``conclude`` reads.
+remediation itself, and whose GPUs no pod holds (the first by name). Both carry ``dsx.dev/recertify=pair``
+(:data:`PAIR_SELECTOR`, the bisection's node selector) while it runs. What it found is written to the
+node's ``dsx.dev/pair-test`` annotation, which ``conclude`` reads.
+
+No verdict is not a failure. When every known-good node's GPUs are in use, or the pair test's pods could
+not all be scheduled within the scheduling budget (a workload took the partner meanwhile), or a step of the
+pair test stopped before it named the node, the test said nothing about the node: the note starts with
+:data:`NO_VERDICT`, the node's certification label goes back to ``pending``, and ``conclude`` keeps it
+recertifying, cordoned, for a later run to test again; it never escalates it for that.
 
 The rule when no known-good node exists (a fleet whose every other node is cordoned or uncertified):
 the pair test is skipped, the annotation says so, and the node's own certification decides. Escalating
@@ -28,13 +34,15 @@ from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 
-__all__ = ["PAIR_SELECTOR", "mark", "pair_partner", "pair_verdict", "unmark"]
+__all__ = ["NO_VERDICT", "PAIR_SELECTOR", "mark", "pair_partner", "pair_verdict", "unmark"]
 
 _SELECTED = "true"
 _PAIR = "pair"
 PAIR_SELECTOR = f"{vocab.LABEL_RECERTIFY}={_PAIR}"
 """The nodes of the pair test: the node under recertification and its known-good partner."""
 _PASSED = vocab.Certification.passed.value
+NO_VERDICT = "no verdict"
+"""How the ``dsx.dev/pair-test`` note of a pair test that said nothing about the node begins."""
 
 
 def mark(node: str) -> str:
@@ -106,6 +114,14 @@ def pair_partner(node: str) -> str:
             "skipped: no known-good partner (certification=passed, not cordoned, Ready); "
             "the node's own certification decides",
         )
+    free = [name for name in good if not any(p.holds_gpus for p in port.pods_on(name))]
+    if not free:
+        _output("partner", "")
+        _pending(port, node, f"every known-good partner's GPUs are in use ({', '.join(good)})")
+        return _note(
+            port, node, f"{NO_VERDICT}: every known-good partner's GPUs are in use ({', '.join(good)})"
+        )
+    good = free
     partner = good[0]
     for name in (node, partner):
         port.set_labels(name, {vocab.LABEL_RECERTIFY: _PAIR})
@@ -113,10 +129,21 @@ def pair_partner(node: str) -> str:
     return _note(port, node, f"running beside {partner}")
 
 
+def _pending(port: ClusterPort, node: str, why: str) -> None:
+    """Nothing was proven about the node: its certification goes back to ``pending``, saying why."""
+    port.set_node_metadata(
+        node,
+        labels={vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value},
+        annotations={vocab.ANNOTATION_CERTIFICATION_REASON: f"pair test: {why}"[:250]},
+    )
+
+
 def pair_verdict(node: str, partner: str = "", status: str = "") -> str:
     """After the pair test (``status``: how ``dsx-bisect``'s ``finish`` ended): unmark both nodes and
-    write the verdict. Anything but ``Succeeded`` labels the node ``dsx.dev/certification=failed`` (the
-    bisection labels it with its reason when the test itself failed), so ``conclude`` escalates it."""
+    write the verdict. The test names the node failed by labelling it (``confirm-members`` does, with
+    its reason, when the node failed beside the partner); a test that ended otherwise without naming it
+    gave no verdict (its pods could not all be scheduled, or a step stopped): the node goes back to
+    ``pending``, and ``conclude`` keeps it recertifying."""
     port = connect()
     _unpair(port)
     if not partner:
@@ -125,11 +152,11 @@ def pair_verdict(node: str, partner: str = "", status: str = "") -> str:
         return _note(port, node, f"passed beside {partner}")
     current = port.get_node(node)
     reason = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
-    if current.labels.get(vocab.LABEL_CERTIFICATION) != vocab.Certification.failed.value:
-        reason = f"pair test beside {partner} did not pass ({status or 'unknown'})"
-        port.set_node_metadata(
-            node,
-            labels={vocab.LABEL_CERTIFICATION: vocab.Certification.failed.value},
-            annotations={vocab.ANNOTATION_CERTIFICATION_REASON: reason},
-        )
-    return _note(port, node, f"failed beside {partner}: {reason}")
+    if current.labels.get(vocab.LABEL_CERTIFICATION) == vocab.Certification.failed.value:
+        return _note(port, node, f"failed beside {partner}: {reason}")
+    why = (
+        f"the test beside {partner} named nothing ({status or 'unknown'}): its pods could not all be "
+        "scheduled, or a step stopped"
+    )
+    _pending(port, node, why)
+    return _note(port, node, f"{NO_VERDICT}: {why}")

@@ -25,6 +25,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 
 from steps.cluster import ClusterPort, CordonRefusedError, Node, NotFoundError, changes, connect
 from steps.cluster import vocabulary as vocab
+from steps.durations import parse_duration
 from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import input_error
@@ -40,6 +42,7 @@ from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
+from steps.sentinel.recertify import NO_VERDICT
 
 __all__ = [
     "ACTIVE_STATES",
@@ -50,12 +53,21 @@ __all__ = [
     "guard",
     "quarantine",
     "record_outcome",
+    "repair_problems",
+    "repair_wait",
     "repaired",
     "request_repair",
 ]
 
 OWNER = "sentinel"
 """The ``by`` of remediation's cordon (``dsx.dev/cordoned-by``)."""
+
+REPAIR_POLL_S = 5.0
+"""How often the repair wait reads the node (more often under a short timeout)."""
+REPAIR_WAIT_LIMIT_S = 7 * 24 * 3600
+"""The longest repair wait (the step's own deadline is compiled from it)."""
+
+_RECERTIFYING = vocab.NodeState.recertifying.value
 
 ACTIVE_STATES = [s.value for s in vocab.NodeState if s is not vocab.NodeState.escalated]
 """States of a node whose remediation is under way (in the order it moves through them)."""
@@ -97,6 +109,13 @@ def _state(node: Node) -> str:
 def _attempt(port: ClusterPort, node: str) -> int:
     history = ledger.entries(port, node)
     return max(1, ledger.attempts(history))
+
+
+def _record(port: ClusterPort, node: str, state: str, workflow: str, check: str, detail: str) -> None:
+    """A ledger entry of this remediation's current attempt."""
+    ledger.record(
+        port, node, state, workflow=workflow, attempt=_attempt(port, node), check=check, detail=detail
+    )
 
 
 def _set_state(port: ClusterPort, node: str, state: str | None, workflow: str, **extra: str | None) -> Node:
@@ -318,15 +337,7 @@ def quarantine(node: str, check: str, workflow_name: str = "") -> str:
         raise DsxError(f"quarantine of {node} refused: {exc}") from None
     port.add_taint(node)
     _set_state(port, node, vocab.NodeState.quarantined.value, workflow_name)
-    ledger.record(
-        port,
-        node,
-        vocab.NodeState.quarantined.value,
-        workflow=workflow_name,
-        attempt=_attempt(port, node),
-        check=check,
-        detail=result.summary,
-    )
+    _record(port, node, vocab.NodeState.quarantined.value, workflow_name, check, result.summary)
     port.record_event(node, "DsxQuarantined", result.summary)
     return result.summary
 
@@ -378,18 +389,14 @@ def drain(node: str, check: str, workflow_name: str = "", policy: str = "{}") ->
 
 
 def request_repair(node: str, check: str, workflow_name: str = "") -> str:
-    """Ask the repair system for a repair (``dsx.dev/repair-requested-at``); output ``boot-id``: the
-    boot id the repaired node must no longer show."""
+    """Ask the repair system for a repair (``dsx.dev/repair-requested-at``), noting the boot id the
+    repaired node must no longer show (``dsx.dev/repair-boot-id``)."""
     port = connect()
     current = _held(port, node, workflow_name, check)
     asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT)
     if _state(current) == vocab.NodeState.awaiting_repair.value and asked:
-        boot = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
-        _output("boot-id", boot)
         return f"{node}: repair already requested at {asked}"
     if _past(current, vocab.NodeState.awaiting_repair):
-        boot = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
-        _output("boot-id", boot)
         return f"{node}: already repaired ({_state(current)})"
     boot = current.node_info.boot_id
     at = changes.format_time(_now())
@@ -398,63 +405,137 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
         node,
         vocab.NodeState.awaiting_repair.value,
         workflow_name,
-        **{vocab.ANNOTATION_REPAIR_REQUESTED_AT: at, vocab.ANNOTATION_REPAIR_BOOT_ID: boot},
+        **{
+            vocab.ANNOTATION_REPAIR_REQUESTED_AT: at,
+            vocab.ANNOTATION_REPAIR_BOOT_ID: boot,
+            vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
+        },
     )
-    ledger.record(
+    _record(
         port,
         node,
         vocab.NodeState.awaiting_repair.value,
-        workflow=workflow_name,
-        attempt=_attempt(port, node),
-        check=check,
-        detail=f"repair requested (boot id {boot or 'unknown'})",
+        workflow_name,
+        check,
+        f"repair requested (boot id {boot or 'unknown'})",
     )
     port.record_event(
         node, "DsxRepairRequested", f"dsx-remediate {workflow_name} asks for a repair of {node}"
     )
-    _output("boot-id", boot)
     return f"{node}: repair requested at {at}"
 
 
+def repair_problems(node: Node, check: str) -> list[str]:
+    """What keeps ``node`` from counting as repaired for ``check``; empty when it is.
+
+    Repaired is: on a boot id other than the one the repair request recorded, Ready, and the check's
+    condition not True. A condition that changed after the request must have been written after the new
+    boot (its heartbeat no older than :data:`~steps.cluster.vocabulary.ANNOTATION_REPAIR_BOOTED_AT`, the
+    last read of the old boot, or than the request when the wait never saw the old boot), so a reading of
+    the old boot never clears a node: on a
+    real node the boot id changes first, Ready comes tens of seconds later and the sentinel's first
+    reading of the new boot later still.
+    """
+    condition = _condition(check)
+    before = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
+    asked = node.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "")
+    booted = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOTED_AT, "") or asked
+    problems = []
+    if before and node.node_info.boot_id == before:
+        problems.append(f"still on boot {before} (no reboot)")
+    if not node.ready:
+        problems.append("not Ready")
+    fault = node.condition(condition)
+    if fault is not None and fault.status == "True":
+        problems.append(f"condition {condition} still True")
+    elif (
+        fault is not None
+        and asked
+        and _after(fault.last_transition_time, asked)
+        and not _after(fault.last_heartbeat_time, booted)
+    ):
+        problems.append(f"condition {condition} last written at {fault.last_heartbeat_time}, before the boot")
+    return problems
+
+
+def _after(stamp: str, than: str) -> bool:
+    """Whether the time ``stamp`` is not before ``than`` (both as the API server writes them); an
+    unreadable or absent stamp is never after."""
+    try:
+        return changes.parse_time(stamp) >= changes.parse_time(than)
+    except (TypeError, ValueError):
+        return False
+
+
+def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") -> str:
+    """Wait, up to ``timeout`` (``4h``, ``30m``), for the node to be repaired as :func:`repaired` judges
+    it (:func:`repair_problems`), reading it every few seconds. Once it is seen on a new boot, the last
+    time it was read on the old one is written on the node (``dsx.dev/repair-booted-at``): the boot came
+    after it, so a sentinel reading of the new boot is no older. Ends when the node is repaired or the time
+    ran out, either way: the ``repaired`` step decides.
+
+    Raises:
+        InputError: ``timeout`` is not a duration of at most :data:`REPAIR_WAIT_LIMIT_S`.
+    """
+    try:
+        seconds = parse_duration(timeout)
+    except ValueError as exc:
+        raise InputError(f"parameter repair-timeout: {exc}") from None
+    if seconds > REPAIR_WAIT_LIMIT_S:
+        raise InputError(
+            f"parameter repair-timeout: {timeout} is longer than the repair wait's bound "
+            f"({REPAIR_WAIT_LIMIT_S // 3600}h)"
+        )
+    port = connect()
+    deadline = time.monotonic() + seconds
+    interval = min(REPAIR_POLL_S, max(0.2, seconds / 30))
+    current = _held(port, node, workflow_name, check)
+    before = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
+    on_old_boot: dt.datetime | None = None  # when the node was last read on the old boot
+    while True:
+        if current.node_info.boot_id == before:
+            on_old_boot = _now()
+        elif on_old_boot is not None and not current.annotations.get(vocab.ANNOTATION_REPAIR_BOOTED_AT):
+            # The boot came after the last read of the old one: a reading of the new boot is newer.
+            current = port.set_node_metadata(
+                node, annotations={vocab.ANNOTATION_REPAIR_BOOTED_AT: changes.format_time(on_old_boot)}
+            )
+        problems = repair_problems(current, check)
+        if not problems:
+            return f"{node}: repaired (boot {current.node_info.boot_id})"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"{node}: not repaired within {timeout}: " + ", ".join(problems)
+        time.sleep(min(interval, left))
+        current = _held(port, node, workflow_name, check)
+
+
 def repaired(node: str, check: str, workflow_name: str = "") -> str:
-    """After the repair wait: the node must be Ready, on a new boot, with the check's condition cleared.
+    """After the repair wait: the node must be repaired (:func:`repair_problems`: a new boot, Ready, the
+    check's condition cleared by a reading of the new boot).
 
     Anything else (the wait ran out: no repair came) escalates the node. On success the node moves to
     ``recertifying`` and its certification label to ``pending``, so a certification that never ran can
     never read as a pass.
     """
-    condition = _condition(check)
+    _condition(check)
     port = connect()
     current = _held(port, node, workflow_name, check)
     if _past(current, vocab.NodeState.recertifying) or _state(current) == vocab.NodeState.recertifying.value:
         return f"{node}: already repaired"
-    before = current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
-    problems = []
-    if not current.ready:
-        problems.append("not Ready")
-    if before and current.node_info.boot_id == before:
-        problems.append(f"still on boot {before} (no reboot)")
-    fault = current.condition(condition)
-    if fault is not None and fault.status == "True":
-        problems.append(f"condition {condition} still True")
+    problems = repair_problems(current, check)
     if problems:
         _escalate(port, node, workflow_name, check, "the repair did not come: " + ", ".join(problems))
     _set_state(port, node, vocab.NodeState.recertifying.value, workflow_name)
     port.set_labels(node, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
-    ledger.record(
-        port,
-        node,
-        vocab.NodeState.recertifying.value,
-        workflow=workflow_name,
-        attempt=_attempt(port, node),
-        check=check,
-        detail=f"repaired: boot {current.node_info.boot_id}",
-    )
+    _record(port, node, _RECERTIFYING, workflow_name, check, f"repaired: boot {current.node_info.boot_id}")
     return f"{node}: repaired (boot {current.node_info.boot_id}); recertifying"
 
 
 def conclude(node: str, check: str, workflow_name: str = "") -> str:
-    """After recertification: a pass puts the node back in service; anything else escalates it.
+    """After recertification: a pass puts the node back in service; a failure escalates it; no verdict
+    (the pair test could not test it: every known-good partner busy, its pods unschedulable) keeps it
+    recertifying and cordoned, and ends the workflow Failed saying so, for a later run to test again.
 
     Recertification passed when the node's certification label reads ``passed``: certification on the
     node alone passed and the pair test beside a known-good node did not label it failed (its note, the
@@ -467,6 +548,15 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
     verdict = current.labels.get(vocab.LABEL_CERTIFICATION, "")
     pair = current.annotations.get(vocab.ANNOTATION_PAIR_TEST, "")
     paired = f"; pair test {pair}" if pair else ""
+    if pair.startswith(NO_VERDICT):
+        # Nothing was proven against the node: it stays recertifying, cordoned, to be tested again.
+        _record(
+            port, node, _RECERTIFYING, workflow_name, check, f"kept recertifying: pair test {pair}"[:2000]
+        )
+        raise DsxError(
+            f"{node}: the pair test gave no verdict ({pair.removeprefix(NO_VERDICT).lstrip(': ')}); it stays "
+            "recertifying and cordoned, not escalated: submit dsx-remediate again to test it"
+        )
     if verdict != vocab.Certification.passed.value:
         why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
         _escalate(
@@ -497,6 +587,7 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_REMEDIATION: None,
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
             vocab.ANNOTATION_REPAIR_BOOT_ID: None,
+            vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
             vocab.ANNOTATION_PAIR_TEST: None,
         },
     )
@@ -528,7 +619,5 @@ def record_outcome(node: str, check: str, workflow_name: str = "", status: str =
     else:
         state = _state(current) or "in service"
     detail = f"workflow {status or 'ended'}; node {state}"
-    ledger.record(
-        port, node, "ended", workflow=workflow_name, attempt=_attempt(port, node), check=check, detail=detail
-    )
+    _record(port, node, "ended", workflow_name, check, detail)
     return f"{node}: {detail}"

@@ -30,9 +30,12 @@ class RealCluster:
     env: dict[str, str]
     own: Cluster | None
 
-    def run(self, *argv: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = 900, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             list(argv),
+            input=input,
             capture_output=True,
             text=True,
             env={**os.environ, **self.env},
@@ -67,6 +70,20 @@ class RealCluster:
         for log in sorted((self.own.dir / "logs").glob("*.log")):
             out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
         return "\n".join(out)
+
+
+#: Who the audit log records: every service account of dsx's namespace.
+ACCOUNTS = f"system:serviceaccount:{NAMESPACE}:"
+
+
+def audit_events(own: Cluster) -> list[dict[str, Any]]:
+    """Every request of an account in dsx's namespace the API server answered, from its audit log."""
+    events = []
+    for line in own.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("stage") == "ResponseComplete" and event["user"]["username"].startswith(ACCOUNTS):
+            events.append(event)
+    return events
 
 
 #: pytest-timeout's bound for one e2e test, which the suite's default (300 s) is too short for: a

@@ -30,7 +30,9 @@ What it does, as the real kubelet does it (``pkg/kubelet``):
   process that sleeps until stopped. Any other image ends ``ErrImagePull``.
 
 Control of the fake hardware, for tests: ``DIR/nodes/NODE/reboot`` (a file) reboots the node as a real one
-reboots (:meth:`ProcessKubelet.reboot`).
+reboots (:meth:`ProcessKubelet.reboot`): the new boot id at once, Ready 20 s later, and 40 s after that
+the node's sentinel conditions written False, as the agent's first reading of the new boot would (the
+e2e cluster runs no agent of its own).
 """
 
 from __future__ import annotations
@@ -803,6 +805,7 @@ class ProcessKubelet:
         self.workers_lock = threading.Lock()
         self.stop_event = threading.Event()
         self.boot_ids: dict[str, str] = {}
+        self.transitions: dict[tuple[str, str], tuple[str, str]] = {}
         self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
 
     def log(self, line: str) -> None:
@@ -863,12 +866,18 @@ class ProcessKubelet:
         ready = self.ready[node]
 
         def condition(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+            # As the kubelet's setters: the transition time moves only when the status does.
+            value = "True" if status else "False"
+            was = self.transitions.get((node, kind))
+            if was is None or was[0] != value:
+                was = self.transitions[(node, kind)] = (value, stamp)
             return {
                 "type": kind,
-                "status": "True" if status else "False",
+                "status": value,
                 "reason": reason,
                 "message": message,
                 "lastHeartbeatTime": stamp,
+                "lastTransitionTime": was[1],
             }
 
         resources = {
@@ -971,8 +980,9 @@ class ProcessKubelet:
                 request.unlink()
                 threading.Thread(target=self.reboot, args=(node,), daemon=True).start()
 
-    def reboot(self, node: str, ready_after: float = 20.0) -> None:
-        """As a node reboots: its pods die, a new boot id is reported at once, Ready comes later."""
+    def reboot(self, node: str, ready_after: float = 20.0, clear_after: float = 40.0) -> None:
+        """As a node reboots: its pods die, a new boot id is reported at once, Ready comes later, and the
+        sentinel's first reading of the new boot clears its conditions later still."""
         self.log(f"{node}: reboot")
         with self.workers_lock:
             workers = [w for w in self.workers.values() if w.spec.get("nodeName") == node]
@@ -986,6 +996,29 @@ class ProcessKubelet:
         time.sleep(ready_after)
         self.ready[node] = True
         self.post_status(node)
+        time.sleep(clear_after)
+        self.clear_sentinel(node)
+
+    def clear_sentinel(self, node: str) -> None:
+        """The sentinel agent's first pass on a healthy node: each of its True conditions written False."""
+        with contextlib.suppress(ApiException):
+            current = self.core.read_node(node).to_dict()
+            stamp = now()
+            cleared = [
+                {
+                    "type": c["type"],
+                    "status": "False",
+                    "reason": "NoProblem",
+                    "message": "no problem after the reboot",
+                    "lastTransitionTime": stamp,
+                    "lastHeartbeatTime": stamp,
+                }
+                for c in (current.get("status") or {}).get("conditions") or []
+                if c["type"].startswith("Dsx") and c["status"] == "True"
+            ]
+            if cleared:
+                self.log(f"{node}: sentinel conditions cleared: {', '.join(c['type'] for c in cleared)}")
+                self.core.patch_node_status(node, {"status": {"conditions": cleared}})
 
     # ----------------------------------------------------------------------------------- pods
 

@@ -7,7 +7,6 @@ every request of the service accounts in ``gpu-ops`` with the authorizer's decis
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
@@ -16,26 +15,25 @@ from kubernetes import client
 
 from steps.cluster.kube import load_api_client
 from tests.e2e.cluster import NAMESPACE, Cluster
-from tests.e2e.conftest import RealCluster
+from tests.e2e.conftest import ACCOUNTS, RealCluster, audit_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_last]
 
-PREFIX = f"system:serviceaccount:{NAMESPACE}:"
+PREFIX = ACCOUNTS
 #: Permissions an account holds that the e2e scenarios do not use, each with the reason it stays.
 #: (account, verb, "group/resource[/subresource]"): reason.
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("dsx-certify", "delete", "/pods"): "the pods a killed run left are deleted before a group test's retry",
     ("dsx-certify", "patch", "/configmaps"): "a retried step's outcome or report, kept over its earlier try",
+    ("dsx-remediate", "patch", "/configmaps"): "recertification runs dsx-certify's steps under this account "
+    "(it is bound to dsx-certify's Role): a retried step's outcome or report",
+    ("dsx-remediate", "delete", "/pods"): "the drain deletes a pod only where its policy says force or "
+    "delete-after-timeout; the scenario's drain evicts",
+    ("dsx-remediate", "get", "/pods"): "an eviction or a deletion refused with a conflict reads the pod "
+    "again, to tell a pod replaced under the same name from one that changed",
+    ("dsx-remediate", "create", "coordination.k8s.io/leases"): "recertification takes the node's Lease, "
+    "creating it when no certification ever held the node (the scenario's node was certified before)",
 }
-
-
-def _audit(own: Cluster) -> list[dict[str, Any]]:
-    events = []
-    for line in own.audit_log.read_text().splitlines():
-        event = json.loads(line)
-        if event.get("stage") == "ResponseComplete" and event["user"]["username"].startswith(PREFIX):
-            events.append(event)
-    return events
 
 
 def _resource(ref: dict[str, Any]) -> str:
@@ -61,7 +59,7 @@ def _granted(real_cluster: RealCluster, account: str) -> set[tuple[str, str]]:
 
 
 def test_every_request_of_dsx_accounts_was_allowed(real_cluster: RealCluster, own_cluster: Cluster) -> None:
-    events = _audit(own_cluster)
+    events = audit_events(own_cluster)
     assert events, "no request of a gpu-ops service account reached the audit log"
     refused = sorted(
         {
@@ -77,7 +75,7 @@ def test_what_each_account_may_do_and_never_did_is_explained(
     real_cluster: RealCluster, own_cluster: Cluster
 ) -> None:
     used: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    for e in _audit(own_cluster):
+    for e in audit_events(own_cluster):
         used[e["user"]["username"].removeprefix(PREFIX)].add((e["verb"], _resource(e.get("objectRef") or {})))
     unexplained = []
     for account in sorted(used):

@@ -145,6 +145,71 @@ def test_the_repair_never_comes(tmp_path: Path) -> None:
     _lost_nothing(port, {"node-03"})
 
 
+def _marked(tmp_path: Path, reboot: str) -> tuple[str, SimCluster]:
+    """A fleet whose node-01 the sentinel marked (its XID condition True), rebooting as ``reboot`` says."""
+    state, port = _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5,{reboot}")
+    port.set_condition(NODE, vocab.CONDITION_GPU_XID, True, "FatalResetGpu", "xid 79 on GPU 0")
+    return state, port
+
+
+def test_a_reboot_in_stages_ends_in_service_not_escalated(tmp_path: Path) -> None:
+    # As a real node comes back: the new boot id at once, Ready 2 s later, the sentinel's condition
+    # cleared 3 s after that. A wait that ended on the boot id alone escalated this node as not Ready.
+    state, port = _marked(tmp_path, "reboot-ready=2s,reboot-clear=3s")
+    assert _remediate(state, tmp_path / "run", **{"repair-timeout": "30s"}) == Phase.Succeeded
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert "escalated" not in _states(port)
+    repaired = next(e for e in ledger.entries(port, NODE) if e.state == "recertifying")
+    assert repaired.detail.startswith("repaired: boot ")
+    _lost_nothing(port)
+
+
+def test_a_reboot_whose_condition_never_clears_is_escalated_at_the_timeout(tmp_path: Path) -> None:
+    state, port = _marked(tmp_path, "reboot-ready=1s,reboot-clear=600s")
+    assert _remediate(state, tmp_path / "run", **{"repair-timeout": "4s"}) == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.labels[vocab.LABEL_STATE] == "escalated"
+    escalated = next(e for e in ledger.entries(port, NODE) if e.state == "escalated")
+    assert "condition DsxGpuXid still True" in escalated.detail and "not Ready" not in escalated.detail
+    _lost_nothing(port)
+
+
+def _busy(tmp_path: Path, *busy: str) -> tuple[str, SimCluster]:
+    """node-01 faulty; node-00, node-02 and node-03 known good (an earlier certification passed them);
+    the ``busy`` ones with every GPU held by a workload."""
+    faults = ";".join(["node-01:xid=79", *(f"{n}:busy" for n in busy)])
+    state, port = _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults={faults},repair-delay=0.5")
+    for node in ("node-00", "node-02", "node-03"):
+        port.set_labels(node, {vocab.LABEL_CERTIFICATION: vocab.Certification.passed.value})
+    return state, port
+
+
+def test_a_busy_partner_is_passed_over_for_one_whose_gpus_are_free(tmp_path: Path) -> None:
+    state, port = _busy(tmp_path, "node-00", "node-02")
+    assert _remediate(state, tmp_path / "run") == Phase.Succeeded
+    node = port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    back = next(e for e in ledger.entries(port, NODE) if e.state == ledger.IN_SERVICE)
+    assert "pair test passed beside node-03" in back.detail
+    _lost_nothing(port)
+
+
+def test_with_every_partner_busy_the_node_stays_recertifying_and_is_not_escalated(tmp_path: Path) -> None:
+    state, port = _busy(tmp_path, "node-00", "node-02", "node-03")
+    assert _remediate(state, tmp_path / "run") == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == vocab.NodeState.recertifying.value
+    assert node.labels[vocab.LABEL_CERTIFICATION] == vocab.Certification.pending.value
+    assert node.annotations[vocab.ANNOTATION_PAIR_TEST].startswith("no verdict: every known-good partner")
+    assert vocab.LABEL_REPLACE not in node.labels
+    states = _states(port)
+    assert "escalated" not in states
+    kept = [e for e in ledger.entries(port, NODE) if e.detail.startswith("kept recertifying")]
+    assert kept, states
+    _lost_nothing(port)
+
+
 def test_recertification_fails(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5")
     assert _remediate(state, tmp_path / "run") == Phase.Failed

@@ -521,3 +521,71 @@ def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     assert resumed and "quarantined" in resumed[0].detail
     assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
     _lost_nothing(made)
+
+
+def test_a_partner_a_workload_takes_gives_no_verdict_and_the_node_is_not_escalated(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pair test's partner is free when chosen, then a training pod takes all its GPUs: the test's rank
+    pods cannot all be scheduled within the budget. That says nothing about node-01: it stays
+    recertifying and cordoned, its certification pending, never escalated."""
+    made = cluster(service_accounts=("dsx-ranks",))
+    for name, value in {
+        vocab.ENV_GPU_IMAGE: "registry.example/dsx-gpu:0.1.0",
+        vocab.ENV_JOB_POLL_S: "0.1",
+        vocab.ENV_SCHEDULE_BUDGET_S: "3",
+        vocab.ENV_STALE_WAIT_S: "30",
+    }.items():
+        monkeypatch.setenv(name, value)
+    core = _core(made)
+    for name in ("node-00", "node-02", "node-03"):  # what an earlier certification left: known good
+        core.patch_node(
+            name, {"metadata": {"labels": {vocab.LABEL_CERTIFICATION: "passed"}}}, _preload_content=False
+        )
+    taken: list[str] = []
+
+    def take_the_partner() -> None:
+        while not taken:
+            for node in made.emulator.objects("nodes"):
+                labels = node["metadata"].get("labels") or {}
+                name = node["metadata"]["name"]
+                if name != NODE and labels.get(vocab.LABEL_RECERTIFY) == "pair":
+                    gpus = node["status"]["allocatable"]["nvidia.com/gpu"]
+                    pod = {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": f"train-{name}", "namespace": "research"},
+                        "spec": {
+                            "nodeName": name,
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "registry.example/train:1",
+                                    "command": ["sleep", "600"],
+                                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                                }
+                            ],
+                        },
+                    }
+                    core.create_namespaced_pod("research", pod, _preload_content=False)
+                    taken.append(name)
+                    return
+            threading.Event().wait(0.02)
+
+    workload = threading.Thread(target=take_the_partner, daemon=True)
+    workload.start()
+    # CPU ranks judged relative to each other (the CPU recipe): node-01's own certification passes.
+    sizes = {"launcher": "job", "accelerator": "cpu", "service": "local", "min-bytes": "16KiB"}
+    sizes |= {"max-bytes": "64KiB", "iters": "2"}
+    with Repairer(made.emulator):
+        assert _remediate(made, tmp_path / "run", **sizes) == Phase.Failed
+    assert taken == ["node-00"]
+    node = _node(made)
+    labels = _labels(node)
+    assert _cordoned(node) and labels[vocab.LABEL_STATE] == vocab.NodeState.recertifying.value
+    assert labels[vocab.LABEL_CERTIFICATION] == vocab.Certification.pending.value
+    assert vocab.LABEL_REPLACE not in labels
+    note = node["metadata"]["annotations"][vocab.ANNOTATION_PAIR_TEST]
+    assert note.startswith("no verdict: the test beside node-00 named nothing"), note
+    assert "escalated" not in _states(made)
+    _lost_nothing(made)

@@ -100,6 +100,12 @@ def _parameters() -> list[Parameter]:
         param("min-bytes", "Smallest all-reduce message (e.g. 1MiB); auto: 64KiB local, 1MiB job.", AUTO),
         param("max-bytes", "Largest all-reduce message (e.g. 8GiB); auto: 4MiB local, 8GiB job.", AUTO),
         param("iters", "Timed iterations per message size.", "20"),
+        param(
+            "inject",
+            "A fault drill: NODE:KIND[=VALUE] (delay=20ms, fail, hang, corrupt) played by every rank on "
+            "the node, comma-separated; every verdict and the report label them injected. Empty: none.",
+            "",
+        ),
     ]
 
 
@@ -116,6 +122,7 @@ def _plan_arguments(wt: Any) -> dict[str, Any]:
         "min_bytes": wt.get_parameter("min-bytes"),
         "max_bytes": wt.get_parameter("max-bytes"),
         "iters": wt.get_parameter("iters"),
+        "inject": wt.get_parameter("inject"),
         "workflow_name": WORKFLOW_NAME,
         "workflow_uid": WORKFLOW_UID,
     }

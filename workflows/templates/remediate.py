@@ -1,21 +1,25 @@
 """``dsx-remediate``: take a faulty node out of service, repair it, and let it back only once it passed again.
 
 guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
-request-repair -> repair-wait (a resource template waiting for a new ``status.nodeInfo.bootID``) or, with
-``repair-wait=suspend``, repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx
-resume RUN_DIR``), either bounded by ``repair-timeout`` -> repaired (Ready, new boot, the check's
-condition cleared; else escalated) -> recertify
+request-repair -> repair-wait (reads the node until it is repaired as ``repaired`` judges it: a new boot
+id, Ready, the check's condition cleared by a reading of the new boot) or, with ``repair-wait=suspend``,
+repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx resume RUN_DIR``), either
+bounded by ``repair-timeout`` -> repaired (the same judgement; else escalated) -> recertify
 (``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
 through ``dsx-bisect``'s ``prepare``, ``confirm-members`` and ``finish``) -> conclude (a pass of both:
-uncordon and clear the state; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
-Event). The exit handler, record-outcome, writes how the workflow ended to the ledger.
+uncordon and clear the state; a pair test that gave no verdict: the node stays recertifying and cordoned,
+the workflow Failed saying so; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
+Event). The exit handler: record-outcome writes how the workflow ended to the ledger, and release gives
+back the certification Leases recertification took (certify's own exit handler does not run under
+``templateRef``).
 
 The workflow holds the mutex ``dsx-remediate-<node>``: two events for one node never run two
 remediations; the second waits and then finds the node where the first left it.
 
-``repair-wait`` can only wait on a label-selector condition over plain paths (Argo's
-``successCondition``): a new boot id is one; Ready and the fault's condition sit in a list, so the
-``repaired`` step checks them after the wait.
+``repair-wait`` is a step of its own rather than a resource template: Argo's ``successCondition`` is a
+label-selector over plain paths, and a new boot id is one, but Ready and the fault's condition sit in a
+list, and a real node shows them tens of seconds apart (the boot id first, Ready, then the sentinel's first
+reading of the new boot): a wait on the boot id alone ends before the node is back.
 
 Recertification runs ``dsx-certify``'s ``certify`` DAG on this workflow's parameters, so this template
 declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify=true``, the label the
@@ -24,16 +28,18 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Resource, Suspend, Task, TaskResult, WorkflowTemplate
+from hera.workflows import DAG, Parameter, Suspend, Task, TaskResult, WorkflowTemplate
 from hera.workflows.models import Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
+from steps.readiness import certify as readiness
 from steps.readiness.certify import AUTO
 from steps.sentinel import recertify as recert
 from steps.sentinel import remediate as steps
 from workflows.templates._base import (
     OUTPUT_DIR,
     WORKFLOW_NAME,
+    WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
     param,
     step,
@@ -49,6 +55,8 @@ RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
 _ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
 _BISECT = "dsx-bisect"
+# The repair wait's own deadline: it waits repair-timeout (at most this) itself.
+_REPAIR_WAIT_BOUND = f"{steps.REPAIR_WAIT_LIMIT_S // 3600}h"
 
 
 def _ends(task: str) -> str:
@@ -98,26 +106,8 @@ def _parameters() -> list[Parameter]:
         param("min-bytes", "Certification: smallest all-reduce message.", AUTO),
         param("max-bytes", "Certification: largest all-reduce message.", AUTO),
         param("iters", "Certification: timed iterations per message size.", "20"),
+        param("inject", "Certification: a fault drill (NODE:KIND[=VALUE]); empty: none.", ""),
     ]
-
-
-_REPAIR_WAIT = """apiVersion: v1
-kind: Node
-metadata:
-  name: "{{inputs.parameters.node}}"
-"""
-
-
-def _repair_wait() -> Resource:
-    """Wait, up to the repair timeout, for the node to come back on a new boot id."""
-    return Resource(
-        name="repair-wait",
-        inputs=[Parameter(name="node"), Parameter(name="boot-id")],
-        action="get",
-        manifest=_REPAIR_WAIT,
-        success_condition="status.nodeInfo.bootID != {{inputs.parameters.boot-id}}",
-        timeout="{{workflow.parameters.repair-timeout}}",
-    )
 
 
 def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
@@ -135,6 +125,11 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
             "workflow_name": WORKFLOW_NAME,
             # A run of its own, apart from certification's (its outcomes are keyed by the uid).
             "workflow_uid": f"{WORKFLOW_UID}-pair",
+            # Sized and run as recertification was (gloo on a cluster without GPUs).
+            **{
+                name.replace("-", "_"): f"{{{{workflow.parameters.{name}}}}}"
+                for name in ("accelerator", "min-bytes", "max-bytes", "iters")
+            },
         },
     )
     run = "{{tasks.pair-prepare.outputs.parameters.run}}"
@@ -194,8 +189,11 @@ def _recertify() -> DAG:
 
 
 def _exit_handler(wt: WorkflowTemplate) -> None:
-    """record-outcome, whatever the workflow's end."""
+    """record-outcome and release, whatever the workflow's end: recertification took the node's
+    certification Lease under this workflow's name, and dsx-certify's own exit handler, which gives it
+    back when a step fails, does not run for its DAG reached through ``templateRef``."""
     record_outcome = step(steps.record_outcome, timeout="5m", retries=2)
+    release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with wt, DAG(name="exit") as exit_handler:
         record_outcome(
             arguments={
@@ -205,6 +203,7 @@ def _exit_handler(wt: WorkflowTemplate) -> None:
                 "status": "{{workflow.status}}",
             }
         )
+        release(arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
     wt.on_exit = exit_handler
 
 
@@ -213,7 +212,8 @@ def templates() -> list[Any]:
     guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"))
     quarantine = step(steps.quarantine, timeout="5m", retries=2)
     drain = step(steps.drain, timeout="2h", retries=2)
-    request_repair = step(steps.request_repair, timeout="5m", retries=2, outputs=_out("boot-id"))
+    request_repair = step(steps.request_repair, timeout="5m", retries=2)
+    repair_wait = step(steps.repair_wait, timeout=_REPAIR_WAIT_BOUND, retries=2)
     repaired = step(steps.repaired, timeout="5m", retries=2)
     conclude = step(steps.conclude, timeout="5m", retries=2)
     with workflow_template(
@@ -228,7 +228,6 @@ def templates() -> list[Any]:
         synchronization=Synchronization(mutexes=[Mutex(name="dsx-remediate-{{workflow.parameters.node}}")]),
     ) as wt:
         node, check = wt.get_parameter("node"), wt.get_parameter("check")
-        repair_wait = _repair_wait()
         repair_suspend = _repair_suspend()
         recertify = _recertify()
         with DAG(name="remediate"):
@@ -251,7 +250,7 @@ def templates() -> list[Any]:
             requested = request_repair(arguments=common, when=go)
             how = wt.get_parameter("repair-wait").value
             waited = repair_wait(
-                arguments={"node": node, "boot-id": requested.get_parameter("boot-id")},
+                arguments={**common, "timeout": wt.get_parameter("repair-timeout")},
                 when=f"{go} && '{how}' == 'node'",
             )
             suspended = Task(

@@ -362,7 +362,7 @@ class SimCluster(PortBase):
             if not repair.due(fleet, now):
                 return
         with self.store.transaction() as fleet:
-            repair.reboot_due(fleet, now)
+            repair.settle(fleet, now)
 
     def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
         if res.kind == "Node":

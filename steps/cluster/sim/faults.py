@@ -21,24 +21,26 @@
 ``kubelet=VERSION``       the node's kubelet is VERSION (``v1.30.8``)
 ``os=IMAGE``              the node's OS image (``Ubuntu 20.04.6 LTS``)
 ``runtime=VERSION``       the node's container runtime (``containerd://1.7.20``)
+``busy``                  a workload holds every GPU of the node: Job pod ``busy-NODE`` (namespace
+                          ``research``), so no test pod that asks for its GPUs can be scheduled there
 ========================  ==============================================================================
 
 The NIC faults (``slow-nic``, ``flaky-nic``, ``hang``) show only in tests that span two or more nodes:
 traffic inside a node never crosses its NICs, so the node's own test passes. The others show in the node's
 own test too.
 
-The last five are software-version skews, as a patched or a replaced node shows them: they change only
-what the node reports (its labels and ``status.nodeInfo``), not its physical health, so they are not
-listed in ``health.faults``.
+The five before ``busy`` are software-version skews, as a patched or a replaced node shows them: they change
+only what the node reports (its labels and ``status.nodeInfo``), not its physical health, so they are not
+listed in ``health.faults``; nor is ``busy``, a healthy node doing its job.
 """
 
 from __future__ import annotations
 
 import re
 
-from steps.cluster.port import GPU_RESOURCE, Condition, Node
+from steps.cluster.port import GPU_RESOURCE, Condition, Node, Pod
 from steps.cluster.sim.gpus import cuda_for_driver, driver_labels
-from steps.cluster.sim.model import Fleet, NodeHealth
+from steps.cluster.sim.model import Fleet, NodeHealth, owner_key
 from steps.errors import InputError
 
 __all__ = ["FAULT_KINDS", "VERSION_FAULTS", "apply_fault"]
@@ -62,6 +64,7 @@ FAULT_KINDS = (
     *VERSION_FAULTS,
     "flaky-nic",
     "hang",
+    "busy",
 )
 
 _NODE_INFO_FIELDS = {
@@ -160,6 +163,22 @@ def _hardware_fault(health: NodeHealth, kind: str, index: int, node: str, fault:
         _update_gpu(health, index, temperature_c=slowdown + 3.0, throttle_reasons=reasons)
 
 
+def _busy(fleet: Fleet, node: Node) -> None:
+    """A training Job's pod holding every GPU the node offers."""
+    pod = Pod(
+        name=f"busy-{node.name}",
+        namespace="research",
+        uid=fleet.new_uid(),
+        node=node.name,
+        owner_kind="Job",
+        owner_name=f"busy-{node.name}",
+        labels={"job-name": f"busy-{node.name}"},
+        gpus=node.gpu_count,
+    )
+    fleet.pods[pod.ref] = pod
+    fleet.owner_next[owner_key(pod)] = 1
+
+
 def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """Inject one fault into ``node``.
 
@@ -174,6 +193,9 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
         return
     if kind == "nic-down":
         _nic_down(fleet, node, version.strip(), fault)
+        return
+    if fault.strip() == "busy":
+        _busy(fleet, fleet.nodes[node])
         return
     match = _FAULT.match(fault.strip())
     if not match and kind.partition(":")[0].partition("@")[0] in FAULT_KINDS:

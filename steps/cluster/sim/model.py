@@ -186,6 +186,10 @@ class Fleet(_Model):
             :mod:`steps.cluster.sim.repair`).
         repair_delay_s: seconds from the request to the reboot.
         repairs_due: per node, when (Unix time) its requested repair reboots it.
+        reboot_ready_s: seconds from a reboot's new boot id to Ready.
+        reboot_clear_s: seconds from Ready to the sentinel's conditions cleared.
+        ready_due: per rebooted node, when it turns Ready.
+        clear_due: per rebooted node, when its sentinel conditions clear.
         log: the call log, oldest first; at most ``log_limit`` entries are kept.
         dropped_calls: entries dropped from the front of the log.
     """
@@ -205,6 +209,10 @@ class Fleet(_Model):
     repair: str = "ok"
     repair_delay_s: float = 2.0
     repairs_due: dict[str, float] = Field(default_factory=dict)
+    reboot_ready_s: float = 0.0
+    reboot_clear_s: float = 0.0
+    ready_due: dict[str, float] = Field(default_factory=dict)
+    clear_due: dict[str, float] = Field(default_factory=dict)
     log: list[CallRecord] = Field(default_factory=list)
     dropped_calls: int = 0
     log_limit: int = 20000

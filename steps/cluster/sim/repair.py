@@ -10,20 +10,27 @@ answers as a provider's repair service would, by the fleet's ``repair`` key:
   stays broken (the device plugin stops offering it), so recertification fails;
 - ``never``: nothing happens; the node keeps its boot id.
 
-The reboot happens on the first read of the fleet after it is due, so it works across the processes
-that share a ``state:`` fleet, with the wall clock as the time.
+A real node comes back in stages, and so does this one when the fleet says so: the new boot id at once,
+``Ready`` ``reboot-ready`` seconds later (``NotReady`` until then), and the sentinel's conditions cleared
+``reboot-clear`` seconds after that (the agent's first reading of the new boot; until then they say what
+they said before the reboot). Both default to 0: everything lands in the reboot's one write.
+
+Each stage happens on the first read of the fleet after it is due, so it works across the processes that
+share a ``state:`` fleet, with the wall clock as the time.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.changes import format_time
 from steps.cluster.health import NvlinkReport
-from steps.cluster.port import GPU_RESOURCE, Condition, Node
+from steps.cluster.port import GPU_RESOURCE, Node
 from steps.cluster.sim.model import Fleet
 
-__all__ = ["REPAIR_MODES", "boot_id", "due", "reboot_due", "schedule"]
+__all__ = ["REPAIR_MODES", "boot_id", "due", "reboot_due", "schedule", "settle"]
 
 REPAIR_MODES = ("ok", "fail", "never")
 
@@ -42,28 +49,69 @@ def schedule(fleet: Fleet, before: Node | None, after: Node, now: float) -> None
 
 
 def due(fleet: Fleet, now: float) -> bool:
-    """Whether a repair is due to happen."""
-    return any(at <= now for at in fleet.repairs_due.values())
+    """Whether a reboot, or a later stage of one, is due to happen."""
+    return any(
+        at <= now for stage in (fleet.repairs_due, fleet.ready_due, fleet.clear_due) for at in stage.values()
+    )
 
 
-def _healthy_conditions(node: Node) -> list[Condition]:
+def settle(fleet: Fleet, now: float) -> list[str]:
+    """Every stage that is due: reboots, then Ready, then the cleared conditions; the nodes rebooted."""
+    rebooted = reboot_due(fleet, now)
+    for stage, apply in ((fleet.ready_due, _ready), (fleet.clear_due, _clear)):
+        for name, at in sorted(stage.items()):
+            if at <= now:
+                del stage[name]
+                if name in fleet.nodes:
+                    node = apply(fleet.nodes[name], now)
+                    fleet.nodes[name] = node.model_copy(update={"resource_version": fleet.next_revision()})
+    return rebooted
+
+
+def _stamp(now: float) -> str:
+    return format_time(dt.datetime.fromtimestamp(now, dt.UTC))
+
+
+def _ready(node: Node, now: float, status: bool = True) -> Node:
+    """The kubelet's Ready condition, True (or False: the node is still starting)."""
+    wanted = "True" if status else "False"
+    conditions = [
+        c.model_copy(
+            update={
+                "status": wanted,
+                "reason": "KubeletReady" if status else "KubeletNotReady",
+                "message": "kubelet is posting ready status"
+                if status
+                else "container runtime status check may not have completed yet",
+                "last_heartbeat_time": _stamp(now),
+                "last_transition_time": c.last_transition_time if c.status == wanted else _stamp(now),
+            }
+        )
+        if c.type == "Ready"
+        else c
+        for c in node.conditions
+    ]
+    return node.model_copy(update={"conditions": conditions})
+
+
+def _clear(node: Node, now: float) -> Node:
+    """The sentinel's first reading of the new boot: its True conditions written False."""
     sentinel = set(vocab.CONDITION_SENTINEL.values())
-    out = []
-    for c in node.conditions:
-        if c.type == "Ready":
-            c = c.model_copy(
-                update={
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                }
-            )
-        elif c.type in sentinel and c.status == "True":
-            c = c.model_copy(
-                update={"status": "False", "reason": "Repaired", "message": "healthy after the repair"}
-            )
-        out.append(c)
-    return out
+    conditions = [
+        c.model_copy(
+            update={
+                "status": "False",
+                "reason": "Repaired",
+                "message": "healthy after the repair",
+                "last_heartbeat_time": _stamp(now),
+                "last_transition_time": _stamp(now),
+            }
+        )
+        if c.type in sentinel and c.status == "True"
+        else c
+        for c in node.conditions
+    ]
+    return node.model_copy(update={"conditions": conditions})
 
 
 def reboot_due(fleet: Fleet, now: float) -> list[str]:
@@ -112,13 +160,15 @@ def reboot_due(fleet: Fleet, now: float) -> list[str]:
             allocatable[GPU_RESOURCE] = str(offered)
             if "failing-gpu" not in health.faults:
                 health.faults.append("failing-gpu")
-        fleet.nodes[name] = node.model_copy(
-            update={
-                "node_info": info,
-                "conditions": _healthy_conditions(node),
-                "allocatable": allocatable,
-                "resource_version": fleet.next_revision(),
-            }
-        )
+        rebooted = node.model_copy(update={"node_info": info, "allocatable": allocatable})
+        rebooted = _ready(rebooted, now, status=fleet.reboot_ready_s <= 0)
+        if fleet.reboot_ready_s > 0:
+            fleet.ready_due[name] = now + fleet.reboot_ready_s
+        clear_at = now + fleet.reboot_ready_s + fleet.reboot_clear_s
+        if clear_at > now:
+            fleet.clear_due[name] = clear_at
+        else:
+            rebooted = _clear(rebooted, now)
+        fleet.nodes[name] = rebooted.model_copy(update={"resource_version": fleet.next_revision()})
         done.append(name)
     return done

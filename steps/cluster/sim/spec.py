@@ -14,7 +14,9 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
 ``api-conflicts``, ``api-latency-ms``, ``repair`` (how the simulated repair system answers a
 repair request: ``ok``, ``fail`` or ``never``, see :mod:`steps.cluster.sim.repair`), ``repair-delay``
-(seconds from the request to the reboot, default 2), ``blocking-pdb`` (true: the sample gateway's budget
+(seconds from the request to the reboot, default 2), ``reboot-ready`` and ``reboot-clear`` (after the
+reboot's new boot id, how long until ``Ready`` and then until the sentinel's conditions clear: ``20s``,
+``40s``; default 0, all in one write), ``blocking-pdb`` (true: the sample gateway's budget
 allows no eviction, see below), ``forbid`` (``VERB RESOURCE`` pairs,
 ``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
 of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run
@@ -56,6 +58,7 @@ from steps.cluster.sim.hardware import gpu_hardware, node_nics
 from steps.cluster.sim.helm import Release, install_releases
 from steps.cluster.sim.model import Fleet, NodeHealth, Pdb, owner_key
 from steps.cluster.sim.repair import boot_id
+from steps.durations import parse_duration
 from steps.errors import InputError
 from steps.yamlio import LineDict, load_yaml, plain
 
@@ -93,7 +96,20 @@ class FleetSpec(BaseModel):
     seed: int = 0
     repair: Literal["ok", "fail", "never"] = "ok"
     repair_delay: float = Field(2.0, ge=0.0, alias="repair-delay")
+    reboot_ready: float = Field(0.0, ge=0.0, alias="reboot-ready")
+    reboot_clear: float = Field(0.0, ge=0.0, alias="reboot-clear")
     blocking_pdb: bool = Field(False, alias="blocking-pdb")
+
+    @field_validator("repair_delay", "reboot_ready", "reboot_clear", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        """Seconds, or a duration: ``20s``, ``1m``."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return float(value)
+        except ValueError:
+            return parse_duration(value)
 
     @field_validator("gpu")
     @classmethod
@@ -362,6 +378,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
         for fault in faults:
             apply_fault(fleet, node, fault)
     fleet.repair, fleet.repair_delay_s = spec.repair, spec.repair_delay
+    fleet.reboot_ready_s, fleet.reboot_clear_s = spec.reboot_ready, spec.reboot_clear
     fleet.api.errors = spec.api_errors
     fleet.api.conflicts = spec.api_conflicts
     fleet.api.latency_ms = spec.api_latency_ms

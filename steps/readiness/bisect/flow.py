@@ -125,16 +125,33 @@ def _params(**values: str) -> None:
         write_text(params / key, value)
 
 
-def prepare(selector: str = "", workflow_name: str = "", workflow_uid: str = "") -> BisectStart:
+def _size(given: str, default: str) -> str:
+    return default if given == certify.AUTO else given
+
+
+def prepare(
+    selector: str = "",
+    workflow_name: str = "",
+    workflow_uid: str = "",
+    accelerator: str = certify.AUTO,
+    min_bytes: str = certify.AUTO,
+    max_bytes: str = certify.AUTO,
+    iters: int = 20,
+) -> BisectStart:
     """Start a ``dsx-bisect`` of its own: the Ready managed nodes with GPUs that ``selector`` picks.
 
     The run is kept like a certification's (a plan with dsx's default thresholds), so the group tests are
-    the certification's. Nothing is labelled here. Output parameters: ``run`` and ``members``.
+    the certification's. ``accelerator`` ``cpu`` runs them over gloo (a cluster without GPUs), and
+    ``min_bytes``, ``max_bytes`` and ``iters`` size them as certification's options do (``auto``: 64KiB
+    to 4MiB locally, 1MiB to 8GiB on a cluster); remediation's pair test passes its own. Nothing is
+    labelled here. Output parameters: ``run`` and ``members``.
 
     Raises:
-        InputError: the selector is malformed, or picks fewer than two nodes to test together.
+        InputError: an option is malformed, or the selector picks fewer than two nodes to test together.
     """
-    options = certify.check_options(selector=selector)
+    options = certify.check_options(
+        selector=selector, accelerator=accelerator, min_bytes=min_bytes, max_bytes=max_bytes, iters=iters
+    )
     port = connect()
     try:
         given = workflow_name or workflow_uid
@@ -159,9 +176,9 @@ def prepare(selector: str = "", workflow_name: str = "", workflow_uid: str = "")
         nodes=names,
         groups=[Subject(kind="group", name=STANDALONE, members=names)],
         gpus_per_node=LOCAL_RANKS_PER_NODE if local else min(n.gpu_count for n in nodes),
-        min_bytes=parse_size("64KiB" if local else "1MiB", "min-bytes"),
-        max_bytes=parse_size("4MiB" if local else "8GiB", "max-bytes"),
-        criteria={},
+        min_bytes=parse_size(_size(min_bytes, "64KiB" if local else "1MiB"), "min-bytes"),
+        max_bytes=parse_size(_size(max_bytes, "4MiB" if local else "8GiB"), "max-bytes"),
+        criteria={} if accelerator == certify.AUTO else {"accelerator": accelerator},
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         run=run,
     )
@@ -172,8 +189,21 @@ def prepare(selector: str = "", workflow_name: str = "", workflow_uid: str = "")
     return BisectStart(run=run, members=names, launcher=plan.launcher)
 
 
+class NoVerdict(DsxError):
+    """A group test that said nothing about its nodes: its pods were not all running within the
+    scheduling budget (a workload holds a member's GPUs, say), so nothing was measured."""
+
+
 def _group_result(outcome: SweepOutcome) -> GroupResult:
-    """A certification sweep as a bisection reads it: pass, fail or hang, the figure and its threshold."""
+    """A certification sweep as a bisection reads it: pass, fail or hang, the figure and its threshold.
+
+    Raises:
+        NoVerdict: the sweep was ``unschedulable``.
+    """
+    if outcome.status == "unschedulable":
+        raise NoVerdict(
+            next((v.message for v in outcome.verdicts if v.status == "unschedulable"), "unschedulable")
+        )
     rows = outcome.run.rows if outcome.run is not None else []
     failed = [v for v in outcome.verdicts if v.status != "pass"]
     judged = next((v for v in failed if v.unit == "GB/s" and v.measured is not None), None)
@@ -210,8 +240,12 @@ class _Test:
         return _group_result(certify.sweep_group(subject, self.plan, dict(self.recipe)))
 
     def record(self, group: str, kind: Literal["split", "partner"], members: list[str]) -> Record:
-        """Test ``members`` (again, inside the noise band) and keep what counted as a record."""
-        counted, runs = judged(self.once, members, self.noise)
+        """Test ``members`` (again, inside the noise band) and keep what counted as a record (outcome
+        ``none`` when the test gave no verdict)."""
+        try:
+            counted, runs = judged(self.once, members, self.noise)
+        except NoVerdict as exc:
+            return Record(group=group, kind=kind, members=members, outcome="none", reason=str(exc))
         return Record(
             group=group,
             kind=kind,
@@ -253,6 +287,12 @@ def test_group(run: RunRef, members: list[str], group: str = STANDALONE, tested:
         store, test = _tester(run)
         record = test.record(group, "split", nodes)
         Records(store).put(record)
+        if record.outcome == "none":
+            # No verdict: nothing to narrow. The members stay uncleared, so in doubt (pending).
+            print(f"warning: {group}: {', '.join(nodes)} gave no verdict: {record.reason}", file=sys.stderr)
+            step = GroupStep(action=PASS, outcome=record.outcome, reason=record.reason)
+            _params(action=step.action, left="[]", right="[]")
+            return step
         result = GroupResult(outcome=record.outcome, figure=record.figure, reason=record.reason)
     parts = halves(nodes) if result.outcome != "pass" else None
     if result.outcome == "pass":
@@ -316,6 +356,11 @@ def confirm_members(
         if record.suspect is not None:
             _label_failed(record, digest)
             suspects.append(member)
+        elif record.outcome == "none":
+            print(
+                f"warning: {member}: no verdict beside {good[0]}; not labelled: {record.reason}",
+                file=sys.stderr,
+            )
     _params(suspects=json.dumps(suspects))
     return suspects
 
@@ -378,6 +423,11 @@ def finish(run: RunRef) -> BisectSummary:
     store.delete()
     if suspects:
         raise DsxError("bisection found the nodes at fault: " + "; ".join(suspects.values()))
+    if failing and all(r.outcome == "none" for r in failing):
+        raise DsxError(
+            f"bisection named no node: {len(failing)} test(s) gave no verdict (their pods were not all "
+            f"scheduled in time), e.g. of {', '.join(failing[0].members)}: {failing[0].reason}"
+        )
     if failing:
         smallest = failing[0]
         raise DsxError(

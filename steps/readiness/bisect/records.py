@@ -45,7 +45,8 @@ class Record(Frozen):
         kind: ``split`` (part of the failing group) or ``partner`` (a member beside a known-good node,
             the partner last).
         members: the nodes tested.
-        outcome: ``pass``, ``fail`` or ``hang``.
+        outcome: ``pass``, ``fail``, ``hang``, or ``none``: no verdict (the test's pods were not all
+            running within the scheduling budget, so nothing was measured: it names and clears no one).
         figure: the measured bus bandwidth in GB/s, if any.
         threshold: the threshold it was judged against, in GB/s.
         attempts: runs of the test: a figure within the noise band of its threshold is measured again
@@ -56,7 +57,7 @@ class Record(Frozen):
     group: str
     kind: Literal["split", "partner"]
     members: list[str]
-    outcome: Outcome
+    outcome: Outcome | Literal["none"]
     figure: float | None = None
     threshold: float | None = None
     attempts: int = Field(1, ge=1)
@@ -64,8 +65,9 @@ class Record(Frozen):
 
     @property
     def suspect(self) -> str | None:
-        """The node a failing partner test names (its first member), else ``None``."""
-        return self.members[0] if self.kind == "partner" and self.outcome != "pass" else None
+        """The node a failing partner test names (its first member), else ``None`` (a pass, or no
+        verdict)."""
+        return self.members[0] if self.kind == "partner" and self.outcome in ("fail", "hang") else None
 
     @property
     def fault(self) -> Fault:

@@ -51,7 +51,7 @@ def test_two_jobs_asking_for_every_gpu_of_a_rack_cannot_both_run_there(quiet: Qu
     assert _why(emulator, second[0]["metadata"]["name"]) == (
         "0/16 nodes are available: 12 node(s) didn't match Pod's node affinity/selector, "
         "4 Insufficient nvidia.com/gpu. preemption: 0/16 nodes are available: "
-        "12 Preemption is not helpful for scheduling, 4 No preemption victims found for incoming pod.."
+        "12 Preemption is not helpful for scheduling, 4 No preemption victims found for incoming pod."
     )
     # The first job's pods end: their GPUs free up and the waiting pods are bound.
     for pod in first:

@@ -170,3 +170,24 @@ def test_a_broken_test_is_a_failure_to_bisection_a_slow_one_keeps_its_figure() -
     assert flow._group_result(outcome(slow)).figure == 40.0
     assert flow._group_result(outcome(wrong)).figure is None
     assert flow._group_result(outcome(slow, wrong)).figure is None  # broken as well as slow: failing
+
+
+class _Unschedulable(flow._Test):
+    """The workflow's test, each sweep's pods never all scheduled (a workload holds a member's GPUs)."""
+
+    def __init__(self, run: RunRef) -> None:
+        super().__init__(*certify.load_plan(run))
+
+    def once(self, members: Sequence[str]) -> GroupResult:
+        return flow._group_result(_group("bisect-x", list(members), "unschedulable"))
+
+
+def test_an_unschedulable_test_gives_no_verdict_names_and_clears_no_one(run: RunRef) -> None:
+    record = _Unschedulable(run).record("rack-00", "partner", ["node-00", "node-06"])
+    assert (record.outcome, record.suspect, record.attempts) == ("none", None, 1)
+    assert "unschedulable" in record.reason
+    records = Records(OutcomeStore(connect(), run))
+    records.put(record)
+    assert records.cleared() == [] and records.suspects() == {}
+    with pytest.raises(DsxError, match=r"named no node: 1 test\(s\) gave no verdict"):
+        flow.finish(run)

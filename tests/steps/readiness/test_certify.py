@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.cluster import connect, load_fleet, shareable
+from steps.cluster import ClusterPort, connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
@@ -115,22 +115,41 @@ def test_two_certifications_of_one_node_exclude_each_other(fleet) -> None:  # ty
     assert second.run.uid != first.run.uid
 
 
+def _held_by_workflow(name: str, status: dict[str, str] | None = None) -> ClusterPort:
+    """A Workflow ``name`` (with ``status``) that planned a certification of every node: it holds them."""
+    port = connect()
+    manifest = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": name, "namespace": port.namespace},
+        **({"status": status} if status else {}),
+    }
+    workflow = port.create_object(manifest)
+    certify.plan(workflow_name=name, workflow_uid=workflow["metadata"]["uid"])
+    return port
+
+
 def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=2,gpu=h100")
-    port = connect()
-    workflow = port.create_object(
-        {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Workflow",
-            "metadata": {"name": "dsx-certify-old", "namespace": port.namespace},
-        }
-    )
-    certify.plan(workflow_name="dsx-certify-old", workflow_uid=workflow["metadata"]["uid"])
+    port = _held_by_workflow("dsx-certify-old")
     with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-certify-old/"):
         certify.plan()  # the old run's Workflow still exists: it may be running
     port.delete_object("argoproj.io/v1alpha1", "Workflow", "dsx-certify-old", port.namespace)
     plan = certify.plan()  # it was deleted: its Leases are stale, taken over
     assert plan.nodes == ["node-00", "node-01"]
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Error"])
+def test_a_finished_workflows_hold_on_its_nodes_is_stale(fleet, phase: str) -> None:  # type: ignore[no-untyped-def]
+    # e.g. a remediation whose recertification failed: certify's onExit does not run under templateRef
+    fleet("sim:nodes=2,gpu=h100")
+    port = _held_by_workflow("dsx-remediate-old", {"phase": "Running"})
+    with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-remediate-old/"):
+        certify.plan()  # still running
+    port.patch_object(
+        "argoproj.io/v1alpha1", "Workflow", "dsx-remediate-old", {"status": {"phase": phase}}, port.namespace
+    )
+    assert certify.plan().nodes == ["node-00", "node-01"]  # it ended: its hold is stale, taken over
 
 
 def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -204,6 +223,52 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
         certify.gate(summary)
     assert store.sweeps("node") == [] and store.smoke() is None  # the report holds them now
     assert certify.plan().nodes == plan.nodes  # the run let go of its nodes
+
+
+def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=3,gpu=h100")
+    plan = certify.plan(max_bytes="256KiB", iters=8, inject="node-02:delay=40ms")
+    assert plan.injected == {"node-02": ["delay=40ms"]}
+    assert certify.drill_injections(plan, ["node-02", "node-00", "node-02"]) == [
+        "0:delay=40ms",
+        "2:delay=40ms",
+    ]
+    certify.keep_recipe(plan.run, LOCAL_RECIPE)
+    nodes = [certify.node_check(n, plan.run) for n in plan.nodes]
+    assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # late together: no rank is behind another
+    (whole,) = [certify.group_check(g.name, plan.run) for g in plan.groups]
+    assert whole.status == "fail" and "node-02" in whole.message and "injected" in whole.message
+    summary = certify.report(plan.run)
+    assert list(summary.failed) == ["node-02"] and summary.passed == 2
+    certify.plan(inject="node-01:fail")  # the drill let go of its nodes: another may start
+
+
+@pytest.mark.parametrize(
+    ("inject", "message"),
+    [
+        ("node-01", r"inject: 'node-01' is not NODE:KIND\[=VALUE\]"),
+        ("node-01:slow", r"inject: 'node-01:slow': .*unknown fault 'slow'"),
+        ("node-01:delay", r"a delay needs a duration"),
+        ("node-01:fail,node-01:hang", r"node 'node-01' is named twice"),
+        ("node-01:nan", r"unknown fault 'nan'"),
+    ],
+)
+def test_a_malformed_drill_is_refused_before_anything_is_marked(fleet, inject: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100")
+    with pytest.raises(InputError, match=message):
+        certify.plan(inject=inject)
+    assert not any(vocab.LABEL_CERTIFICATION in n.labels for n in connect().list_nodes())
+
+
+def test_a_drill_names_only_nodes_the_run_certifies_and_none_the_fleet_already_plays(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet("sim:nodes=2,gpu=h100,faults=node-01:slow-nic")
+    with pytest.raises(
+        InputError, match=r"node 'node-09' is not among the nodes to certify \(node-00, node-01\)"
+    ):
+        certify.plan(inject="node-09:fail")
+    with pytest.raises(InputError, match=r"node 'node-01' already plays the simulated fleet's faults"):
+        certify.plan(inject="node-01:fail")
+    assert not any(vocab.LABEL_CERTIFICATION in n.labels for n in connect().list_nodes())
 
 
 def test_a_check_that_stored_no_outcome_leaves_its_node_pending(fleet) -> None:  # type: ignore[no-untyped-def]

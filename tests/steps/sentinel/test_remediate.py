@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import Node, connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import FileStore, SimCluster
 from steps.errors import InputError
@@ -16,6 +16,7 @@ from steps.sentinel import ledger
 from steps.sentinel.drain import DrainPolicy, NamespaceMode, drain
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
+from steps.sentinel.remediate import repair_problems, repair_wait
 from tests.cli import dsx
 
 FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
@@ -199,3 +200,68 @@ def test_breaker_cli_shows_a_trip_and_a_person_resets_it(tmp_path: Path) -> None
     reset = dsx("sentinel", "breaker", "reset", "--by", "oncall", "--cluster", spec)
     assert reset.returncode == 0, reset.stderr
     assert Breaker(connect(spec)).status().state == "closed"
+
+
+def _repairing(boot: str, ready: str, xid: tuple[str, str, str] | None) -> Node:
+    """A node whose repair was asked at 12:00:00 on boot ``old`` and last read on its old boot at 12:01:00;
+    ``xid``: the check's condition (status, transition, heartbeat), if any."""
+    conditions = [{"type": "Ready", "status": ready, "lastTransitionTime": "2026-12-01T12:01:20Z"}]
+    if xid is not None:
+        status, moved, beat = xid
+        conditions.append(
+            {"type": "DsxGpuXid", "status": status, "lastTransitionTime": moved, "lastHeartbeatTime": beat}
+        )
+    annotations = {
+        vocab.ANNOTATION_REPAIR_BOOT_ID: "old",
+        vocab.ANNOTATION_REPAIR_REQUESTED_AT: "2026-12-01T12:00:00Z",
+        vocab.ANNOTATION_REPAIR_BOOTED_AT: "2026-12-01T12:01:00Z",
+    }
+    return Node.from_manifest(
+        {
+            "metadata": {"name": "node-01", "annotations": annotations},
+            "status": {"nodeInfo": {"bootID": boot}, "conditions": conditions},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("boot", "ready", "xid", "problems"),
+    [
+        ("new", "True", ("False", "2026-12-01T12:02:00Z", "2026-12-01T12:02:00Z"), []),
+        # a check whose condition was False before the repair was asked (a person asked for it)
+        ("new", "True", ("False", "2026-11-30T08:00:00Z", "2026-11-30T08:00:00Z"), []),
+        ("new", "True", None, []),
+        ("old", "True", None, ["still on boot old (no reboot)"]),
+        # the boot id changes first; Ready comes tens of seconds later
+        (
+            "new",
+            "False",
+            ("True", "2026-11-30T08:00:00Z", "2026-11-30T08:00:00Z"),
+            ["not Ready", "condition DsxGpuXid still True"],
+        ),
+        (
+            "new",
+            "True",
+            ("True", "2026-11-30T08:00:00Z", "2026-11-30T08:00:00Z"),
+            ["condition DsxGpuXid still True"],
+        ),
+        # cleared after the request, but by a reading of the old boot
+        (
+            "new",
+            "True",
+            ("False", "2026-12-01T12:00:30Z", "2026-12-01T12:00:30Z"),
+            ["condition DsxGpuXid last written at 2026-12-01T12:00:30Z, before the boot"],
+        ),
+    ],
+)
+def test_repaired_means_a_new_boot_ready_and_the_condition_cleared_by_a_reading_of_that_boot(
+    boot: str, ready: str, xid: tuple[str, str, str] | None, problems: list[str]
+) -> None:
+    assert repair_problems(_repairing(boot, ready, xid), "xid") == problems
+
+
+def test_the_repair_wait_refuses_a_timeout_it_cannot_read_or_keep() -> None:
+    with pytest.raises(InputError, match="parameter repair-timeout: invalid duration 'soon'"):
+        repair_wait("node-01", "xid", "soon")
+    with pytest.raises(InputError, match="longer than the repair wait's bound"):
+        repair_wait("node-01", "xid", "200h")

@@ -1,0 +1,196 @@
+"""dsx-remediate on the real control plane: a node the sentinel marked is quarantined, drained, rebooted by
+the process kubelet as a real node reboots (the boot id first, Ready 20 s later, the sentinel's condition
+cleared 40 s after that), recertified alone and beside a known-good partner whose GPUs are free (the first
+known-good node is kept busy by a training pod), and put back in service."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from steps.cluster import vocabulary as vocab
+from tests.e2e.cluster import NAMESPACE, Cluster
+from tests.e2e.conftest import RealCluster, audit_events
+from tests.e2e.test_certify import CPU_RUN, held_leases
+
+pytestmark = pytest.mark.e2e
+
+NODE = "node-01"
+WORKLOADS = "research"
+
+
+def _mark(real_cluster: RealCluster, node: str) -> None:
+    """What the sentinel agent writes on a fatal XID: its condition True, then the taint."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    condition = {
+        "type": vocab.CONDITION_GPU_XID,
+        "status": "True",
+        "reason": "FatalResetGpu",
+        "message": "fatal (reset-gpu): XID 79 on GPU 0: GPU has fallen off the bus",
+        "lastTransitionTime": stamp,
+        "lastHeartbeatTime": stamp,
+    }
+    patch = json.dumps({"status": {"conditions": [condition]}})
+    real_cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", patch)
+    real_cluster.kubectl("taint", "node", node, f"{vocab.TAINT_UNHEALTHY}=:{vocab.TAINT_UNHEALTHY_EFFECT}")
+
+
+def _workload(real_cluster: RealCluster, node: str) -> None:
+    """A Deployment's pod on ``node`` (pinned there), for the drain to evict through the Eviction API."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": WORKLOADS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "trainer"}},
+            "template": {
+                "metadata": {"labels": {"app": "trainer"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        },
+    }
+    real_cluster.kubectl("create", "namespace", WORKLOADS)
+    real_cluster.run("kubectl", "apply", "-f", "-", input=json.dumps(deployment))
+    real_cluster.kubectl(
+        "wait", "-n", WORKLOADS, "--for=condition=Available", "deployment/trainer", "--timeout=120s"
+    )
+
+
+def _busy(real_cluster: RealCluster, node: str) -> None:
+    """A training pod holding every GPU of ``node``."""
+    gpus = real_cluster.get("node", node)["status"]["allocatable"]["nvidia.com/gpu"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"train-{node}", "namespace": WORKLOADS},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                }
+            ],
+        },
+    }
+    real_cluster.run("kubectl", "apply", "-f", "-", input=json.dumps(pod))
+    real_cluster.kubectl(
+        "wait", "-n", WORKLOADS, "--for=condition=Ready", f"pod/train-{node}", "--timeout=120s"
+    )
+
+
+def _repair_system(real_cluster: RealCluster, cluster: Cluster, node: str, stop: threading.Event) -> None:
+    """A provider's repair service: once dsx asks for a repair, the node reboots."""
+    while not stop.wait(1.0):
+        annotations = real_cluster.get("node", node)["metadata"].get("annotations") or {}
+        if vocab.ANNOTATION_REPAIR_REQUESTED_AT in annotations:
+            (cluster.dir / "kubelet" / "nodes" / node / "reboot").touch()
+            return
+
+
+def _condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in node["status"]["conditions"] if c["type"] == kind)
+
+
+def test_a_marked_node_is_repaired_recertified_and_back_in_service(
+    real_cluster: RealCluster, own_cluster: Cluster
+) -> None:
+    before = real_cluster.get("node", NODE)["status"]["nodeInfo"]["bootID"]
+    # The certification tests before this one leave known-good nodes: the pair test takes one whose GPUs
+    # are free, never the first of them, which a training pod keeps busy.
+    partners = sorted(
+        n
+        for n, marks in real_cluster.node_labels().items()
+        if n != NODE and marks.get(vocab.LABEL_CERTIFICATION) == "passed"
+    )
+    _workload(real_cluster, NODE)
+    if partners:
+        _busy(real_cluster, partners[0])
+    (evicted,) = real_cluster.get("pods", "-n", WORKLOADS, "-l", "app=trainer")["items"]
+    _mark(real_cluster, NODE)
+    stop = threading.Event()
+    repairs = threading.Thread(
+        target=_repair_system, args=(real_cluster, own_cluster, NODE, stop), daemon=True
+    )
+    repairs.start()
+    try:
+        result = real_cluster.argo(
+            "submit",
+            "-n",
+            NAMESPACE,
+            "--from",
+            "workflowtemplate/dsx-remediate",
+            "--wait",
+            "-o",
+            "name",
+            "-p",
+            f"node={NODE}",
+            "-p",
+            "check=xid",
+            "-p",
+            "repair-timeout=5m",
+            *CPU_RUN,
+            check=False,
+            timeout=1500,
+        )
+    finally:
+        stop.set()
+        repairs.join(5)
+        pods = real_cluster.get("pods", "-n", WORKLOADS, "-l", "app=trainer")["items"]
+        real_cluster.kubectl("delete", "namespace", WORKLOADS, "--wait=false")
+    name = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert name, result.stderr + real_cluster.debug()
+    workflow = real_cluster.workflow(name)
+    status = workflow["status"]
+    failed = {
+        n["displayName"]: n.get("message", "")
+        for n in status.get("nodes", {}).values()
+        if n.get("phase") in ("Failed", "Error")
+    }
+    assert status.get("phase") == "Succeeded", (
+        f"{name}: {status.get('phase')} {failed}\n{real_cluster.debug()}"
+    )
+
+    node = real_cluster.get("node", NODE)
+    assert node["status"]["nodeInfo"]["bootID"] != before, "the node never rebooted"
+    assert not node["spec"].get("unschedulable"), "left cordoned"
+    assert not [t for t in node["spec"].get("taints") or [] if t["key"] == vocab.TAINT_UNHEALTHY]
+    labels = node["metadata"].get("labels") or {}
+    assert vocab.LABEL_STATE not in labels and labels.get(vocab.LABEL_CERTIFICATION) == "passed", labels
+    assert _condition(node, vocab.CONDITION_GPU_XID)["status"] == "False"
+    booted = node["metadata"].get("annotations", {}).get(vocab.ANNOTATION_REPAIR_BOOTED_AT)
+    assert booted is None, "the remediation's notes are cleared once the node is back"
+
+    ledger = real_cluster.get("configmaps", "-n", NAMESPACE)["items"]
+    entries = "\n".join(
+        value
+        for cm in ledger
+        if cm["metadata"]["name"].startswith("dsx-remediation-ledger")
+        for value in (cm.get("data") or {}).values()
+    )
+    assert "escalated" not in entries, entries[-3000:]
+    for state in ("quarantined", "draining", "awaiting-repair", "recertifying", "in-service"):
+        assert state in entries, f"no {state} entry in the ledger:\n{entries[-3000:]}"
+    if len(partners) > 1:
+        assert f"pair test passed beside {partners[1]}" in entries, entries[-3000:]
+    assert held_leases(real_cluster) == {}, "certification Leases still held"
+    # The drain evicted the workload's pod; its replacement waited for the node and went back on it.
+    assert evicted["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}, "the drain left the pod"
+    evictions = [
+        e
+        for e in audit_events(own_cluster)
+        if (e.get("objectRef") or {}).get("subresource") == "eviction"
+        and e["user"]["username"].endswith(":dsx-remediate")
+    ]
+    assert evictions, "the workload's pod did not leave through the Eviction API"
