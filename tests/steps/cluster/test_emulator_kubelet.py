@@ -91,8 +91,15 @@ def test_each_node_can_start_late_never_start_or_fail_its_pods(k8s_cluster: Make
     )
     assert stuck["status"]["phase"] == "Pending"
     assert _state(stuck)["waiting"]["reason"] == "ImagePullBackOff"
-    slow = cluster.emulator.get("pods", "on-node-02", "dsx")
-    assert slow is not None and slow["status"]["phase"] == "Pending"
+    slow = eventually(  # each node's kubelet writes its pod's status in its own time
+        lambda: (
+            (p := cluster.emulator.get("pods", "on-node-02", "dsx"))
+            and p["status"].get("containerStatuses")
+            and p
+        ),
+        what="node-02's pod creating",
+    )
+    assert slow["status"]["phase"] == "Pending"
     assert _state(slow)["waiting"]["reason"] == "ContainerCreating"
     eventually(_phase(cluster, "on-node-02", "Running"), what="node-02's pod running after its pull")
     failed = eventually(_phase(cluster, "on-node-03", "Failed"), what="node-03's pod failing")
