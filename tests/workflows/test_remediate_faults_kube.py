@@ -22,6 +22,7 @@ emulator's objects and request log (:func:`_lost_nothing`).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.changes import format_time
 from steps.sentinel import ledger
 from steps.sentinel.policy import Breaker, BreakerSettings
 from tests.k8s_emulator import Emulator
@@ -97,12 +99,21 @@ class Repairer:
 
 
 def _reboot(node: dict[str, Any]) -> None:
+    """The node back on a new boot, its sentinel reading of that boot written as the agent writes one:
+    the condition's transition and heartbeat times move with it."""
     node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
+    now = format_time(dt.datetime.now(dt.UTC))
     for condition in node["status"]["conditions"]:
         if condition["type"] == "Ready":
             condition["status"] = "True"
         elif condition["type"] == CONDITION:
-            condition.update(status="False", reason="Repaired", message="healthy after the repair")
+            condition.update(
+                status="False",
+                reason="Repaired",
+                message="healthy after the repair",
+                lastTransitionTime=now,
+                lastHeartbeatTime=now,
+            )
 
 
 def _faulty(node: dict[str, Any]) -> None:

@@ -71,6 +71,16 @@ def test_pods_run_on_their_node_and_end_with_their_programs_exit_code(k8s_cluste
     assert (_state(broken)["terminated"]["exitCode"], _state(broken)["terminated"]["reason"]) == (1, "Error")
 
 
+def _reported(cluster: EmulatedCluster, name: str, what: str) -> dict[str, Any]:
+    """Pod ``name`` once its node's kubelet double has written its container statuses."""
+    return eventually(
+        lambda: (
+            (p := cluster.emulator.get("pods", name, "dsx")) and p["status"].get("containerStatuses") and p
+        ),
+        what=what,
+    )
+
+
 def test_each_node_can_start_late_never_start_or_fail_its_pods(k8s_cluster: MakeCluster) -> None:
     behaviours = {
         "node-01": NodeBehaviour(never_starts=True),
@@ -81,24 +91,10 @@ def test_each_node_can_start_late_never_start_or_fail_its_pods(k8s_cluster: Make
     port = cluster.port()
     for node in ("node-01", "node-02", "node-03"):
         port.create_object(_pod(f"on-{node}", node, "sleep", "600"))
-    stuck = eventually(
-        lambda: (
-            (p := cluster.emulator.get("pods", "on-node-01", "dsx"))
-            and p["status"].get("containerStatuses")
-            and p
-        ),
-        what="node-01's pod waiting",
-    )
+    stuck = _reported(cluster, "on-node-01", "node-01's pod waiting")
     assert stuck["status"]["phase"] == "Pending"
     assert _state(stuck)["waiting"]["reason"] == "ImagePullBackOff"
-    slow = eventually(  # each node's kubelet writes its pod's status in its own time
-        lambda: (
-            (p := cluster.emulator.get("pods", "on-node-02", "dsx"))
-            and p["status"].get("containerStatuses")
-            and p
-        ),
-        what="node-02's pod creating",
-    )
+    slow = _reported(cluster, "on-node-02", "node-02's pod creating")  # each node's kubelet in its own time
     assert slow["status"]["phase"] == "Pending"
     assert _state(slow)["waiting"]["reason"] == "ContainerCreating"
     eventually(_phase(cluster, "on-node-02", "Running"), what="node-02's pod running after its pull")
