@@ -275,13 +275,20 @@ class _FieldError:
         return f"{self.path}: {self.body()}"
 
 
-#: What a ConfigMap's data and binaryData may hold together (core.MaxSecretSize), bytes.
+#: What a ConfigMap's data and binaryData may hold together, bytes: ``core.MaxSecretSize``
+#: (kubernetes pkg/apis/core/types.go), which ``ValidateConfigMap`` holds the values to.
 CONFIGMAP_MAX_BYTES = 1024 * 1024
+#: The largest request body the API server reads: the generic apiserver's ``MaxRequestBodyBytes``
+#: (k8s.io/apiserver pkg/server/config.go, 3 MiB); a larger one is answered 413 before any decoding.
+#: Behind it etcd refuses a write over its ``--max-request-bytes`` (1.5 MiB by default).
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 
 
 def _check_configmap_size(route: _Route, obj: dict[str, Any]) -> None:
-    """The API server refuses a ConfigMap whose values (binaryData decoded) exceed 1 MiB together
-    (``ValidateConfigMap``: ``field.TooLong`` at the root path), on create and on every update."""
+    """The API server refuses a ConfigMap whose values (binaryData decoded) exceed 1 MiB together, on
+    create and on every update: ``ValidateConfigMap`` (pkg/apis/core/validation/validation.go) adds
+    ``field.TooLong(field.NewPath(""), "", core.MaxSecretSize)``, which reads ``: Too long: may not be
+    more than 1048576 bytes`` (apimachinery's ``field.TooLong``). Keys do not count."""
     if route.plural != "configmaps" or route.group_version != "v1":
         return
     size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values())
@@ -292,7 +299,7 @@ def _check_configmap_size(route: _Route, obj: dict[str, Any]) -> None:
             size += len(str(value)) * 3 // 4
     if size > CONFIGMAP_MAX_BYTES:
         name = (obj.get("metadata") or {}).get("name", "")
-        detail = f"must have at most {CONFIGMAP_MAX_BYTES} bytes"
+        detail = f"may not be more than {CONFIGMAP_MAX_BYTES} bytes"
         raise _invalid("ConfigMap", "", name, [_FieldError("FieldValueTooLong", "", "", detail)])
 
 
@@ -340,33 +347,28 @@ def plural_of(kind: str) -> str:
 # ------------------------------------------------------------------------------- selectors and patches
 
 
-def _label_match(selector: str, labels: dict[str, str]) -> bool:
-    terms = re.split(r",(?![^()]*\))", selector)
-    for raw in terms:
+def _label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
+    """The test of a label selector, its terms read once (a list may test thousands of objects)."""
+    tests: list[Callable[[dict[str, str]], bool]] = []
+    for raw in re.split(r",(?![^()]*\))", selector):
         term = raw.strip()
         if not term:
             continue
         m = re.fullmatch(r"(\S+)\s+(in|notin)\s+\((.*)\)", term)
         if m:
-            values = {v.strip() for v in m.group(3).split(",")}
-            inside = labels.get(m.group(1)) in values
-            if inside != (m.group(2) == "in"):
-                return False
-            continue
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
-                return False
+            key, values, inside = m.group(1), {v.strip() for v in m.group(3).split(",")}, m.group(2) == "in"
+            tests.append(lambda labels, k=key, vs=values, want=inside: (labels.get(k) in vs) == want)
+        elif "!=" in term:
+            key, value = (t.strip() for t in term.split("!=", 1))
+            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
         elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
+            key, value = (t.strip() for t in term.replace("==", "=").split("=", 1))
+            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
         elif term.startswith("!"):
-            if term[1:].strip() in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
+            tests.append(lambda labels, k=term[1:].strip(): k not in labels)
+        else:
+            tests.append(lambda labels, k=term: k in labels)
+    return lambda labels: all(test(labels) for test in tests)
 
 
 def _field_match(selector: str, obj: dict[str, Any]) -> bool:
@@ -1123,13 +1125,14 @@ class Emulator:
         for term in filter(None, fields.split(",")):
             if term.partition("=")[0] not in ("spec.nodeName", "metadata.name", "metadata.namespace"):
                 raise _fail(400, "BadRequest", f'field label not supported: "{term.partition("=")[0]}"')
+        labelled = _label_matcher(selector)
         items = [
-            copy.deepcopy(obj)
+            json.loads(json.dumps(obj))  # a copy; stored objects are JSON, and this is faster than deepcopy
             for (gv, plural, ns, _), obj in sorted(self._objects.items())
             if gv == route.group_version
             and plural == route.plural
             and (not route.namespace or ns == route.namespace)
-            and _label_match(selector, obj["metadata"].get("labels") or {})
+            and labelled(obj["metadata"].get("labels") or {})
             and _field_match(fields, obj)
         ]
         return {
@@ -2094,13 +2097,18 @@ class _Handler(BaseHTTPRequestHandler):
         seen = Request(self.command, split.path, query, 0, headers.get("content-type", ""))
         with self.owner._lock:
             self.owner.requests.append(seen)  # on arrival, so a request still being answered counts
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            code, answer = 400, status_body(400, "BadRequest", "the body is not JSON")
-            extra: dict[str, str] = {}
+        extra: dict[str, str] = {}
+        if length > MAX_REQUEST_BODY_BYTES:
+            # limitedReadBody (k8s.io/apiserver pkg/endpoints/handlers/rest.go): NewRequestEntityTooLargeError
+            message = f"Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}"
+            code, answer = 413, status_body(413, "RequestEntityTooLarge", message)
         else:
-            code, answer, extra = self.owner.handle(self.command, split.path, query, headers, body)
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                code, answer = 400, status_body(400, "BadRequest", "the body is not JSON")
+            else:
+                code, answer, extra = self.owner.handle(self.command, split.path, query, headers, body)
         seen.status = code
         data = json.dumps(answer).encode()
         try:

@@ -36,6 +36,7 @@ ACCOUNTS = {
     "dsx-drift": "dsx-drift",
     "dsx-remediate": "dsx-remediate",
     "dsx-goodput": "dsx-goodput",
+    "dsx-reconcile": "dsx-reconcile",
 }
 SENTINEL_ACCOUNT = "dsx-sentinel"
 
@@ -235,6 +236,7 @@ def test_the_goodput_account_reads_nodes_ledger_and_events_and_keeps_its_report(
         ("default", "", "events", "list"),
         ("gpu-ops", "", "configmaps", "create"),
         ("gpu-ops", "", "configmaps", "get"),
+        ("gpu-ops", "", "configmaps", "list"),  # the ledger: a ConfigMap per node and month, by label
         ("gpu-ops", "", "configmaps", "patch"),
         ("gpu-ops", "argoproj.io", "workflowtaskresults", "create"),
         ("gpu-ops", "argoproj.io", "workflowtaskresults", "patch"),
@@ -369,6 +371,27 @@ def test_the_chart_chooses_how_remediation_waits_for_the_repair(value: str) -> N
     _validate(yaml.safe_dump_all(docs))
 
 
+@pytest.mark.parametrize("value", ["", "30"])
+def test_the_chart_sets_how_long_the_ledger_keeps_on_every_step_that_writes_it(value: str) -> None:
+    docs = _render(CHART, *([f"remediate.ledger.retentionDays={value}"] if value else []))
+    remediate = _workflows(docs)["dsx-remediate"]
+    kept = {t["name"]: _env(c).get("DSX_LEDGER_RETENTION_DAYS") for t, c in _pod_templates(remediate)}
+    writers = ("guard", "quarantine", "drain", "request-repair", "repair-wait", "repaired", "conclude")
+    assert {kept[name] for name in (*writers, "record-outcome")} == {value or "400"}
+    # Retention lists the ledger's ConfigMaps by label and deletes the months past it.
+    ledger = {g[3] for g in _granted(docs, "dsx-remediate") if g[:3] == ("gpu-ops", "", "configmaps")}
+    assert ledger >= {"get", "list", "create", "update", "delete"}
+    _validate(yaml.safe_dump_all(docs))
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "abc", "3661"])
+def test_a_ledger_retention_that_is_no_whole_number_of_days_fails_the_install(value: str) -> None:
+    cmd = [helm_binary(), "template", "dsx", str(CHART), "--set", f"remediate.ledger.retentionDays={value}"]
+    rendered = _run(cmd)
+    assert rendered.returncode != 0
+    assert f"remediate.ledger.retentionDays: {value} is not a whole number of days" in rendered.stderr
+
+
 def test_output_artifacts_are_kept_with_the_repository_named() -> None:
     docs = _render(CHART, "artifacts.enabled=true", "artifacts.repositoryRef.configMap=repos")
     for name, doc in _workflows(docs).items():
@@ -468,12 +491,25 @@ def test_rank_pod_defaults_follow_the_chart_version(fixture_chart: Path) -> None
 
 # ------------------------------------------------------------------ the sentinel DaemonSet
 
-SENTINEL_GRANTS = [  # what steps/sentinel/agent.py calls through the cluster port, and nothing else
-    ("*", "", "nodes", "get"),
-    ("*", "", "nodes", "patch"),
-    ("*", "", "nodes/status", "patch"),
-    ("default", "", "events", "create"),
-]
+
+def _sentinel_grants(dsx: str = "gpu-ops", sentinel: str = "gpu-ops") -> list[tuple[str, str, str, str]]:
+    """What steps/sentinel/agent.py calls through the cluster port, and nothing else: its node's writes, node
+    Events, the taint budget's ConfigMap in dsx's namespace, and its own DaemonSet (the GPU node count)."""
+    return sorted(
+        [
+            ("*", "", "nodes", "get"),
+            ("*", "", "nodes", "patch"),
+            ("*", "", "nodes/status", "patch"),
+            ("default", "", "events", "create"),
+            (dsx, "", "configmaps", "create"),
+            (dsx, "", "configmaps", "get"),
+            (dsx, "", "configmaps", "update"),
+            (sentinel, "apps", "daemonsets", "get"),
+        ]
+    )
+
+
+SENTINEL_GRANTS = _sentinel_grants()
 
 
 def _sentinel(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -582,6 +618,14 @@ def test_the_sentinel_runs_the_agent_with_the_environment_it_reads() -> None:
     named = {getattr(vocab, n) for n in dir(vocab) if n.startswith("ENV_")}
     assert {n for n in env if n.startswith("DSX_")} <= named
     assert pod["serviceAccountName"] == SENTINEL_ACCOUNT
+    # every probe bounded; the GPU count from the node's capacity unless the values name one
+    assert "--probe-timeout=10" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--expected-gpus")]
+    _, counted = _sentinel(_render(CHART, "sentinel.expectedGpus=8", "sentinel.probeTimeout=30"))
+    assert {"--expected-gpus=8", "--probe-timeout=30"} <= set(counted["args"])
+    # the state kept across restarts lives in the mounted host directory
+    state = mounts[env[vocab.ENV_SENTINEL_STATE_DIR]]
+    assert state["mountPath"] == "/var/lib/dsx-sentinel" and not state.get("readOnly")
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     (port,) = container["ports"]
@@ -597,19 +641,53 @@ def test_the_sentinel_runs_the_agent_with_the_environment_it_reads() -> None:
     assert overrides.modes == {"thermal": "observe"}
 
 
+def test_the_sentinel_takes_its_taint_budget_and_fabric_nics_from_the_values() -> None:
+    from steps.cluster import vocabulary as vocab
+    from steps.sentinel.budget import parse_daemonset
+    from steps.sentinel.probes import parse_fabric_nics
+
+    _, container = _sentinel(_render(CHART))
+    args = dict(a.split("=", 1) for a in container["args"])
+    assert (args["--taint-budget"], args["--taint-budget-window"]) == ("0.1", "1h")
+    assert parse_daemonset(args["--fleet-daemonset"]) == ("gpu-ops", "dsx-sentinel")  # the DaemonSet itself
+    assert "--fabric-nics" not in args  # the RDMA ports and the interfaces up at start
+    assert _env(container)[vocab.ENV_NAMESPACE] == "gpu-ops"  # the budget beside the breaker
+    _, custom = _sentinel(
+        _render(
+            CHART,
+            "sentinel.taintBudget.maxShare=0.05",
+            "sentinel.taintBudget.window=30m",
+            "sentinel.fabricNics={mlx5_*,ib[0-3]}",
+            "sentinel.namespace=dsx-system",
+        )
+    )
+    args = dict(a.split("=", 1) for a in custom["args"])
+    assert (args["--taint-budget"], args["--taint-budget-window"]) == ("0.05", "30m")
+    assert parse_fabric_nics(args["--fabric-nics"]) == ("mlx5_*", "ib[0-3]")
+    assert parse_daemonset(args["--fleet-daemonset"]) == ("dsx-system", "dsx-sentinel")
+    assert _env(custom)[vocab.ENV_NAMESPACE] == "gpu-ops"
+
+
 def test_the_sentinel_mounts_only_what_it_reads_and_only_read_only() -> None:
+    state = "/var/lib/dsx-sentinel"
     for values, host_paths in [
-        ([], {"/sys", "/dev/kmsg"}),
-        (["sentinel.kernelLog=/var/log/kern.log"], {"/sys", "/var/log/kern.log"}),
-        (["sentinel.kernelLog="], {"/sys"}),
+        ([], {"/sys", "/dev/kmsg", state}),
+        (["sentinel.kernelLog=/var/log/kern.log"], {"/sys", "/var/log/kern.log", state}),
+        (["sentinel.kernelLog=", "sentinel.stateDir="], {"/sys"}),
     ]:
         pod, container = _sentinel(_render(CHART, *values))
         where = values or "defaults"
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v} == host_paths, where
         for mount in container["volumeMounts"]:
-            if "hostPath" in volumes[mount["name"]] or "configMap" in volumes[mount["name"]]:
+            volume = volumes[mount["name"]]
+            if volume.get("hostPath", {}).get("path") == state:  # its state: the one path it writes
+                assert volume["hostPath"]["type"] == "DirectoryOrCreate" and not mount.get("readOnly")
+                assert _env(container)["DSX_SENTINEL_STATE_DIR"] == mount["mountPath"] == state
+            elif "hostPath" in volume or "configMap" in volume:
                 assert mount.get("readOnly") is True, (where, mount)
+        if state not in host_paths:
+            assert "DSX_SENTINEL_STATE_DIR" not in _env(container), where
         assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
         context = container["securityContext"]
         assert context["readOnlyRootFilesystem"] is True, where
@@ -644,14 +722,29 @@ def test_the_sentinel_account_may_do_exactly_what_the_agent_calls() -> None:
     assert {(s["name"], s["namespace"]) for b in bindings for s in b["subjects"]} == {
         ("watcher", "dsx-system")
     }
-    assert _granted(moved, "watcher") == SENTINEL_GRANTS
+    assert _granted(moved, "watcher") == _sentinel_grants(sentinel="dsx-system")
+    # the budget's ConfigMap and the DaemonSet by name only (a create cannot name its object)
+    rules = [r for d in _of(docs, "Role") if "sentinel" in d["metadata"]["name"] for r in d["rules"]]
+    named = {
+        (g, res, v): r.get("resourceNames")
+        for r in rules
+        for g in r["apiGroups"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    assert named[("", "configmaps", "get")] == named[("", "configmaps", "update")] == ["dsx-taint-budget"]
+    assert named[("apps", "daemonsets", "get")] == ["dsx-sentinel"]
+    assert named[("", "configmaps", "create")] is None
 
 
 def _api_grant(method: str, path: str) -> tuple[str, str, str, str]:
-    """The RBAC (namespace or '*', group, resource, verb) a core/v1 request needs."""
+    """The RBAC (namespace or '*', group, resource, verb) a request needs (core/v1 or /apis/GROUP/VERSION)."""
     parts = path.split("?")[0].strip("/").split("/")
-    assert parts[:2] == ["api", "v1"], path
-    rest = parts[2:]
+    if parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        assert parts[:2] == ["api", "v1"], path
+        group, rest = "", parts[2:]
     namespace = "*"
     if rest[0] == "namespaces" and len(rest) > 2:
         namespace, rest = rest[1], rest[2:]
@@ -660,37 +753,58 @@ def _api_grant(method: str, path: str) -> tuple[str, str, str, str]:
     verb = {"GET": "get" if named else "list", "POST": "create", "PUT": "update", "PATCH": "patch"}.get(
         method, method.lower()
     )
-    return namespace, "", resource, verb
+    return namespace, group, resource, verb
 
 
 def test_every_call_the_agent_makes_is_granted_and_every_grant_is_used(tmp_path: Path) -> None:
-    """The agent as the DaemonSet runs it (NVML source, the kubernetes client) on a node that loses a
-    GPU (fatal: taint), then gets it back (condition cleared), then restarts: each request it sent to
-    the emulated API server needs a grant of the chart's sentinel account, and each grant was needed."""
+    """The agent as the DaemonSet runs it (NVML source, the kubernetes client, the namespace and DaemonSet
+    the chart gives it) on a node that loses a GPU (fatal: the taint budget asked, taint), then gets it
+    back (condition cleared), then restarts, while a second node's fatal fault finds the budget spent (it
+    holds): each request they sent to the emulated API server needs a grant of the chart's sentinel
+    account, and each grant was needed."""
     from steps.cluster import RetryPolicy, load_fleet
     from steps.cluster.kube import KubeCluster, load_api_client
+    from steps.sentinel.budget import BUDGET_CONFIGMAP, parse_daemonset
     from steps.sentinel.catalogue import load_catalogue
     from steps.sentinel.node import build_sentinel
     from tests.k8s_emulator import Emulator, write_kubeconfig
     from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
-    devices = gpus(8)
-    devices[3].lost = True
+    _, container = _sentinel(_render(CHART))
+    args = dict(a.split("=", 1) for a in container["args"])
+    namespace, daemonset = _env(container)["DSX_NAMESPACE"], parse_daemonset(args["--fleet-daemonset"])
+    devices, others = gpus(8), gpus(8)
+    devices[3].lost = others[5].lost = True
     with Emulator() as emulator:
         emulator.seed(load_fleet("sim:nodes=2,gpu=h100,workloads=false").manifests())
+        emulator.seed(
+            [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "metadata": {"name": daemonset[1], "namespace": daemonset[0]},
+                    "spec": {"selector": {"matchLabels": {"app": "s"}}},
+                    "status": {"desiredNumberScheduled": 2},
+                }
+            ]
+        )
         api_client, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
         port = KubeCluster(
-            api_client, retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0)
+            api_client,
+            namespace=namespace,
+            retry=RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0),
         )
 
-        def agent() -> Any:
+        def agent(node: str = "node-01", gpus: Any = devices) -> Any:  # as the DaemonSet runs it
             return build_sentinel(
                 port,
-                "node-01",
+                node,
                 load_catalogue(),
                 source="nvml",
-                nvml_module=FakeNvml(devices),
+                nvml_module=FakeNvml(gpus),
                 sysfs="/nonexistent",
+                state_dir=tmp_path / "state",
+                fleet_daemonset=daemonset,
             )
 
         first = agent()
@@ -698,9 +812,12 @@ def test_every_call_the_agent_makes_is_granted_and_every_grant_is_used(tmp_path:
         devices[3].lost = False
         assert first.run_once().queued == 0
         assert agent().run_once().queued == 0
+        assert agent("node-00", others).run_once().withheld == 1
         node = port.get_node("node-01")
         assert node.has_taint("dsx.dev/unhealthy", "NoSchedule")
         assert node.condition("DsxGpuMissing").status == "False"
+        assert not port.get_node("node-00").taints
+        assert port.get_state(BUDGET_CONFIGMAP)["state"] == "held"
         used = sorted({_api_grant(r.method, r.path) for r in emulator.requests})
     assert used == SENTINEL_GRANTS
 

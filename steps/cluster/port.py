@@ -174,8 +174,15 @@ class ClusterPort(Protocol):
         """The data of dsx's state ConfigMap ``name`` (empty if it does not exist)."""
         ...
 
-    def update_state(self, name: str, change: StateChange) -> dict[str, str]:
-        """Read-modify-write the state ConfigMap with optimistic concurrency; returns the new data."""
+    def update_state(
+        self, name: str, change: StateChange, labels: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """Read-modify-write the state ConfigMap with optimistic concurrency; returns the new data.
+
+        ``labels`` are put on the ConfigMap (merged into those it has), so that a label selector
+        (:meth:`list_objects`) finds it among others of its kind: one per node and month of the
+        remediation ledger, say.
+        """
         ...
 
     def acquire_lock(self, node: str, holder: str, ttl_seconds: int) -> bool:

@@ -95,6 +95,7 @@ __all__ = [
     "ENV_HELM_NAMESPACES",
     "ENV_JOB_POLL_S",
     "ENV_KUBE_CONTEXT",
+    "ENV_LEDGER_RETENTION_DAYS",
     "ENV_NAMESPACE",
     "ENV_NODE_NAME",
     "ENV_OUTPUT_DIR",
@@ -107,6 +108,7 @@ __all__ = [
     "ENV_SCHEDULE_BUDGET_S",
     "ENV_SENTINEL_KERNEL_LOG",
     "ENV_SENTINEL_OVERRIDES",
+    "ENV_SENTINEL_STATE_DIR",
     "ENV_SENTINEL_SYSFS",
     "ENV_SHM_SIZE",
     "ENV_STALE_WAIT_S",
@@ -117,8 +119,11 @@ __all__ = [
     "LABEL_CERTIFICATION_RUN",
     "LABEL_DRIFT",
     "LABEL_GROUP_TEST",
+    "LABEL_LEDGER",
+    "LABEL_LEDGER_MONTH",
     "LABEL_LOCKED_NODE",
     "LABEL_MANAGED",
+    "LABEL_NODE",
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
     "LABEL_RECERTIFY",
@@ -129,6 +134,7 @@ __all__ = [
     "REPLACE_REQUESTED",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
+    "WORKFLOW_FINISHED_PHASES",
     "ApiVersion",
     "Certification",
     "NodeState",
@@ -160,6 +166,13 @@ ANNOTATION_WORKFLOW_UID: Final = "dsx.dev/workflow-uid"
 ANNOTATION_REPORT_CONTENTS: Final = "dsx.dev/report-contents"
 LABEL_LOCKED_NODE: Final = "dsx.dev/node"
 """On a node's Lease (``dsx-node-<node>``): the node it locks, so a run can find the Leases it holds."""
+LABEL_NODE: Final = "dsx.dev/node"
+"""On an object kept for one node (its remediation ledger's ConfigMaps): the node's name, or where it is
+longer than a label value's 63 characters its first characters and a hash (:mod:`steps.sentinel.ledger`)."""
+LABEL_LEDGER: Final = "dsx.dev/ledger"
+"""``true`` on every ConfigMap of the remediation ledger, so one label selector lists them all."""
+LABEL_LEDGER_MONTH: Final = "dsx.dev/ledger-month"
+"""On a ledger ConfigMap: the month (``yyyy-mm``, UTC) its entries are from; retention deletes by it."""
 ANNOTATION_SUBJECT: Final = "dsx.dev/subject"
 ANNOTATION_WORKFLOW: Final = "dsx.dev/workflow"
 
@@ -184,6 +197,9 @@ REPLACE_REQUESTED: Final = "requested"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
+WORKFLOW_FINISHED_PHASES: Final = ("Succeeded", "Failed", "Error")
+"""The phases of an Argo Workflow that has ended (``WorkflowSucceeded``, ``WorkflowFailed``,
+``WorkflowError``): its steps run no more."""
 
 ANNOTATION_CORDONED_BY: Final = "dsx.dev/cordoned-by"
 ANNOTATION_CORDON_REASON: Final = "dsx.dev/cordon-reason"
@@ -288,6 +304,10 @@ ENV_FAIL_FILE: Final = "DSX_FAIL_FILE"
 ENV_REPORTS_KEPT: Final = "DSX_REPORTS_KEPT"
 """How many certification reports are kept in the cluster."""
 
+# Sentinel: remediation.
+ENV_LEDGER_RETENTION_DAYS: Final = "DSX_LEDGER_RETENTION_DAYS"
+"""Days the remediation ledger keeps (the chart value ``remediate.ledger.retentionDays``)."""
+
 # Sentinel: the node agent.
 ENV_SENTINEL_OVERRIDES: Final = "DSX_SENTINEL_OVERRIDES"
 """A fault catalogue overrides file (the cluster's own severities, actions and modes)."""
@@ -295,6 +315,8 @@ ENV_SENTINEL_SYSFS: Final = "DSX_SENTINEL_SYSFS"
 """Where the node's ``/sys`` is mounted in the agent's pod (default ``/sys``)."""
 ENV_SENTINEL_KERNEL_LOG: Final = "DSX_SENTINEL_KERNEL_LOG"
 """The kernel log the agent reads: ``/dev/kmsg`` (default) or a file of ``dmesg``/``journalctl -k`` lines."""
+ENV_SENTINEL_STATE_DIR: Final = "DSX_SENTINEL_STATE_DIR"
+"""Where on the node the agent keeps its state across restarts in one boot (a host directory)."""
 
 # Runtime.
 ENV_HELM_NAMESPACES: Final = "DSX_HELM_NAMESPACES"

@@ -38,9 +38,8 @@ def holder(run: RunRef) -> str:
     return f"dsx-certify/{run.namespace}/{run.name}/{run.uid}"
 
 
-#: The phases of a Workflow that has ended (Argo's ``WorkflowSucceeded``, ``WorkflowFailed``,
-#: ``WorkflowError``): its steps run no more, so a Lease it still holds is stale.
-FINISHED_PHASES = ("Succeeded", "Failed", "Error")
+#: The phases of a Workflow that has ended: its steps run no more, so a Lease it still holds is stale.
+FINISHED_PHASES = vocab.WORKFLOW_FINISHED_PHASES
 
 
 def holder_alive(port: ClusterPort, identity: str) -> bool:

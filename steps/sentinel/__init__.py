@@ -11,7 +11,9 @@ The agent, on each GPU node:
 - :mod:`~steps.sentinel.catalogue`: what each XID and condition means (severity, action, mode), data in
   ``recipes/faults/``;
 - :mod:`~steps.sentinel.agent`: the loop that turns readings into conditions, Events, metrics and the taint;
-  :mod:`~steps.sentinel.node` assembles it for one node.
+  :mod:`~steps.sentinel.node` assembles it for one node; :mod:`~steps.sentinel.state` keeps its state
+  on the node across restarts within one boot; :mod:`~steps.sentinel.budget` is the fleet-wide taint
+  budget every agent asks before it taints.
 
 Remediation, the steps of ``dsx-remediate``:
 

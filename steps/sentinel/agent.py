@@ -10,10 +10,30 @@ Rules it keeps:
 - Debounce: a reading must hold for ``debounce`` passes in a row before it changes the state, except a
   fatal one, which acts at once.
 - The fast path: a fatal fault in ``enforce`` mode taints the node before anything else is written.
+- Never an opted-out node: on a node labelled ``dsx.dev/managed=false`` a fatal fault sets its condition,
+  Event and metrics as anywhere, and no taint (a Normal Event ``DsxTaintOptedOut`` says so; the label is
+  read when the taint would be written).
+- Never past the taint budget (:mod:`steps.sentinel.budget`): before it taints, the agent asks the
+  fleet-wide budget. Past it (or when the budget answers but cannot be read for good: forbidden, edited into
+  nonsense) the taint is withheld: the condition is set as always, a Warning Event
+  (``DsxTaintBudgetHeld``, ``DsxTaintBudgetUnreadable``) and ``dsx_sentinel_taint_withheld_total`` say so
+  once, and the withheld taint is asked about again every ``budget_retry_s`` seconds, landing once a person
+  resets the budget, and dropped if every fatal fault clears first. While the API server is away the taint
+  stays queued as any write does; since the budget cannot be asked then, it is never applied without it.
 - Writes go through an ordered queue. When the API server is unreachable the queue keeps them and the
   next pass replays them in order; the taint is never dropped. An Event is best-effort: one the API
   refuses while the server answers is dropped, counted in a metric.
 - A probe that raises becomes a ``probe`` reading about that probe; the agent never stops for it.
+- No probe can hang the agent: each runs on its own thread and gets ``probe_timeout`` seconds. One that
+  does not return in time gives a degraded ``probe`` reading (``probe-timeout``; the GPU probe over NVML
+  also a degraded ``nvml`` one), the pass goes on with the other probes, and until that call returns no
+  second call of the probe is started (each pass says it is still stuck), so threads never pile up.
+- XIDs and SXids (``PER_CODE_CHECKS``) are kept per code: each XID on a GPU is its own fault with its
+  own Event, a milder one after a worse one is reported too and the worse one stays in force; the
+  check's condition carries the worst. A healthy reading of the GPU clears them all.
+- A restart on the same boot changes nothing: :meth:`Agent.snapshot` (the faults in force, the writes
+  not delivered yet) is kept on the node by :mod:`steps.sentinel.state` and restored, so a restarted
+  agent neither reports again what it reported nor loses a queued taint.
 - The agent never removes the taint: remediation does, after recertification.
 """
 
@@ -25,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -35,18 +55,29 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ApiUnavailableError, ClusterError, ConflictError
 from steps.cluster.port import ClusterPort
-from steps.errors import DsxError
+from steps.errors import DsxError, InputError
+from steps.sentinel.budget import TaintBudget
 from steps.sentinel.catalogue import FaultCatalogue
-from steps.sentinel.events import CHECKS, HealthEvent, severity_rank
+from steps.sentinel.events import (
+    ACTIONS,
+    CHECKS,
+    PER_CODE_CHECKS,
+    HealthEvent,
+    condition_reason,
+    severity_rank,
+)
 from steps.sentinel.probes import Probe
 
-__all__ = ["Agent", "Metrics", "PassResult", "Write", "serve"]
+__all__ = ["PROBE_TIMEOUT_S", "Agent", "Metrics", "PassResult", "ProbeTimeoutError", "Write", "serve"]
 
 WriteKind = Literal["taint", "condition", "event"]
 
 # Errors a later pass can get past: the server away, or the node changed under a write until its retries ran
 # out (409). Such a write stays at the head of the queue; a write refused for good (403, 404, 422) is dropped.
 _TRANSIENT = (ApiUnavailableError, ConflictError)
+
+PROBE_TIMEOUT_S = 10.0
+"""Seconds a probe may take before the pass goes on without it (``dsx sentinel agent --probe-timeout``)."""
 
 
 @dataclass
@@ -61,6 +92,28 @@ class Write:
     reason: str = ""
     message: str = ""
     event_type: str = "Normal"
+    withheld: bool = False
+    """A taint the taint budget withheld (it stays queued, asked about again, and blocks no other write)."""
+
+
+class _OptedOut(Exception):
+    """The node opts out (``dsx.dev/managed=false``): observed, never tainted."""
+
+
+class _Withheld(Exception):
+    """A taint the taint budget does not let through: it holds (``budget``), or it could not be read for
+    good (``budget-unreadable``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_WITHHELD_EVENTS = {"budget": "DsxTaintBudgetHeld", "budget-unreadable": "DsxTaintBudgetUnreadable"}
+"""The Warning Event's reason for each reason a taint is withheld."""
+
+BUDGET_RETRY_S = 60.0
+"""Seconds between two asks of the taint budget about a taint it withheld."""
 
 
 @dataclass
@@ -80,6 +133,9 @@ class PassResult:
     """Readings that changed the state (set, escalated or cleared)."""
     written: int = 0
     queued: int = 0
+    """Writes waiting for the API server."""
+    withheld: int = 0
+    """Taints the taint budget withholds (not counted in ``queued``)."""
     api_up: bool = True
 
 
@@ -104,11 +160,24 @@ class Metrics:
         self.probe_errors = Counter(
             "dsx_sentinel_probe_errors", "Probe runs that raised.", ["probe"], registry=r
         )
+        self.probe_timeouts = Counter(
+            "dsx_sentinel_probe_timeouts",
+            "Probe calls that did not return within the probe timeout.",
+            ["probe"],
+            registry=r,
+        )
         self.queue = Gauge("dsx_sentinel_queue_depth", "Writes waiting for the API server.", registry=r)
         self.api_up = Gauge(
             "dsx_sentinel_api_up", "1 when the last write reached the API server.", registry=r
         )
         self.dropped = Counter("dsx_sentinel_dropped_writes", "Writes given up.", ["kind"], registry=r)
+        self.taint_withheld = Counter(
+            "dsx_sentinel_taint_withheld",
+            "Taints for a fatal fault not made: the node opts out (opted-out), the fleet-wide taint budget "
+            "holds (budget) or could not be read (budget-unreadable).",
+            ["reason"],
+            registry=r,
+        )
         self.kernel_bad_lines = Gauge(
             "dsx_sentinel_kernel_log_bad_lines",
             "Kernel-log lines naming an Xid that did not parse.",
@@ -129,10 +198,69 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _camel(text: str) -> str:
-    return "".join(
-        part[:1].upper() + part[1:] for part in text.replace("/", "-").split("-") if part.isalnum()
-    )
+class ProbeTimeoutError(Exception):
+    """A probe call that did not return within its timeout (``stuck``: an earlier call still has not)."""
+
+    def __init__(self, name: str, timeout: float, stuck_for: float | None = None) -> None:
+        if stuck_for is None:
+            text = f"probe {name} did not return within {timeout:g} s"
+        else:
+            text = f"probe {name} still has not returned ({stuck_for:.0f} s; timeout {timeout:g} s)"
+        super().__init__(text)
+        self.name, self.timeout, self.stuck = name, timeout, stuck_for is not None
+
+
+class _Guarded:
+    """One probe's calls, each on its own daemon thread, waited for at most a timeout. While a call that
+    timed out is still running no other starts: the thread it hangs in is the only one it costs."""
+
+    def __init__(self, name: str, fn: Callable[[], list[HealthEvent]]) -> None:
+        self.name, self.fn = name, fn
+        self._done: threading.Event | None = None
+        self._started = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call has not returned yet."""
+        return self._done is not None and not self._done.is_set()
+
+    def call(self, timeout: float) -> list[HealthEvent]:
+        """The probe's readings.
+
+        Raises:
+            ProbeTimeoutError: no answer within ``timeout``, or the previous call still hangs.
+            Exception: what the probe raised.
+        """
+        if self.busy:
+            raise ProbeTimeoutError(self.name, timeout, time.monotonic() - self._started)
+        done, box = threading.Event(), _Box()
+
+        def run() -> None:
+            try:
+                box.result = self.fn()
+            except BaseException as exc:  # handed to the pass, which turns it into a reading
+                box.error = exc
+            finally:
+                done.set()
+
+        self._done, self._started = done, time.monotonic()
+        threading.Thread(target=run, name=f"sentinel-probe-{self.name}", daemon=True).start()
+        if not done.wait(timeout):
+            raise ProbeTimeoutError(self.name, timeout)
+        if box.error is not None:
+            raise box.error
+        return box.result
+
+
+@dataclass
+class _Box:
+    result: list[HealthEvent] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+def _key(event: HealthEvent) -> tuple[str, str, str]:
+    """Where the agent keeps an unhealthy reading: per check and entity, and per code for XIDs."""
+    return (event.check, event.entity, event.code if event.check in PER_CODE_CHECKS else "")
 
 
 class Agent:
@@ -147,6 +275,13 @@ class Agent:
         queue_limit: writes kept while the API server is away; beyond it the oldest non-fatal Event goes.
         metrics: where to count (a fresh registry by default).
         clock: the current time (UTC).
+        probe_timeout: seconds a probe may take (``None`` or 0: probes run on the pass's own thread,
+            unguarded).
+        on_timeout: readings to add for a probe that timed out (name, timeout), beyond the ``probe``
+            reading (:meth:`steps.sentinel.probes.NodeProbes.timeout_readings`).
+        budget: the fleet-wide taint budget asked before every taint (default: the budget over ``port``
+            with its default share and window, counting the GPU nodes by listing them).
+        budget_retry_s: seconds between two asks of the budget about a taint it withheld.
     """
 
     def __init__(
@@ -160,6 +295,10 @@ class Agent:
         queue_limit: int = 10000,
         metrics: Metrics | None = None,
         clock: Callable[[], dt.datetime] | None = None,
+        probe_timeout: float | None = PROBE_TIMEOUT_S,
+        on_timeout: Callable[[str, float], list[HealthEvent]] | None = None,
+        budget: TaintBudget | None = None,
+        budget_retry_s: float = BUDGET_RETRY_S,
     ) -> None:
         self.node = node
         self.port = port
@@ -169,7 +308,15 @@ class Agent:
         self.queue_limit = queue_limit
         self.metrics = metrics or Metrics()
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
-        self.state: dict[tuple[str, str], _State] = {}
+        self.probe_timeout = probe_timeout or None
+        self.on_timeout = on_timeout
+        self.budget = budget or TaintBudget(port, clock=self.clock)
+        self.budget_retry_s = max(0.0, budget_retry_s)
+        self._budget_retry_at: dt.datetime | None = None
+        """When a withheld taint is asked about again (``None``: at the next pass)."""
+        self._guards: dict[str, _Guarded] = {}
+        self.state: dict[tuple[str, str, str], _State] = {}
+        """Per check, entity and (for ``PER_CODE_CHECKS``) code; ``""`` for every other check."""
         self.queue: collections.deque[Write] = collections.deque()
         self._seq = 0
         self._seen_checks: set[str] = set()
@@ -179,29 +326,24 @@ class Agent:
     # ----------------------------------------------------------------- one pass
 
     def run_probes(self) -> list[HealthEvent]:
-        """Every probe once; a probe that raises gives a ``probe`` reading instead of stopping the pass."""
+        """Every probe once; a probe that raises, or does not return within the probe timeout, gives a
+        ``probe`` reading instead of stopping the pass."""
         events: list[HealthEvent] = []
         now = self.clock()
         for name, probe in self.probes:
             try:
-                found = probe()
+                found = self._call(name, probe)
+            except ProbeTimeoutError as exc:
+                if not exc.stuck:
+                    self.metrics.probe_timeouts.labels(name).inc()
+                events.append(self._probe_fault(name, "probe-timeout", str(exc), now))
+                if self.on_timeout is not None:
+                    events.extend(self.on_timeout(name, exc.timeout))
+                continue
             except Exception as exc:  # a probe's defect or a failing device must not stop the agent
                 self.metrics.probe_errors.labels(name).inc()
-                rule = self.catalogue.rule("probe", "probe-failed")
-                events.append(
-                    HealthEvent(
-                        node=self.node,
-                        check="probe",
-                        component="node",
-                        entity=name,
-                        code="probe-failed",
-                        severity=rule.severity,
-                        action=rule.action,
-                        healthy=False,
-                        message=f"probe {name} failed: {type(exc).__name__}: {exc}",
-                        observed_at=now,
-                    )
-                )
+                message = f"probe {name} failed: {type(exc).__name__}: {exc}"
+                events.append(self._probe_fault(name, "probe-failed", message, now))
                 continue
             events.extend(found)
             events.append(
@@ -216,6 +358,31 @@ class Agent:
                 )
             )
         return events
+
+    def _probe_fault(self, name: str, code: str, message: str, now: dt.datetime) -> HealthEvent:
+        """A ``probe`` reading about the probe ``name`` itself (it raised, or did not answer in time)."""
+        rule = self.catalogue.rule("probe", code)
+        return HealthEvent(
+            node=self.node,
+            check="probe",
+            component="node",
+            entity=name,
+            code=code,
+            severity=rule.severity,
+            action=rule.action,
+            healthy=False,
+            message=message,
+            observed_at=now,
+        )
+
+    def _call(self, name: str, probe: Callable[[], list[HealthEvent]]) -> list[HealthEvent]:
+        """One probe's readings, under the probe timeout when there is one."""
+        if self.probe_timeout is None:
+            return probe()
+        guard = self._guards.get(name)
+        if guard is None or (guard.fn is not probe and not guard.busy):
+            guard = self._guards[name] = _Guarded(name, probe)
+        return guard.call(self.probe_timeout)
 
     def run_once(self) -> PassResult:
         """One pass: probes, state, writes (fast path first), then the queue."""
@@ -237,48 +404,67 @@ class Agent:
             if mode == "off":
                 continue
             self._seen_checks.add(event.check)
-            changed = self._fold(event)
-            if changed is None:
-                continue
-            result.changed.append(changed)
-            touched.add(event.check)
-            labels = (event.check, event.component, event.entity)
-            if changed.healthy:
-                for severity in ("fatal", "degraded", "info"):
-                    self.metrics.unhealthy.labels(*labels, severity).set(0)
-            else:
-                self.metrics.unhealthy.labels(*labels, changed.severity).set(1)
-            self.metrics.events.labels(event.check, changed.severity, str(changed.healthy).lower()).inc()
-            if not changed.healthy and changed.severity == "fatal" and mode == "enforce":
-                fatal_now = True
-            self._queue_event(changed, mode)
+            for changed in self._fold(event):
+                result.changed.append(changed)
+                touched.add(event.check)
+                labels = (event.check, event.component, event.entity)
+                if changed.healthy:
+                    for severity in ("fatal", "degraded", "info"):
+                        self.metrics.unhealthy.labels(*labels, severity).set(0)
+                else:
+                    self.metrics.unhealthy.labels(*labels, changed.severity).set(1)
+                self.metrics.events.labels(event.check, changed.severity, str(changed.healthy).lower()).inc()
+                if not changed.healthy and changed.severity == "fatal" and mode == "enforce":
+                    fatal_now = True
+                self._queue_event(changed, mode)
         if fatal_now:  # every new fatal fault: remediation may have lifted an earlier taint
             self._fast_taint(result)
+        elif touched and not self._fatal_in_force():  # a withheld taint no fault asks for any more
+            self.queue = collections.deque(w for w in self.queue if not (w.kind == "taint" and w.withheld))
         self._queue_conditions()
         self._flush(result)
         return result
 
-    def _fold(self, event: HealthEvent) -> HealthEvent | None:
-        """The reading that changes the state of its (check, entity), or ``None``."""
-        state = self.state.setdefault((event.check, event.entity), _State())
-        current = state.event
+    def _fatal_in_force(self) -> bool:
+        """Whether a fatal fault of a check in ``enforce`` mode is in force (one that asks for the taint)."""
+        return any(
+            s.event is not None
+            and s.event.severity == "fatal"
+            and self.catalogue.mode(s.event.check) == "enforce"
+            for s in self.state.values()
+        )
+
+    def _fold(self, event: HealthEvent) -> list[HealthEvent]:
+        """The readings that change the state: the unhealthy one set or escalated, or, for a healthy
+        one, a clearing reading per fault of its (check, entity) it clears (one per code for XIDs)."""
         if event.healthy:
-            state.streak_bad = 0
-            if current is None:
-                return None
-            state.streak_good += 1
-            if state.streak_good < self.debounce:
-                return None
-            state.event, state.streak_good = None, 0
-            return event.model_copy(update={"severity": current.severity, "code": current.code})
+            if event.check in PER_CODE_CHECKS:
+                keys = [k for k in self.state if k[0] == event.check and k[1] == event.entity]
+            else:
+                keys = [(event.check, event.entity, "")]
+            cleared: list[HealthEvent] = []
+            for key in keys:
+                state = self.state.setdefault(key, _State())
+                current = state.event
+                state.streak_bad = 0
+                if current is None:
+                    continue
+                state.streak_good += 1
+                if state.streak_good < self.debounce:
+                    continue
+                state.event, state.streak_good = None, 0
+                cleared.append(event.model_copy(update={"severity": current.severity, "code": current.code}))
+            return cleared
+        state = self.state.setdefault(_key(event), _State())
+        current = state.event
         state.streak_good = 0
         if current is not None and severity_rank(event.severity) <= severity_rank(current.severity):
-            return None  # set once; a fault no worse than the one in force changes nothing
+            return []  # set once; a fault no worse than the one in force changes nothing
         state.streak_bad += 1
         if event.severity != "fatal" and state.streak_bad < self.debounce:
-            return None
+            return []
         state.event, state.streak_bad = event, 0
-        return event
+        return [event]
 
     # ----------------------------------------------------------------- writes
 
@@ -312,13 +498,14 @@ class Agent:
         """What the check's condition should say: status, reason, message."""
         bad = [
             s.event
-            for (c, _), s in sorted(self.state.items())
+            for (c, _, _), s in sorted(self.state.items())
             if c == check and s.event is not None and s.event.severity != "info"
         ]
         if self.catalogue.mode(check) != "enforce" or not bad:
             return False, "NoProblem", f"no {check} problem"
-        worst = max(bad, key=lambda e: severity_rank(e.severity))
-        reason = _camel(f"{worst.severity}-{worst.action}")
+        # the most severe; among equals the strongest repair (ACTIONS runs from none to contact-support)
+        worst = max(bad, key=lambda e: (severity_rank(e.severity), ACTIONS.index(e.action)))
+        reason = condition_reason(worst.severity, worst.action)
         message = "; ".join(f"{e.severity} ({e.action}): {e.message}" for e in bad)
         return True, reason, message
 
@@ -374,26 +561,97 @@ class Agent:
         self.metrics.queue.set(len(self.queue))
 
     def _fast_taint(self, result: PassResult) -> None:
-        """Taint now, ahead of every queued write; on failure the taint heads the queue."""
-        write = Write("taint", self._next(), fatal=True)
-        try:
-            self._send(write)
-        except _TRANSIENT as exc:
-            print(f"warning: sentinel: taint node/{self.node} queued: {exc}", file=sys.stderr)
+        """Taint now, ahead of every queued write (a taint queued before, withheld or not, is this one
+        now); when it cannot be made yet, the taint heads the queue."""
+        earlier = [w for w in self.queue if w.kind == "taint"]
+        for old in earlier:
+            self.queue.remove(old)
+        write = Write("taint", self._next(), fatal=True, withheld=any(w.withheld for w in earlier))
+        self._budget_retry_at = None  # a new fatal fault asks the budget again at once
+        outcome = self._try_taint(write, result)
+        if outcome == "queued":
+            print(f"warning: sentinel: taint node/{self.node} queued: API server away", file=sys.stderr)
             self.queue.appendleft(write)
             self.metrics.api_up.set(0)
+        elif outcome == "withheld":
+            self.queue.appendleft(write)
+
+    def _try_taint(self, write: Write, result: PassResult) -> Literal["done", "queued", "withheld"]:
+        """One try of a taint write: ``done`` (made, not needed, or given up), ``queued`` (the API server
+        away: it stays at the head of the queue) or ``withheld`` (the budget: it stays, out of the way)."""
+        now = self.clock()
+        if write.withheld and self._budget_retry_at is not None and now < self._budget_retry_at:
+            return "withheld"
+        try:
+            self._send(write)
+        except _TRANSIENT:
             result.api_up = False
-            return
-        except ClusterError as exc:
+            return "queued"
+        except _OptedOut:
+            print(
+                f"sentinel: node/{self.node} opts out ({vocab.LABEL_MANAGED}=false): no taint",
+                file=sys.stderr,
+            )
+            self.metrics.taint_withheld.labels("opted-out").inc()
+            message = (
+                f"a fatal fault, and no {vocab.TAINT_UNHEALTHY} taint: the node opts out "
+                f"({vocab.LABEL_MANAGED}={vocab.MANAGED_FALSE}); dsx observes it and never acts on it"
+            )
+            self._push(Write("event", self._next(), reason="DsxTaintOptedOut", message=message))
+            return "done"
+        except _Withheld as exc:
+            self._budget_retry_at = now + dt.timedelta(seconds=self.budget_retry_s)
+            if not write.withheld:  # said once per withholding, not at every ask
+                write.withheld = True
+                print(f"warning: sentinel: taint node/{self.node} withheld: {exc}", file=sys.stderr)
+                self.metrics.taint_withheld.labels(exc.reason).inc()
+                self._push(
+                    Write(
+                        "event",
+                        self._next(),
+                        reason=_WITHHELD_EVENTS[exc.reason],
+                        message=f"taint withheld: {exc}",
+                        event_type="Warning",
+                    )
+                )
+            return "withheld"
+        except ClusterError as exc:  # refused for good (forbidden, invalid): retrying cannot help
             print(f"warning: sentinel: taint node/{self.node} failed: {exc}", file=sys.stderr)
             self.metrics.dropped.labels("taint").inc()
-            return
+            return "done"
         result.written += 1
+        return "done"
+
+    def _taint(self) -> None:
+        """Taint the node where it may be: never a node that opts out, never without the taint budget's
+        yes (a budget that cannot be read because the API server is away leaves the taint queued, to be
+        asked about again), and nothing to write where the taint is already there (no budget slot).
+
+        Raises:
+            _OptedOut: the node is labelled ``dsx.dev/managed=false``.
+            _Withheld: the budget holds, or refuses to be read for good.
+            ApiUnavailableError, ConflictError: try again later.
+            ClusterError: the taint was refused for good.
+        """
+        node = self.port.get_node(self.node)
+        if not node.managed:
+            raise _OptedOut()
+        if node.has_taint(vocab.TAINT_UNHEALTHY, vocab.TAINT_UNHEALTHY_EFFECT):
+            return
+        try:
+            admitted, why = self.budget.admit(self.node)
+        except _TRANSIENT:
+            raise
+        except (ClusterError, InputError) as exc:
+            raise _Withheld("budget-unreadable", f"the taint budget could not be read: {exc}") from None
+        if not admitted:
+            raise _Withheld("budget", why)
+        self.port.add_taint(self.node, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
 
     def _send(self, write: Write) -> None:
         """One write. Raises ApiUnavailableError when the API server is away."""
         if write.kind == "taint":
-            self.port.add_taint(self.node, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
+            self._taint()
         elif write.kind == "condition":
             self.port.set_condition(self.node, write.condition, write.status, write.reason, write.message)
         elif not self.port.record_event(self.node, write.reason, write.message, write.event_type):
@@ -402,22 +660,34 @@ class Agent:
             self.metrics.dropped.labels("event").inc()
 
     def _flush(self, result: PassResult) -> None:
-        """Write the queue in order; stop at the first write the API server is not there for."""
+        """Write the queue in order; stop at the first write the API server is not there for. A taint the
+        budget withholds stays in the queue, at its head, without holding up the writes behind it."""
+        withheld: list[Write] = []
         while self.queue:
-            write = self.queue[0]
+            write = self.queue.popleft()
+            if write.kind == "taint":
+                outcome = self._try_taint(write, result)
+                if outcome == "queued":
+                    self.queue.appendleft(write)
+                    break
+                if outcome == "withheld":
+                    withheld.append(write)
+                continue
             try:
                 self._send(write)
             except _TRANSIENT:
+                self.queue.appendleft(write)
                 result.api_up = False
                 break
             except ClusterError as exc:  # refused for good (forbidden, invalid): retrying cannot help
                 print(f"warning: sentinel: {write.kind} on node/{self.node} dropped: {exc}", file=sys.stderr)
                 self.metrics.dropped.labels(write.kind).inc()
-            self.queue.popleft()
             result.written += 1
+        self.queue.extendleft(reversed(withheld))
         self.metrics.api_up.set(1 if result.api_up else 0)
-        self.metrics.queue.set(len(self.queue))
-        result.queued = len(self.queue)
+        result.withheld = sum(1 for w in self.queue if w.withheld)
+        result.queued = len(self.queue) - result.withheld
+        self.metrics.queue.set(result.queued)
 
     # ----------------------------------------------------------------- loop
 
@@ -449,8 +719,65 @@ class Agent:
                 stop.wait(left)
 
     def healthy(self, interval: float) -> bool:
-        """Whether the agent is alive: a pass ended within three intervals (or none was due yet)."""
-        return self.last_pass is None or time.time() - self.last_pass < 3 * interval + 5
+        """Whether the agent is alive: a pass ended within three intervals and the time its probes may
+        take when each hangs up to its timeout (or none was due yet)."""
+        budget = 3 * interval + 5 + (self.probe_timeout or 0.0) * len(self.probes)
+        return self.last_pass is None or time.time() - self.last_pass < budget
+
+    # ----------------------------------------------------------------- restart
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a restarted agent of the same boot needs, as JSON-ready data: the faults in force (with
+        the streaks of the debounce) and the writes not delivered yet, in order."""
+        states = [
+            {
+                "check": check,
+                "entity": entity,
+                "code": code,
+                "event": s.event.model_dump(mode="json") if s.event is not None else None,
+                "streak_bad": s.streak_bad,
+                "streak_good": s.streak_good,
+            }
+            for (check, entity, code), s in sorted(self.state.items())
+            if s.event is not None or s.streak_bad or s.streak_good
+        ]
+        return {"state": states, "queue": [asdict(w) for w in self.queue]}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Take over a :meth:`snapshot` of this node's agent from the same boot: its faults stay in
+        force, with the severity and action the catalogue gives them now (metrics say them again), and
+        its undelivered writes head the queue.
+
+        Raises:
+            ValueError: ``data`` is not such a snapshot (pydantic's ValidationError included).
+        """
+        try:
+            states = {
+                (str(s["check"]), str(s["entity"]), str(s["code"])): _State(
+                    event=HealthEvent.model_validate(s["event"]) if s["event"] is not None else None,
+                    streak_bad=int(s["streak_bad"]),
+                    streak_good=int(s["streak_good"]),
+                )
+                for s in data["state"]
+            }
+            queue = [Write(**w) for w in data["queue"]]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not an agent snapshot: {type(exc).__name__}: {exc}") from None
+        for s in states.values():  # the catalogue in force now (overrides may have changed since)
+            if s.event is not None:
+                try:
+                    rule = self.catalogue.rule(s.event.check, s.event.code, s.event.message)
+                except KeyError:
+                    continue
+                s.event = s.event.model_copy(update={"severity": rule.severity, "action": rule.action})
+        self.state = states
+        self.queue = collections.deque(queue)
+        self._seq = max([self._seq, *(w.seq for w in queue)])
+        for s in states.values():
+            if s.event is not None:
+                e = s.event
+                self.metrics.unhealthy.labels(e.check, e.component, e.entity, e.severity).set(1)
+        self.metrics.queue.set(len(self.queue))
 
 
 def serve(agent: Agent, host: str, port: int, interval: float) -> ThreadingHTTPServer:

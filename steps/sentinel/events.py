@@ -1,14 +1,15 @@
 """The health event: one reading of one check about one entity of a node (DESIGN.md's contract).
 
-Probes return health events; the agent keeps the last state of each ``(check, entity)`` and turns a
-change into a node condition, a Kubernetes Event, metrics and, for a fatal fault, a taint. A healthy
-event is a reading too: it clears the earlier unhealthy one for the same check and entity, and nothing
-else.
+Probes return health events; the agent keeps the last state of each ``(check, entity)`` (of each code
+too, for the checks in :data:`PER_CODE_CHECKS`: XIDs and SXids) and turns a change into a node
+condition, a Kubernetes Event, metrics and, for a fatal fault, a taint. A healthy event is a reading
+too: it clears the earlier unhealthy ones for the same check and entity, and nothing else.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
@@ -19,11 +20,14 @@ __all__ = [
     "ACTIONS",
     "CHECKS",
     "COMPONENTS",
+    "PER_CODE_CHECKS",
     "SEVERITIES",
     "Action",
     "Component",
     "HealthEvent",
     "Severity",
+    "condition_reading",
+    "condition_reason",
     "severity_rank",
 ]
 
@@ -50,6 +54,12 @@ CHECKS: dict[str, Component] = {
 }
 """Every check the probes run, with the component it is about. Each sets one node condition
 (:data:`steps.cluster.vocabulary.CONDITION_SENTINEL`)."""
+
+PER_CODE_CHECKS: frozenset[str] = frozenset({"xid", "sxid"})
+"""Checks whose faults are occurrences (kernel-log lines, NVML events), not levels: each code on an entity
+is its own fault, reported and kept apart from the entity's other codes (an XID 31 after an XID 95 is
+reported too, and does not replace it), until a healthy reading of that check and entity clears them
+all (for XIDs: none since boot, so a reboot). Every other check keeps one fault per entity, its worst."""
 
 _RANK = {"info": 0, "degraded": 1, "fatal": 2}
 
@@ -88,3 +98,44 @@ class HealthEvent(Frozen):
     healthy: bool
     message: str = ""
     observed_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+def condition_reason(severity: Severity, action: Action) -> str:
+    """The reason of a sentinel condition set for a fault of this severity and action: ``FatalReboot``,
+    ``DegradedResetGpu``. The Sensor reads the severity back from it (``Fatal*``), ``guard`` both."""
+    return "".join(part[:1].upper() + part[1:] for part in f"{severity}-{action}".split("-"))
+
+
+_REASONS: dict[str, tuple[Severity, Action]] = {
+    condition_reason(s, a): (s, a) for s in SEVERITIES for a in ACTIONS
+}
+
+
+def condition_reading(node: str, check: str, condition: Mapping[str, object]) -> HealthEvent | None:
+    """The reading a node's sentinel condition stands for, as the Sensor passes it (the condition object
+    of the node, ``{type, status, reason, message, lastTransitionTime, lastHeartbeatTime}``): unhealthy
+    with the severity and action its reason names, observed when it turned True. ``None`` when the
+    condition is not True or its reason is not one the agent writes (no fault to act on).
+    """
+    if str(condition.get("status")) != "True":
+        return None
+    named = _REASONS.get(str(condition.get("reason") or ""))
+    if named is None:
+        return None
+    severity, action = named
+    since = str(condition.get("lastTransitionTime") or "")
+    try:
+        observed = dt.datetime.fromisoformat(since.replace("Z", "+00:00")) if since else None
+    except ValueError:
+        observed = None
+    return HealthEvent(
+        node=node,
+        check=check,
+        component=CHECKS[check],
+        entity=node,
+        severity=severity,
+        action=action,
+        healthy=False,
+        message=str(condition.get("message") or ""),
+        **({"observed_at": observed} if observed is not None else {}),
+    )

@@ -1,25 +1,70 @@
-"""XID and SXid lines of the kernel log, as ``dmesg``, ``dmesg -T``, ``journalctl -k`` and
-``/dev/kmsg`` print them.
+"""XID and SXid lines of the kernel log, as ``dmesg``, ``dmesg -T``, ``journalctl -k``, rsyslog's
+``/var/log/kern.log`` and ``/dev/kmsg`` print them, read from the current boot only.
 
 The NVIDIA driver writes ``NVRM: Xid (PCI:0000:1b:00): 79, pid=1234, name=python, GPU has fallen off the
 bus.``; the NVSwitch driver ``nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``. What
 precedes ``NVRM:`` differs by tool (a timestamp in brackets, a syslog prefix, a kmsg record header) and
 is ignored. Many XIDs reach only the kernel log, never NVML's event set. A line that names an Xid but
 does not parse is counted and skipped.
+
+Which lines are this boot's. ``/dev/kmsg`` holds only this boot's records. A file (rsyslog's
+``kern.log``, a saved ``journalctl -k`` or ``dmesg``) keeps earlier boots and rotates, so the reader
+tells the boots apart, line by line, with the boot's identity (:class:`Boot`: the boot id of
+``/proc/sys/kernel/random/boot_id`` and the boot time ``btime`` of ``/proc/stat``):
+
+1. A boot marker starts a new boot: the kernel's first line (``Linux version ...``), journald's
+   ``-- Boot ID --`` and ``-- Reboot --`` separators, or the kernel's own seconds since boot
+   (``[ 1234.567890]``, a kmsg header's microseconds) going backwards. The XIDs of lines before a
+   marker whose boot was not known yet belong to an earlier boot.
+2. journald's ``-- Boot ID --`` decides at once: this boot's id or not.
+3. A line's wall-clock time, where it has one, decides a boot not decided yet, and turns an earlier
+   boot into this one once a line is no older than the boot time (less :data:`BOOT_SLACK_S`, for a
+   clock that NTP steps after boot): RFC 3339 stamps (rsyslog's ``RSYSLOG_FileFormat``, Ubuntu's
+   default since 23.10; ``journalctl -o short-iso``), ``dmesg -T`` stamps, and the traditional syslog
+   stamp (``Mar  3 12:00:02``, also ``journalctl -k``'s), which has no year and no zone: it is read in
+   the agent's local time zone (``TZ``; UTC in the image), in the latest year that does not put it in
+   the future.
+4. Seconds since boot larger than this boot's uptime are an earlier boot.
+5. A boot nothing decides by the end of what was read (a log with neither markers nor dates, such
+   as plain ``dmesg`` output) is taken as this one.
+
+Rotation: a file replaced under its path (logrotate's ``create``) is finished from ``PATH.1`` when that
+is the file read so far, then the new one is read from its start; a file cut short in place
+(``copytruncate``) is read again from its start. Where the reader stopped, the boot it had decided and
+the XIDs it kept are :meth:`KernelLog.snapshot`, which a restarted agent of the same boot restores
+(:mod:`steps.sentinel.state`), so it neither re-reads nor forgets them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import os
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["KMSG", "KernelLog", "KernelXid", "ParseResult", "normalise_pci", "parse_lines"]
+__all__ = [
+    "BOOT_SLACK_S",
+    "KMSG",
+    "Boot",
+    "KernelLog",
+    "KernelXid",
+    "ParseResult",
+    "normalise_pci",
+    "parse_lines",
+]
 
 KMSG = "/dev/kmsg"
+BOOT_SLACK_S = 10.0
+"""How much older than the boot time a dated line may be and still be this boot's (clock steps, stamps
+cut to the second)."""
+_PER_CODE = 16
+"""Distinct lines kept per device and code: a repeated XID (every crash of one application) is kept
+once per wording, and at most this many wordings, so the memory of a boot stays small."""
 
 _LINE = re.compile(
     r"\b(?P<kind>S?Xid) \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
@@ -89,43 +134,247 @@ def parse_lines(lines: Iterable[str]) -> ParseResult:
     return ParseResult(xids=found, bad_lines=bad)
 
 
-class KernelLog:
-    """The kernel log of this node, read incrementally: ``/dev/kmsg`` (records since boot, then new
-    ones) or a file of ``dmesg``/``journalctl -k`` lines (read from where the last pass stopped).
+@dataclass(frozen=True, slots=True)
+class Boot:
+    """Which boot this is: the kernel's boot id and the boot time.
 
-    Every XID seen since the reader started is kept (:attr:`xids`), so a pass reports the node's XIDs
-    since boot: a reboot is what clears them.
+    Attributes:
+        id: ``/proc/sys/kernel/random/boot_id`` (a new one at every boot).
+        time: the boot time, seconds since the epoch (``btime`` of ``/proc/stat``).
     """
 
-    def __init__(self, path: str | Path = KMSG) -> None:
+    id: str
+    time: float
+
+    @classmethod
+    def read(cls, proc: str | Path = "/proc") -> Boot | None:
+        """This machine's boot, or ``None`` when ``proc`` cannot say (no Linux ``/proc``)."""
+        root = Path(proc)
+        try:
+            boot_id = (root / "sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+            stat = (root / "stat").read_text(encoding="ascii")
+        except OSError:
+            return None
+        for line in stat.splitlines():
+            if line.startswith("btime "):
+                return cls(boot_id, float(line.split()[1]))
+        return None
+
+    @property
+    def journal_id(self) -> str:
+        """The boot id as journald prints it (``-- Boot 5c1e... --``: lower case, no dashes)."""
+        return self.id.replace("-", "").lower()
+
+
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, 1)}
+_PREFIX = re.compile(
+    r"^(?:(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s"
+    r"|(?P<bsd>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2})\s"
+    r"|\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]"
+    r"|\[\s*(?P<mono>\d+\.\d+)\]"
+    r"|\d+,\d+,(?P<usec>\d+),[^;]*;)"
+)
+_KERNEL_MONO = re.compile(r" kernel: \[\s*(\d+\.\d+)\]")
+_LINUX = re.compile(r"(?:^|kernel: |\] |;)Linux version \d")
+_JOURNAL_BOOT = re.compile(r"^-- Boot ([0-9a-fA-F]{32}) --\s*$")
+_JOURNAL_REBOOT = re.compile(r"^-- Reboot --\s*$")
+
+
+def _marker(line: str) -> tuple[bool, str | None]:
+    """Whether ``line`` starts a boot (the kernel's first line, journald's separators), and the boot id
+    journald names there (lower case), if it names one."""
+    if line.startswith("-- "):
+        journal = _JOURNAL_BOOT.match(line)
+        if journal is not None:
+            return True, journal.group(1).lower()
+        return _JOURNAL_REBOOT.match(line) is not None, None
+    return "Linux version " in line and _LINUX.search(line) is not None, None
+
+
+def _local(year: int, month_name: str, day: int, clock: str) -> float | None:
+    """Seconds since the epoch of a local date and ``HH:MM:SS``; ``None`` for an impossible date."""
+    month = _MONTHS.get(month_name)
+    if month is None:
+        return None
+    hour, minute, second = (int(p) for p in clock.split(":"))
+    try:
+        return dt.datetime(year, month, day, hour, minute, second).timestamp()
+    except ValueError:
+        return None
+
+
+def _wall(match: re.Match[str], now: float) -> float | None:
+    """The wall-clock time of a line whose prefix ``match`` found, or ``None`` where it has none."""
+    if match.group("iso"):
+        stamp = dt.datetime.fromisoformat(match.group("iso").replace(" ", "T", 1))
+        return stamp.timestamp()  # a stamp without a zone is local time, as rsyslog wrote it
+    if match.group("bsd"):
+        month_name, day, clock = match.group("bsd").split()
+        this_year = dt.datetime.fromtimestamp(now).year
+        for year in (this_year, this_year - 1):  # the latest year that does not put it in the future
+            found = _local(year, month_name, int(day), clock)
+            if found is not None and found <= now + 86400:
+                return found
+        return None
+    if match.group("ctime"):
+        _, month_name, day, clock, year_text = match.group("ctime").split()
+        return _local(int(year_text), month_name, int(day), clock)
+    return None
+
+
+def _mono(match: re.Match[str] | None, line: str) -> float | None:
+    """The kernel's seconds since boot that a line carries, or ``None``."""
+    if match is not None:
+        if match.group("mono"):
+            return float(match.group("mono"))
+        if match.group("usec"):
+            return int(match.group("usec")) / 1e6
+    found = _KERNEL_MONO.search(line) if " kernel: [" in line else None
+    return float(found.group(1)) if found else None
+
+
+class KernelLog:
+    """The kernel log of this node, read incrementally from this boot: ``/dev/kmsg`` (records since boot,
+    then new ones) or a file of ``dmesg``/``journalctl -k``/syslog lines (from where the last read
+    stopped, earlier boots' lines skipped as the module says).
+
+    Every distinct XID line of this boot is kept (:attr:`xids`; a line repeated word for word once, at
+    most 16 wordings per device and code), so a pass reports the node's XIDs since boot: a reboot is
+    what clears them.
+
+    Args:
+        path: ``/dev/kmsg`` or a file.
+        boot: this boot (default: read from ``/proc``); where it cannot be known, every line of a file
+            is taken as this boot's.
+        clock: the current time, seconds since the epoch (for this boot's uptime).
+    """
+
+    def __init__(
+        self,
+        path: str | Path = KMSG,
+        boot: Boot | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.path = Path(path)
+        self.boot = boot if boot is not None else Boot.read()
+        self.clock = clock
         self.xids: list[KernelXid] = []
         self.bad_lines = 0
+        self.earlier_boot_lines = 0
+        """XID lines skipped because they were written before this boot."""
+        self._kept: dict[tuple[str, str, int], list[str]] = {}
         self._offset = 0
+        self._inode: int | None = None
+        self._seq = -1
+        self._current: bool | None = None
+        self._by_id = False
+        self._last_mono = -1.0
         self._fd: int | None = None
 
     def read(self) -> ParseResult:
-        """Read what was appended since the last call; the XIDs it held (also added to :attr:`xids`).
+        """Read what was appended since the last call; this boot's XIDs it held (also kept in
+        :attr:`xids`).
 
         Raises:
             OSError: the log cannot be opened or read.
         """
-        lines = self._read_kmsg() if str(self.path) == KMSG else self._read_file()
+        lines = self._read_kmsg() if str(self.path) == KMSG else self._this_boot(self._read_file())
         result = parse_lines(lines)
-        self.xids.extend(result.xids)
+        self._keep(result.xids)
         self.bad_lines += result.bad_lines
         return result
 
+    def _keep(self, xids: Iterable[KernelXid]) -> None:
+        for xid in xids:
+            wordings = self._kept.setdefault((xid.kind, xid.pci, xid.code), [])
+            if xid.message in wordings or len(wordings) >= _PER_CODE:
+                continue
+            wordings.append(xid.message)
+            self.xids.append(xid)
+
+    # ----------------------------------------------------------------- which boot
+
+    def _this_boot(self, lines: list[str]) -> list[str]:
+        """The lines among ``lines`` that name an Xid and were written in this boot."""
+        if self.boot is None:
+            return [line for line in lines if "Xid" in line]
+        kept: list[str] = []
+        pending: list[str] = []  # XID lines of a boot not decided yet
+        now = self.clock()
+        uptime = now - self.boot.time
+        since = self.boot.time - BOOT_SLACK_S
+        for line in lines:
+            prefix = _PREFIX.match(line)
+            mono = _mono(prefix, line)
+            marker, journal = _marker(line)
+            if mono is not None:
+                marker = marker or mono + 1.0 < self._last_mono  # the kernel's clock started again
+                self._last_mono = mono
+            if marker:
+                self.earlier_boot_lines += len(pending)  # a boot began after them: theirs was earlier
+                pending = []
+                self._current, self._by_id = None, False
+                if journal is not None:
+                    self._current, self._by_id = journal == self.boot.journal_id, True
+            if mono is not None and mono > uptime + BOOT_SLACK_S:
+                self._current = False  # longer after its boot than this boot has lasted
+            elif self._current is not True and not self._by_id and prefix is not None:
+                wall = _wall(prefix, now)
+                if wall is not None:
+                    self._current = wall >= since
+            if self._current is True and pending:
+                kept += pending
+                pending = []
+            elif self._current is False and pending:
+                self.earlier_boot_lines += len(pending)
+                pending = []
+            if "Xid" not in line:
+                continue
+            if self._current is None:
+                pending.append(line)
+            elif self._current:
+                kept.append(line)
+            else:
+                self.earlier_boot_lines += 1
+        if self._current is None:  # nothing could say: this boot's, as the module says
+            self._current = True
+            kept += pending
+        return kept
+
+    # ----------------------------------------------------------------- reading
+
     def _read_file(self) -> list[str]:
-        size = self.path.stat().st_size
-        if size < self._offset:  # the file was rotated or truncated: start again
+        stat = self.path.stat()
+        lines: list[str] = []
+        if self._inode is not None and stat.st_ino != self._inode:
+            lines = self._finish_rotated()
             self._offset = 0
-        with self.path.open("rb") as handle:
-            handle.seek(self._offset)
+        elif stat.st_size < self._offset:  # cut short in place (copytruncate): start again
+            self._offset = 0
+        self._inode = stat.st_ino
+        data, self._offset = self._tail(self.path, self._offset)
+        return lines + data
+
+    def _finish_rotated(self) -> list[str]:
+        """The rest of the file read so far, where logrotate moved it (``PATH.1``), else nothing."""
+        rotated = self.path.with_name(self.path.name + ".1")
+        try:
+            if rotated.stat().st_ino != self._inode:
+                return []
+            return self._tail(rotated, self._offset, partial=True)[0]
+        except OSError:
+            return []
+
+    @staticmethod
+    def _tail(path: Path, offset: int, partial: bool = False) -> tuple[list[str], int]:
+        """The whole lines of ``path`` from ``offset`` (and a last partial one when ``partial``: the file
+        will not grow any more), and the offset after them."""
+        with path.open("rb") as handle:
+            handle.seek(offset)
             data = handle.read()
-        end = data.rfind(b"\n") + 1  # a partial last line waits for the next pass
-        self._offset += end
-        return data[:end].decode("utf-8", errors="replace").splitlines()
+        end = len(data) if partial else data.rfind(b"\n") + 1  # a partial last line waits for the next read
+        return data[:end].decode("utf-8", errors="replace").splitlines(), offset + end
 
     def _read_kmsg(self) -> list[str]:
         if self._fd is None:
@@ -143,8 +392,67 @@ class KernelLog:
             if not record:
                 break
             header, _, text = record.decode("utf-8", errors="replace").partition(";")
+            fields = header.split(",")
+            if len(fields) > 1 and fields[1].isdigit():
+                seq = int(fields[1])
+                if seq <= self._seq:
+                    continue  # read before a restart (the snapshot says how far)
+                self._seq = seq
             lines.append(text.split("\n", 1)[0] if header else text)
         return lines
+
+    # ----------------------------------------------------------------- restart
+
+    def snapshot(self) -> dict[str, Any]:
+        """Where the reader stands, as JSON-ready data: the log, its inode and offset (a file) or the
+        last record's sequence number (``/dev/kmsg``), the boot it decided, and the XIDs it kept."""
+        return {
+            "path": str(self.path),
+            "inode": self._inode,
+            "offset": self._offset,
+            "seq": self._seq,
+            "current": self._current,
+            "by_id": self._by_id,
+            "mono": self._last_mono,
+            "bad_lines": self.bad_lines,
+            "earlier_boot_lines": self.earlier_boot_lines,
+            "xids": [[x.kind, x.pci, x.code, x.message] for x in self.xids],
+        }
+
+    def restore(self, data: dict[str, Any]) -> bool:
+        """Take up where a reader of the same log and the same boot stopped (a :meth:`snapshot`);
+        ``False`` (nothing changed) when ``data`` is about another log or does not parse."""
+        if data.get("path") != str(self.path):
+            return False
+        try:
+            xids = [KernelXid(str(k), str(p), int(c), str(m)) for k, p, c, m in data.get("xids", [])]
+            inode = data.get("inode")
+            current = data.get("current")
+            state = (
+                int(inode) if inode is not None else None,
+                int(data.get("offset", 0)),
+                int(data.get("seq", -1)),
+                bool(current) if current is not None else None,
+                bool(data.get("by_id", False)),
+                float(data.get("mono", -1.0)),
+                int(data.get("bad_lines", 0)),
+                int(data.get("earlier_boot_lines", 0)),
+            )
+        except (TypeError, ValueError):
+            return False
+        (
+            self._inode,
+            self._offset,
+            self._seq,
+            self._current,
+            self._by_id,
+            self._last_mono,
+            self.bad_lines,
+            self.earlier_boot_lines,
+        ) = state
+        self.xids, self._kept = [], {}
+        self._keep(xids)
+        return True
 
     def close(self) -> None:
         """Close ``/dev/kmsg`` if open."""

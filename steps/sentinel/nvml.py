@@ -5,12 +5,15 @@ real one from ``nvidia-ml-py``, tests a fake with the same function names, const
 codes. Per GPU, a call the GPU does not support (``NVML_ERROR_NOT_SUPPORTED``) leaves its figure unknown;
 ``NVML_ERROR_GPU_IS_LOST`` marks the GPU lost (fallen off the bus); ``NVML_ERROR_RESET_REQUIRED`` marks it
 as needing a reset. XIDs arrive through an NVML event set (:meth:`NvmlSource.wait_xids`) and are kept per
-GPU for the life of the source.
+GPU, each code once, for the life of the source; a restarted agent of the same boot gives the source
+those it had (:attr:`NvmlSource.xids`, kept by :mod:`steps.sentinel.state`), since the event set
+delivers only new ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -67,6 +70,7 @@ class NvmlSource:
         self._nvlinks = nvlinks if nvlinks is not None else int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
         self._event_set: Any = None
         self._started = False
+        self._lock = threading.Lock()  # the pass's probe and the wait between passes may both start it
         self.xids: dict[int, list[int]] = {}
 
     # ----------------------------------------------------------------- life
@@ -77,6 +81,10 @@ class NvmlSource:
         Raises:
             NvmlUnavailableError: NVML cannot be initialised.
         """
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
         if self._started:
             return
         nvml = self._nvml
@@ -114,7 +122,8 @@ class NvmlSource:
 
     def wait_xids(self, timeout_ms: int) -> list[tuple[int, int]]:
         """Wait up to ``timeout_ms`` for an XID event; the ``(gpu index, xid)`` pairs received (kept in
-        :attr:`xids` too). Returns at once with nothing when the GPUs gave no event set."""
+        :attr:`xids` too, each code once per GPU). Returns at once with nothing when the GPUs gave no
+        event set."""
         nvml = self._nvml
         if self._event_set is None:
             return []
@@ -130,7 +139,9 @@ class NvmlSource:
             if int(data.eventType) & _XID_EVENT:
                 index = int(nvml.nvmlDeviceGetIndex(data.device))
                 xid = int(data.eventData)
-                self.xids.setdefault(index, []).append(xid)
+                kept = self.xids.setdefault(index, [])
+                if xid not in kept:  # each code once: a repeat says nothing new until reboot
+                    kept.append(xid)
                 got.append((index, xid))
             wait = 0  # take what else is queued, without waiting again
 

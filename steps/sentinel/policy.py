@@ -25,7 +25,9 @@ with optimistic concurrency, with the keys:
 - ``reset-at``, ``reset-by``: the last reset.
 
 Once open it stays open until a person resets it (``dsx sentinel breaker reset``): a breaker that closed
-by itself would resume the very drain it stopped.
+by itself would resume the very drain it stopped. An admission whose remediation could not be recorded (the
+guard's ``requested`` ledger entry failed) is withdrawn (:meth:`Breaker.withdraw`): a slot in the window
+stands for a remediation under way, so failing writes never fill the window and open the breaker.
 
 In dry-run mode (:attr:`QuarantinePolicy.dry_run`) the decision is made, returned and recorded, and
 nothing is written to the node or the breaker.
@@ -276,6 +278,30 @@ class Breaker:
 
         self.port.update_state(BREAKER_CONFIGMAP, change)
         return verdict[0]
+
+    def withdraw(self, node: str, since: dt.datetime) -> bool:
+        """Take back ``node``'s admission if it was made at or after ``since`` (the time the caller asked
+        :meth:`admit`, which records it to the second); ``True`` if one was taken back.
+
+        The guard withdraws when it cannot write the remediation's ``requested`` entry (the ledger
+        refused, the API went away): no remediation holds that slot, and the workflow's retry asks again.
+        An earlier admission of the node (a resubmitted remediation admitted before ``since``) stays.
+        """
+        floor = since.replace(microsecond=0)
+        taken: list[bool] = []
+
+        def change(data: dict[str, str]) -> dict[str, str]:
+            taken.clear()
+            status = BreakerStatus.from_data(data)
+            at = status.admitted.get(node)
+            if at is None or changes.parse_time(at) < floor:
+                return data
+            taken.append(True)
+            window = {n: t for n, t in status.admitted.items() if n != node}
+            return status.model_copy(update={"admitted": window}).to_data()
+
+        self.port.update_state(BREAKER_CONFIGMAP, change)
+        return bool(taken)
 
     def reset(self, by: str) -> BreakerStatus:
         """Close the breaker and empty its window, recording who reset it and when."""

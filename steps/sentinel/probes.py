@@ -1,23 +1,41 @@
 """The probes: small functions from what a node's hardware reports (the health seam) to health events.
 
 Each check gives one reading per entity on every pass: the worst fault found for it, or a healthy
-reading, which clears that entity's earlier fault. Severity and action come from the fault catalogue.
+reading, which clears that entity's earlier fault. XIDs and SXids (the events module's
+``PER_CODE_CHECKS``) give one reading per code found on the entity instead, so every XID is reported,
+and one healthy reading when the entity has none. Severity and action come from the fault catalogue.
 The same probes run over NVML with sysfs on a real node and over the simulated fleet.
+
+The NIC probe watches only the fabric's ports (:class:`NicScope`): those the agent's ``--fabric-nics``
+names, else the RDMA ports and the Ethernet interfaces up when the agent started; and of those, a port that
+was never up since the agent started (a management or onboard port nobody cabled) is no fault.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from steps.cluster.health import GpuReport, NicReport, NodeHealthSource, NodeReport
+from steps.errors import InputError
 from steps.sentinel.catalogue import FaultCatalogue
 from steps.sentinel.events import CHECKS, HealthEvent, severity_rank
 from steps.sentinel.kernel_log import KernelLog, KernelXid, normalise_pci
-from steps.sentinel.nvml import NvmlUnavailableError
+from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
 
-__all__ = ["NodeProbes", "Probe", "Reading", "gpu_events", "nic_events", "xid_events"]
+__all__ = [
+    "NicScope",
+    "NodeProbes",
+    "Probe",
+    "Reading",
+    "gpu_events",
+    "nic_events",
+    "parse_fabric_nics",
+    "xid_events",
+]
 
 Probe = tuple[str, Callable[[], list[HealthEvent]]]
 """A probe: its name and the function that runs it."""
@@ -71,6 +89,21 @@ def _events(
             )
         )
     return events
+
+
+def _per_code(readings: Iterable[Reading]) -> list[Reading]:
+    """Each reading split into one per code it found (the worst wording of a code becomes its event);
+    a reading without faults stays the entity's healthy one."""
+    split: list[Reading] = []
+    for reading in readings:
+        if not reading.faults:
+            split.append(reading)
+            continue
+        by_code: dict[str, list[tuple[str, str]]] = {}
+        for code, message in reading.faults:
+            by_code.setdefault(code, []).append((code, message))
+        split += [Reading(reading.check, reading.entity, faults) for faults in by_code.values()]
+    return split
 
 
 def _name(gpu: GpuReport) -> str:
@@ -181,9 +214,9 @@ def gpu_events(
 def xid_events(
     report: NodeReport, kernel: Sequence[KernelXid], catalogue: FaultCatalogue, now: dt.datetime
 ) -> list[HealthEvent]:
-    """XID readings per GPU (from the GPU's own report and the kernel log, matched by PCI address) and
-    SXid readings per NVSwitch. A kernel XID on an address no GPU reports (a GPU NVML lost) is about
-    ``PCI:ADDRESS``."""
+    """XID readings per GPU and code (from the GPU's own report and the kernel log, matched by PCI
+    address) and SXid readings per NVSwitch and code; a GPU without an XID since boot gives one healthy
+    reading. A kernel XID on an address no GPU reports (a GPU NVML lost) is about ``PCI:ADDRESS``."""
     by_pci = {normalise_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
     readings: dict[tuple[str, str], Reading] = {}
     for gpu in report.gpus:
@@ -203,7 +236,7 @@ def xid_events(
         name = _name(owner) if owner else f"GPU at PCI {line.pci}"
         reading = readings.setdefault(("xid", entity), Reading("xid", entity))
         reading.faults.append((str(line.code), _xid_message(catalogue, name, line.code, line.message)))
-    return _events(report.node, readings.values(), catalogue, now)
+    return _events(report.node, _per_code(readings.values()), catalogue, now)
 
 
 def _xid_message(catalogue: FaultCatalogue, name: str, code: int, detail: str) -> str:
@@ -214,7 +247,8 @@ def _xid_message(catalogue: FaultCatalogue, name: str, code: int, detail: str) -
 def nic_events(
     node: str, nics: Sequence[NicReport], catalogue: FaultCatalogue, now: dt.datetime
 ) -> list[HealthEvent]:
-    """A reading per port: down, or slower than the fastest port of its kind on the node."""
+    """A reading per port given: down, or slower than the fastest port of its kind among them (which ports
+    to give, and when a port down is a fault at all, is :class:`NicScope`'s to say)."""
     fastest: dict[str, float] = {}
     for nic in nics:
         if nic.up and nic.speed_gbps:
@@ -239,6 +273,78 @@ def nic_events(
     return _events(node, readings, catalogue, now)
 
 
+_PATTERN = re.compile(r"[A-Za-z0-9_.:/*?\[\]!-]+")
+
+
+def parse_fabric_nics(text: str | Sequence[str], where: str = "--fabric-nics") -> tuple[str, ...]:
+    """The fabric NICs' names or globs, from ``mlx5_*,ib*`` (or a list of them), in the order given.
+
+    Raises:
+        InputError: naming ``where`` and the item that is empty or not a device name or glob.
+    """
+    items = text.split(",") if isinstance(text, str) else list(text)
+    patterns: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item or not _PATTERN.fullmatch(item):
+            raise InputError(
+                f"{where} {','.join(items)!r}: {item!r} is not a NIC name or glob "
+                "(e.g. mlx5_*, efa*, ib0, mlx5_3/1), comma-separated"
+            )
+        if item not in patterns:
+            patterns.append(item)
+    return tuple(patterns)
+
+
+class NicScope:
+    """Which ports the NIC probe watches, and which of them may be faulty at all.
+
+    A node has ports that carry no job's traffic: the management uplink, the second onboard port nobody
+    cabled, a spare card's ports. Reporting them down would taint, quarantine and reboot a healthy node,
+    and escalate it when the port is still down after the repair. So the probe watches:
+
+    - with ``patterns`` (the agent's ``--fabric-nics``, the chart's ``sentinel.fabricNics``): the ports
+      whose device (``mlx5_3`` of ``mlx5_3/1``) or full name matches one of them, of any kind; no other;
+    - without: every RDMA port (``/sys/class/infiniband``: InfiniBand, RoCE and EFA devices alike) and the
+      Ethernet interfaces that were up at the agent's first reading.
+
+    And of those, only a port that was up at some reading since the agent started can be faulty: a port
+    that was never up (never cabled, not in use) gives no reading at all, while one that was up and goes
+    down is ``port-down``. A port that gives no reading keeps what the agent holds about it, so a fault in
+    force from before a restart stays until the port is up again. Speeds are compared among watched ports.
+    """
+
+    def __init__(self, patterns: Sequence[str] = ()) -> None:
+        self.patterns = tuple(patterns)
+        self.started = False
+        self.up_at_start: set[str] = set()
+        """Ethernet ports up at the first reading (watched without patterns)."""
+        self.seen_up: set[str] = set()
+        """Watched ports seen up at some reading: those that may be faulty."""
+
+    def listed(self, nic: NicReport) -> bool:
+        """Whether ``nic`` is one of the fabric's ports (``patterns`` given) or, without patterns, of the
+        kinds watched: an RDMA port, or an Ethernet interface up at the first reading."""
+        if self.patterns:
+            names = (nic.name.partition("/")[0], nic.name)
+            return any(fnmatch.fnmatchcase(n, p) for p in self.patterns for n in names)
+        return nic.kind == "infiniband" or nic.name in self.up_at_start
+
+    def watched(self, nics: Sequence[NicReport]) -> list[NicReport]:
+        """The ports of one reading that the probe reports on, in order (see the class docstring)."""
+        if not self.started:
+            self.started = True
+            self.up_at_start = {n.name for n in nics if n.up and n.kind != "infiniband"}
+        chosen: list[NicReport] = []
+        for nic in nics:
+            if not self.listed(nic):
+                continue
+            if nic.up:
+                self.seen_up.add(nic.name)
+            if nic.name in self.seen_up:
+                chosen.append(nic)
+        return chosen
+
+
 class NodeProbes:
     """The probes of one node over a health source, a kernel log and the node's NICs.
 
@@ -247,9 +353,14 @@ class NodeProbes:
         catalogue: what faults mean.
         source: the health seam's adapter (NVML, the simulated fleet).
         clock: the current time (UTC).
-        expected_gpus: how many GPUs the node should show (``None``: not checked).
+        expected_gpus: how many GPUs the node should show, or a function that says it at each pass
+            (the node's ``nvidia.com/gpu`` capacity as the API server reports it, read by
+            ``steps.sentinel.node.GpuCapacity``); ``None`` (or a function answering ``None``): not
+            checked.
         kernel_log: the kernel log to read XIDs from (``None``: none).
         nics: reads the node's NICs (sysfs); ``None`` takes them from the source's report.
+        fabric_nics: the fabric's ports, names or globs (:class:`NicScope`); empty: the RDMA ports and
+            the Ethernet interfaces up at the first reading.
     """
 
     def __init__(
@@ -258,9 +369,10 @@ class NodeProbes:
         catalogue: FaultCatalogue,
         source: NodeHealthSource,
         clock: Callable[[], dt.datetime],
-        expected_gpus: int | None = None,
+        expected_gpus: int | Callable[[], int | None] | None = None,
         kernel_log: KernelLog | None = None,
         nics: Callable[[], list[NicReport]] | None = None,
+        fabric_nics: Sequence[str] = (),
     ) -> None:
         self.node = node
         self.catalogue = catalogue
@@ -269,6 +381,7 @@ class NodeProbes:
         self.expected_gpus = expected_gpus
         self.kernel_log = kernel_log
         self.nics = nics
+        self.nic_scope = NicScope(fabric_nics)
         self.report: NodeReport | None = None
 
     def probes(self) -> list[Probe]:
@@ -279,6 +392,32 @@ class NodeProbes:
         found.append(("gpu", self._gpus))
         found.append(("nic", self._nics))
         return found
+
+    def timeout_readings(self, name: str, seconds: float) -> list[HealthEvent]:
+        """What a probe that did not return within ``seconds`` means beyond the agent's own ``probe``
+        reading: the GPU probe over NVML gives a degraded ``nvml`` reading (``nvml-timeout``), since NVML
+        not answering is itself the fault (a wedged driver or GPU)."""
+        if name != "gpu" or not isinstance(self.source, NvmlSource):
+            return []
+        rule = self.catalogue.rule("nvml", "nvml-timeout")
+        return [
+            HealthEvent(
+                node=self.node,
+                check="nvml",
+                component="node",
+                entity="nvml",
+                code="nvml-timeout",
+                severity=rule.severity,
+                action=rule.action,
+                healthy=False,
+                message=f"NVML did not answer within {seconds:g} s",
+                observed_at=self.clock(),
+            )
+        ]
+
+    def _expected(self) -> int | None:
+        expected = self.expected_gpus
+        return expected() if callable(expected) else expected
 
     def _kernel(self) -> list[HealthEvent]:
         assert self.kernel_log is not None
@@ -318,7 +457,7 @@ class NodeProbes:
         kernel = self.kernel_log.xids if self.kernel_log else []
         return [
             nvml_reading,
-            *gpu_events(self.report, self.catalogue, now, self.expected_gpus),
+            *gpu_events(self.report, self.catalogue, now, self._expected()),
             *xid_events(self.report, kernel, self.catalogue, now),
         ]
 
@@ -329,4 +468,4 @@ class NodeProbes:
             nics = list(self.report.nics)
         else:
             return []
-        return nic_events(self.node, nics, self.catalogue, self.clock())
+        return nic_events(self.node, self.nic_scope.watched(nics), self.catalogue, self.clock())

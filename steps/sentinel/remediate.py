@@ -40,9 +40,10 @@ from steps.models import input_error
 from steps.sentinel import ledger
 from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
-from steps.sentinel.events import HealthEvent
+from steps.sentinel.events import HealthEvent, condition_reading
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
 from steps.sentinel.recertify import NO_VERDICT
+from steps.sentinel.standing import SUPERSEDED, standing
 
 __all__ = [
     "ACTIVE_STATES",
@@ -200,12 +201,26 @@ def _resume(
     return f"{current.name}: resuming remediation at {_state(current)}"
 
 
-def _reading(event: str) -> HealthEvent | None:
-    """The ``event`` parameter's HealthEvent (none when empty: a person asked for the remediation)."""
+def _reading(event: str, node: str, check: str) -> tuple[bool, HealthEvent | None]:
+    """Whether an event started the run, and the reading it stands for: the ``event`` parameter is the
+    check's node condition (from the Sensor or the reconciler: ``{type, status, reason, ...}``) or a
+    HealthEvent, as JSON; empty: a person asked for the remediation. A condition that names no fault (not
+    True, a reason the agent does not write) gives no reading: the node's condition now decides."""
     if not event.strip():
-        return None
+        return False, None
     try:
-        return HealthEvent.model_validate_json(event)
+        data = json.loads(event)
+    except ValueError as exc:
+        raise InputError(f"parameter event: not JSON ({exc})") from None
+    if isinstance(data, dict) and "type" in data and "status" in data:
+        if data.get("type") != vocab.CONDITION_SENTINEL[check]:
+            raise InputError(
+                f"parameter event: condition {data.get('type')!r} is not check {check}'s "
+                f"({vocab.CONDITION_SENTINEL[check]})"
+            )
+        return True, condition_reading(node, check, data)
+    try:
+        return True, HealthEvent.model_validate(data)
     except ValidationError as exc:
         raise input_error(exc, "parameter event") from None
 
@@ -256,17 +271,22 @@ def guard(
     out with ``dsx.dev/managed=false``, one already ``escalated`` (a person must look at it first), an
     open circuit breaker. A node past ``max_attempts`` since it was last in service is escalated. A node
     already in remediation (an earlier workflow that stopped) is picked up where it stands; the
-    per-node mutex of the workflow ensures no other remediation runs meanwhile. An ``event`` (the
-    HealthEvent as JSON) that the policy does not send to remediation ends the workflow with
+    per-node mutex of the workflow ensures no other remediation runs meanwhile. A run started by an
+    ``event`` (the check's node condition as the Sensor and the reconciler pass it, or a HealthEvent, as
+    JSON) whose fault no longer stands (:mod:`steps.sentinel.standing`: the condition cleared, written
+    before the node's last return to service, or escalated by another run) is superseded: it ends with
+    ``proceed=false``, changing nothing, and the ledger's ``superseded`` entry names the run that
+    handled the fault. An event the policy does not send to remediation ends the workflow with
     ``proceed=false`` (a ``taint`` decision adds the taint). ``dry_run`` decides, records and stops.
-    The ``requested`` entry's detail ends with ``; observed <RFC 3339>`` (the event's ``observed_at``)
-    when an event started it.
+    The ``requested`` entry's detail ends with ``; observed <RFC 3339>`` (when the condition turned
+    True, or the HealthEvent's ``observed_at``) when an event started it.
     """
     _condition(check)
-    reading = _reading(event)
+    triggered, reading = _reading(event, node, check)
     port = connect()
     current = _node(port, node)
-    done = ledger.attempts(ledger.entries(port, node))
+    history = ledger.entries(port, node)
+    done = ledger.attempts(history)
     state = _state(current)
 
     def refuse(why: str) -> str:
@@ -275,6 +295,16 @@ def guard(
 
     if not current.managed:
         return refuse(f"{node} opts out (dsx.dev/managed=false)")
+    if triggered and state not in ACTIVE_STATES:
+        verdict = standing(current, check, history, workflow_name)
+        if not verdict.stands:
+            handled = f"; handled by {verdict.handled}" if verdict.handled else ""
+            detail = f"nothing to do: {verdict.why}{handled}"
+            ledger.record(
+                port, node, SUPERSEDED, workflow=workflow_name, attempt=done, check=check, detail=detail
+            )
+            _output("proceed", "false")
+            return f"{node}: {detail}"
     if state == vocab.NodeState.escalated.value:
         since = current.annotations.get(vocab.ANNOTATION_STATE_SINCE, "?")
         return refuse(
@@ -298,18 +328,28 @@ def guard(
         _output("proceed", "false")
         return f"{node}: dry run: would remediate"
     gpu_nodes = sum(1 for n in port.list_nodes() if n.gpu_count > 0)
-    admitted, why = Breaker(port, policy.breaker).admit(node, gpu_nodes)
+    breaker = Breaker(port, policy.breaker)
+    asked = breaker.clock()
+    admitted, why = breaker.admit(node, gpu_nodes)
     if not admitted:
         return refuse(why)
-    ledger.record(
-        port,
-        node,
-        "requested",
-        workflow=workflow_name,
-        attempt=done + 1,
-        check=check,
-        detail=why + _observed(reading),
-    )
+    try:
+        ledger.record(
+            port,
+            node,
+            "requested",
+            workflow=workflow_name,
+            attempt=done + 1,
+            check=check,
+            detail=why + _observed(reading),
+        )
+    except Exception:
+        # A slot in the breaker's window stands for a remediation under way: one whose requested entry
+        # could not be written (the ledger refused, the API went away) gives it back, so guards failing
+        # over and over never open the breaker with no node quarantined. The retry asks again.
+        with contextlib.suppress(DsxError):
+            breaker.withdraw(node, asked)
+        raise
     _output("proceed", "true")
     return f"{node}: remediation attempt {done + 1} ({why})"
 

@@ -7,6 +7,9 @@ in the agent's pod; a fake tree in tests):
   (``400 Gb/sec (4X NDR)``);
 - ``class/net/IF/operstate`` (``up``) and ``speed`` (Mbit/s; unreadable or ``-1`` while down), for
   interfaces backed by a device (``class/net/IF/device``) that are not IPoIB (``type`` 32).
+
+It reports every such port; which of them the NIC probe watches (the fabric's, never a port that was not
+up since the agent started) is :class:`steps.sentinel.probes.NicScope`'s to say.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""dsx-remediate on the real control plane: a node the sentinel marked is quarantined, drained, rebooted by
+"""dsx-remediate on the real control plane, started by the dsx-reconcile CronWorkflow's step (a Workflow it
+creates, as for an edge the Sensor missed): a node the sentinel marked is quarantined, drained, rebooted by
 the process kubelet as a real node reboots (the boot id first, Ready 20 s later, the sentinel's condition
 cleared 40 s after that), recertified alone and beside a known-good partner whose GPUs are free (the first
 known-good node is kept busy by a training pod), and put back in service."""
@@ -125,25 +126,27 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
     )
     repairs.start()
     try:
-        result = real_cluster.argo(
-            "submit",
-            "-n",
-            NAMESPACE,
-            "--from",
-            "workflowtemplate/dsx-remediate",
-            "--wait",
-            "-o",
-            "name",
-            "-p",
-            f"node={NODE}",
-            "-p",
-            "check=xid",
-            "-p",
-            "repair-timeout=5m",
-            *CPU_RUN,
-            check=False,
-            timeout=1500,
-        )
+        # No Sensor in this tier: the reconciler finds the marked node (tainted, its condition fatal, no
+        # state, no run naming it) and creates the dsx-remediate Workflow, as it does for a missed edge.
+        parameters = {k: v for k, _, v in (p.partition("=") for p in CPU_RUN[1::2])}
+        parameters["repair-timeout"] = "5m"
+        reconciled = real_cluster.argo(
+            "submit", "-n", NAMESPACE, "--from", "cronwf/dsx-reconcile", "--wait", "-o", "name",
+            "-p", f"remediate-parameters={json.dumps(parameters)}",
+            check=False, timeout=300,
+        )  # fmt: skip
+        reconciler = reconciled.stdout.strip().splitlines()[-1] if reconciled.stdout.strip() else ""
+        assert reconciler, reconciled.stderr + real_cluster.debug()
+        assert real_cluster.workflow(reconciler)["status"].get("phase") == "Succeeded", real_cluster.debug()
+        started = [
+            wf["metadata"]["name"]
+            for wf in real_cluster.get("workflows", "-n", NAMESPACE)["items"]
+            if (wf["spec"].get("workflowTemplateRef") or {}).get("name") == "dsx-remediate"
+            and (wf["metadata"].get("annotations") or {}).get("dsx.dev/started-by") == reconciler
+        ]
+        assert len(started) == 1, started
+        result = real_cluster.argo("wait", "-n", NAMESPACE, started[0], check=False, timeout=1500)
+        result.stdout = started[0]
     finally:
         stop.set()
         repairs.join(5)
@@ -172,13 +175,10 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
     booted = node["metadata"].get("annotations", {}).get(vocab.ANNOTATION_REPAIR_BOOTED_AT)
     assert booted is None, "the remediation's notes are cleared once the node is back"
 
-    ledger = real_cluster.get("configmaps", "-n", NAMESPACE)["items"]
-    entries = "\n".join(
-        value
-        for cm in ledger
-        if cm["metadata"]["name"].startswith("dsx-remediation-ledger")
-        for value in (cm.get("data") or {}).values()
-    )
+    # The ledger: one ConfigMap per node and month, found by its label.
+    ledger = real_cluster.get("configmaps", "-n", NAMESPACE, "-l", "dsx.dev/ledger=true")["items"]
+    assert {cm["metadata"]["labels"]["dsx.dev/node"] for cm in ledger} >= {NODE}, ledger
+    entries = "\n".join(value for cm in ledger for value in (cm.get("data") or {}).values())
     assert "escalated" not in entries, entries[-3000:]
     for state in ("quarantined", "draining", "awaiting-repair", "recertifying", "in-service"):
         assert state in entries, f"no {state} entry in the ledger:\n{entries[-3000:]}"

@@ -1,4 +1,5 @@
-"""``dsx sentinel``: the per-node health agent, its one-shot probe and the fault catalogue."""
+"""``dsx sentinel``: the per-node health agent, its one-shot probe, the fault catalogue, and the two
+fleet-wide brakes a person resets: the quarantine breaker and the agents' taint budget."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import typer
 
+from workflows.cli._reconcile import reconcile_cmd, reconcile_now
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 
 OVERRIDES_OPTION = typer.Option(
@@ -21,7 +23,8 @@ KERNEL_LOG_OPTION = typer.Option(
     None,
     "--kernel-log",
     envvar="DSX_SENTINEL_KERNEL_LOG",
-    help="Read XIDs from this file of dmesg or journalctl -k lines (default /dev/kmsg on a GPU node).",
+    help="Read XIDs from this file of dmesg, journalctl -k or syslog lines, such as /var/log/kern.log "
+    "(default /dev/kmsg on a GPU node); only this boot's lines count.",
 )
 SYSFS_OPTION = typer.Option(
     None, "--sysfs", envvar="DSX_SENTINEL_SYSFS", help="Where the node's /sys is mounted (default /sys)."
@@ -32,7 +35,39 @@ SOURCE_OPTION = typer.Option(
     help="auto (the simulated fleet's hardware where it has one, else NVML), nvml, cluster.",
 )
 EXPECTED_OPTION = typer.Option(
-    None, "--expected-gpus", help="GPUs the node should have (default its nvidia.com/gpu.count label)."
+    None,
+    "--expected-gpus",
+    min=1,
+    help="GPUs the node should have (default: its nvidia.com/gpu capacity as the API server reports it).",
+)
+STATE_DIR_OPTION = typer.Option(
+    None,
+    "--state-dir",
+    envvar="DSX_SENTINEL_STATE_DIR",
+    help="Keep the agent's state in this directory of the node, so that a restart in the same boot "
+    "neither reports again nor forgets (default: none).",
+)
+FABRIC_NICS_OPTION = typer.Option(
+    None,
+    "--fabric-nics",
+    help="The fabric's ports, comma-separated device names or globs (mlx5_*,efa*,ib0): only they are "
+    "watched (default: the RDMA ports in /sys/class/infiniband and the Ethernet interfaces up at start). "
+    "Either way a port never up since the agent started is not a fault.",
+)
+TAINT_BUDGET_OPTION = typer.Option(
+    0.1,
+    "--taint-budget",
+    help="The largest share of the GPU nodes the agents may taint within the window, fleet-wide "
+    "(0.1: 10%; at least one node); past it taints are withheld until `dsx sentinel budget reset`.",
+)
+TAINT_WINDOW_OPTION = typer.Option(
+    "1h", "--taint-budget-window", help="The taint budget's sliding window: seconds or 30m, 1h..."
+)
+FLEET_DAEMONSET_OPTION = typer.Option(
+    None,
+    "--fleet-daemonset",
+    help="NAMESPACE/NAME of the sentinel's DaemonSet: the taint budget's share is of the nodes it runs on "
+    "(default: count the nodes with GPUs, which needs nodes list).",
 )
 
 
@@ -134,23 +169,43 @@ def agent_cmd(
     once: bool = typer.Option(False, "--once", help="Run one pass, print what changed, exit."),
     interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
     debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
+    probe_timeout: float = typer.Option(
+        10.0,
+        "--probe-timeout",
+        min=0.1,
+        help="Seconds a probe may take; one that does not return is reported degraded and skipped "
+        "until it does, while passes go on.",
+    ),
     metrics_port: int = typer.Option(9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."),
     source: str = SOURCE_OPTION,
     kernel_log: str | None = KERNEL_LOG_OPTION,
     sysfs: str | None = SYSFS_OPTION,
     expected: int | None = EXPECTED_OPTION,
+    state_dir: str | None = STATE_DIR_OPTION,
+    fabric_nics: str | None = FABRIC_NICS_OPTION,
+    taint_budget: float = TAINT_BUDGET_OPTION,
+    taint_window: str = TAINT_WINDOW_OPTION,
+    fleet_daemonset: str | None = FLEET_DAEMONSET_OPTION,
     overrides: Path | None = OVERRIDES_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
-    """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint.
+    """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint
+    (never on a node labelled dsx.dev/managed=false, never past the fleet-wide taint budget).
     With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
     from steps.cluster import ClusterError, NotFoundError, connect
     from steps.errors import InputError
     from steps.sentinel.agent import serve
+    from steps.sentinel.budget import parse_daemonset
     from steps.sentinel.node import build_sentinel
+    from steps.sentinel.probes import parse_fabric_nics
 
     if not node:
         raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
+    fabric = parse_fabric_nics(fabric_nics) if fabric_nics is not None else ()
+    budget = _budget_settings(taint_budget, taint_window)
+    daemonset = parse_daemonset(fleet_daemonset) if fleet_daemonset is not None else None
+    if state_dir is not None and Path(state_dir).exists() and not Path(state_dir).is_dir():
+        raise InputError(f"--state-dir {state_dir}: not a directory")
     port = connect(cluster)
     try:
         port.get_node(node)
@@ -167,6 +222,11 @@ def agent_cmd(
         sysfs=sysfs,
         expected_gpus=expected,
         debounce=debounce,
+        probe_timeout=probe_timeout,
+        state_dir=state_dir,
+        fabric_nics=fabric,
+        taint_budget=budget,
+        fleet_daemonset=daemonset,
     )
     if once:
         _one_pass(sentinel, output)
@@ -178,6 +238,61 @@ def agent_cmd(
         sentinel.agent.run(interval, stop, sentinel.wait, sentinel.after_pass)
     except KeyboardInterrupt:
         stop.set()
+
+
+def _budget_settings(share: float, window: str) -> Any:
+    """The taint budget's settings from ``--taint-budget`` and ``--taint-budget-window``; InputError
+    naming the option when one is out of range."""
+    from steps.durations import parse_duration
+    from steps.errors import InputError
+    from steps.sentinel.budget import TaintBudgetSettings
+
+    if not 0 < share <= 1:
+        raise InputError(
+            f"--taint-budget {share:g}: a share of the GPU nodes, more than 0 and at most 1 (0.1: 10%)"
+        )
+    try:
+        seconds = parse_duration(window)
+    except ValueError as exc:
+        raise InputError(f"--taint-budget-window {window!r}: {exc}") from None
+    if seconds <= 0:
+        raise InputError(f"--taint-budget-window {window!r}: the window must be longer than 0 s")
+    return TaintBudgetSettings(max_share=share, window_s=seconds)
+
+
+def _budget_table(s: Any) -> None:
+    row = [s.state, s.held_at, s.held_reason, ", ".join(sorted(s.tainted)), s.reset_at, s.reset_by]
+    print_table(None, ["state", "held at", "reason", "tainted in window", "reset at", "reset by"], [row])
+
+
+def budget_status_cmd(
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Print whether the taint budget holds, since when and why, and the nodes agents tainted in its
+    window (ConfigMap dsx-taint-budget in dsx's namespace, $DSX_NAMESPACE)."""
+    from steps.cluster import connect
+    from steps.sentinel.budget import TaintBudget
+
+    emit(TaintBudget(connect(cluster)).status(), output, _budget_table)
+
+
+def budget_reset_cmd(
+    by: str = typer.Option(..., "--by", help="Who resets it (recorded)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Let the agents taint again: the budget stops holding and its window empties, so the taints
+    withheld land at the agents' next ask (as many as the budget allows before it holds again). It never
+    lets go by itself once it held."""
+    from steps.cluster import connect
+    from steps.errors import InputError
+    from steps.sentinel.budget import TaintBudget
+
+    if not by.strip():
+        raise InputError("--by: name who resets the taint budget (it is recorded)")
+    status = TaintBudget(connect(cluster)).reset(by.strip())
+    emit(status, output, lambda s: print(f"taint budget reset by {s.reset_by} at {s.reset_at}"))
 
 
 def _breaker_table(s: Any) -> None:
@@ -201,8 +316,14 @@ def breaker_reset_cmd(
     by: str = typer.Option(..., "--by", help="Who resets it (recorded)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
     output: OutputFormat = OUTPUT_OPTION,
+    resubmit: bool = typer.Option(
+        True,
+        "--resubmit/--no-resubmit",
+        help="Then start dsx-remediate again for the nodes it refused (a reconciler pass).",
+    ),
 ) -> None:
-    """Close the breaker and empty its window (it never closes by itself once tripped)."""
+    """Close the breaker and empty its window (it never closes by itself once tripped); then, unless
+    --no-resubmit, a reconciler pass re-submits the nodes it refused."""
     from steps.cluster import connect
     from steps.errors import InputError
     from steps.sentinel.policy import Breaker
@@ -211,10 +332,12 @@ def breaker_reset_cmd(
         raise InputError("--by: name who resets the breaker (it is recorded)")
     status = Breaker(connect(cluster)).reset(by.strip())
     emit(status, output, lambda s: print(f"breaker closed by {s.reset_by} at {s.reset_at}"))
+    if resubmit:  # the nodes it refused are tainted with no state: the reconciler starts them again
+        raise typer.Exit(reconcile_now(cluster, by=f"dsx sentinel breaker reset --by {by.strip()}", err=True))
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``sentinel`` command group and its ``breaker`` subgroup."""
+    """Add the ``sentinel`` command group and its ``breaker`` and ``budget`` subgroups."""
     group = typer.Typer(
         name="sentinel",
         help="The per-node health agent: NVML, kernel log and sysfs probes, the fault catalogue.",
@@ -223,6 +346,7 @@ def register(app: typer.Typer) -> None:
     group.command("catalog")(catalog_cmd)
     group.command("probe")(probe_cmd)
     group.command("agent")(agent_cmd)
+    group.command("reconcile")(reconcile_cmd)
     breaker = typer.Typer(
         name="breaker",
         help="The quarantine circuit breaker (ConfigMap dsx-quarantine-breaker): status, reset.",
@@ -231,4 +355,12 @@ def register(app: typer.Typer) -> None:
     breaker.command("status")(breaker_status_cmd)
     breaker.command("reset")(breaker_reset_cmd)
     group.add_typer(breaker, name="breaker")
+    budget = typer.Typer(
+        name="budget",
+        help="The agents' fleet-wide taint budget (ConfigMap dsx-taint-budget): status, reset.",
+        no_args_is_help=True,
+    )
+    budget.command("status")(budget_status_cmd)
+    budget.command("reset")(budget_reset_cmd)
+    group.add_typer(budget, name="budget")
     app.add_typer(group, name="sentinel")

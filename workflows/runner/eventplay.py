@@ -27,7 +27,7 @@ from steps.errors import InputError
 from workflows.runner.events import Player, Submission, load
 from workflows.runner.model import Phase, RunOptions, RunResult
 
-__all__ = ["Injection", "PlayResult", "parse_injection", "play"]
+__all__ = ["Injection", "PlayResult", "local_submitter", "parse_injection", "play"]
 
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -112,7 +112,7 @@ def _agents(spec: str, nodes: Sequence[str]) -> list[Any]:
     return [build_sentinel(connect(spec), node, catalogue) for node in nodes]
 
 
-def _runner(
+def local_submitter(
     documents: Sequence[Mapping[str, Any]],
     spec: str,
     out: Path,
@@ -120,6 +120,9 @@ def _runner(
     runs: list[RunResult],
     report: Callable[[str], None],
 ) -> Callable[[Submission], None]:
+    """Run each submission's WorkflowTemplate among ``documents`` with the local runner against ``spec``,
+    in a run folder of its own under ``out``; each result is appended to ``runs``. Raises InputError
+    (a failed submission) when the template is not there."""
     from workflows.runner.api import run
 
     templates = {str(d["metadata"]["name"]): d for d in documents if d.get("kind") == "WorkflowTemplate"}
@@ -127,9 +130,8 @@ def _runner(
 
     def submit(submission: Submission) -> None:
         template = templates.get(submission.template)
-        if template is None:
-            report(f"trigger {submission.trigger}: no WorkflowTemplate {submission.template}")
-            return
+        if template is None:  # argo submit refuses it: a failed submission, retried as the trigger says
+            raise InputError(f"no WorkflowTemplate {submission.template}")
         arguments = (template.get("spec") or {}).get("arguments") or {}
         declared = {str(p["name"]) for p in arguments.get("parameters") or []}
         params = {**submission.parameters, **{k: v for k, v in overrides.items() if k in declared}}
@@ -182,7 +184,7 @@ def play(
             raise InputError(f"--inject {injection}: no node {injection.node} (nodes: {', '.join(nodes)})")
     result = PlayResult(out=out, cluster=spec)
     sentinels = _agents(spec, nodes) if agent else []
-    submit = _runner(documents, spec, out, overrides or {}, result.runs, report)
+    submit = local_submitter(documents, spec, out, overrides or {}, result.runs, report)
     player = Player(port, sources, sensors, submit, report)
     observer = _Observer(port, report)
     pending = sorted(injections, key=lambda i: i.after)

@@ -12,11 +12,17 @@ What Argo Events does on a cluster, read in its source (``pkg/eventsources/sourc
   of the event data to names and evaluate an expression (all must hold, or any with
   ``exprLogicalOperator: or``; a missing path fails the filter). A trigger fires when its ``conditions``
   (dependency names joined by ``&&``, ``||``, parentheses) hold, or when every dependency matched when it
-  has none. Its parameters resolve from the events of the dependencies that fired: ``dataKey`` (a gjson
-  path), ``dataTemplate``, or ``value``; one whose dependency did not fire and that has no ``value`` is
-  skipped. An ``argoWorkflow`` trigger with ``operation: submit`` submits its ``source.resource``
-  Workflow with the parameters set at their ``dest``. ``rateLimit`` spaces the trigger's firings
-  (``requestsPerUnit`` per ``unit``): a firing waits for its slot, none is dropped.
+  has none. With a JetStream bus (``pkg/eventbus/jetstream/sensor/trigger_conn.go``) conditions without
+  ``&`` fire once *per dependency the event passes*, each firing with that dependency's event alone;
+  conditions with ``&`` need every dependency they name (here: in the same event). Its parameters
+  resolve from the events of the dependencies that fired: ``dataKey`` (a gjson path), ``dataTemplate``,
+  or ``value``; one whose dependency did not fire and that has no ``value`` is skipped. An
+  ``argoWorkflow`` trigger with ``operation: submit`` submits its ``source.resource`` Workflow with the
+  parameters set at their ``dest``. ``rateLimit`` spaces the trigger's firings (``requestsPerUnit`` per
+  ``unit``): a firing waits for its slot, none is dropped. A submission that fails is tried again per
+  ``retryStrategy`` (``steps`` tries, ``duration`` apart, times ``factor`` each time) only when the
+  trigger is ``atLeastOnce`` (``pkg/sensors/listener.go``: otherwise it runs detached and its error is
+  only logged); after the last try the firing is lost.
 
 Here the informer is a poll of the port's ``list_objects`` every interval, comparing resource
 versions: two updates between polls arrive as one (as after an informer's relist), so filters that
@@ -37,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steps.cluster.port import ClusterPort
-from steps.errors import InputError
+from steps.durations import parse_duration
+from steps.errors import DsxError, InputError
 from workflows.runner import gjson
 from workflows.runner.errors import UnsupportedConstruct
 
@@ -339,6 +346,23 @@ def _resolve(src: Mapping[str, Any], events: Mapping[str, dict[str, Any]], where
     raise InputError(f"{where}: cannot resolve the parameter from {src.get('dependencyName')}'s event")
 
 
+def _retries(trigger: Mapping[str, Any], where: str) -> tuple[int, float, float]:
+    """A trigger's tries, first delay (s) and factor: ``retryStrategy`` when ``atLeastOnce``, else one try
+    (``DoWithRetry`` over ``wait.ExponentialBackoff``; defaults: 1 step, 1 s, factor 1)."""
+    retry = trigger.get("retryStrategy") or {}
+    try:
+        steps = int(retry.get("steps") or 1)
+        delay = parse_duration(retry.get("duration") or "1s")
+        factor = float(retry.get("factor") or 1.0)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{where}: retryStrategy: {exc}") from None
+    if steps < 1 or delay < 0 or factor < 0:
+        raise InputError(
+            f"{where}: retryStrategy: steps must be at least 1, duration and factor not negative"
+        )
+    return (steps if trigger.get("atLeastOnce") else 1), delay, factor
+
+
 def _json(value: Any) -> str:
     import json
 
@@ -400,6 +424,7 @@ class SensorPlay:
             unit = str((trigger.get("rateLimit") or {}).get("unit") or "Second")
             if unit not in _UNITS:
                 raise InputError(f"{where}: rateLimit.unit {unit!r}: expected Second, Minute or Hour")
+            _retries(trigger, where)
 
     def _matches(self, dep: Mapping[str, Any], source: str, event: str, data: dict[str, Any]) -> bool:
         if dep.get("eventSourceName") != source or dep.get("eventName") != event:
@@ -425,16 +450,19 @@ class SensorPlay:
         matched = tuple(str(d["name"]) for d in deps if self._matches(d, source, event, data))
         submissions = []
         if matched:
-            events = {name: data for name in matched}
             for trigger in spec.get("triggers") or []:
-                template = trigger["template"]
-                conditions = template.get("conditions")
+                conditions = str(trigger["template"].get("conditions") or "")
+                if conditions and "&" not in conditions:  # JetStream: one firing per dependency
+                    for name in matched:
+                        if evaluate(conditions, {str(d["name"]): d["name"] == name for d in deps}):
+                            submissions.append(self._submission(trigger, {name: data}, (name,)))
+                    continue
                 if conditions:
-                    fired = evaluate(str(conditions), {str(d["name"]): d["name"] in matched for d in deps})
+                    fired = evaluate(conditions, {str(d["name"]): d["name"] in matched for d in deps})
                 else:
                     fired = len(matched) == len(deps)
                 if fired:
-                    submissions.append(self._submission(trigger, events, matched))
+                    submissions.append(self._submission(trigger, {name: data for name in matched}, matched))
         return Firing(self.name, matched, tuple(submissions))
 
     def _submission(
@@ -537,11 +565,24 @@ class Player:
 
     def _start(self, sensor: SensorPlay, submission: Submission) -> None:
         def go() -> None:
-            if not sensor.wait_for_slot(sensor.trigger(submission.trigger), self.stop):
+            trigger = sensor.trigger(submission.trigger)
+            if not sensor.wait_for_slot(trigger, self.stop):
                 return
             params = " ".join(f"{k}={v}" for k, v in submission.parameters.items())
-            self.report(f"trigger {submission.trigger}: submit {submission.template} {params}")
-            self.submit(submission)
+            tries, delay, factor = _retries(trigger, submission.trigger)
+            for attempt in range(1, tries + 1):
+                self.report(f"trigger {submission.trigger}: submit {submission.template} {params}")
+                try:
+                    self.submit(submission)
+                    return
+                except DsxError as exc:  # the submission failed (the run's own end is not a failure here)
+                    self.report(f"trigger {submission.trigger}: submit failed ({attempt} of {tries}): {exc}")
+                if attempt == tries or self.stop.wait(delay):
+                    self.report(
+                        f"trigger {submission.trigger}: given up, {submission.template} not submitted"
+                    )
+                    return
+                delay *= factor
 
         thread = threading.Thread(target=go, name=f"dsx-trigger-{submission.trigger}", daemon=True)
         self.threads.append(thread)

@@ -12,24 +12,38 @@ conditions) never reaches a trigger:
   version did not change is dropped by the event source itself. Its event data is ``{type, body,
   oldBody, group, version, resource}``: the node after and before the update.
 - **Sensor** ``dsx-remediate``: one dependency per sentinel check, each passing only when that check's
-  condition turned ``True`` in this update (an ``exprs`` filter comparing the count of
-  ``type==<condition>, status==True`` conditions in ``body`` and ``oldBody``: the counts always exist,
-  so no filter fails on a node that never had the condition). One ``argoWorkflow`` trigger, fired by
-  any of them (``conditions``), submits a Workflow from the ``dsx-remediate`` WorkflowTemplate
-  (``workflowTemplateRef``) with ``node`` from the event (``dataKey: body.metadata.name``) and ``check``
-  from the dependency that matched (its ``dataTemplate`` is the check's name: a parameter whose
-  dependency did not fire resolves to nothing and is skipped, argo-events
-  ``pkg/sensors/triggers/params.go``, ``ResolveParamValue``). Its ``rateLimit`` spaces submissions
-  (argo-events waits, ``ratelimit.Take``, it drops nothing).
+  condition became *fatal* in this update (an ``exprs`` filter comparing the count of
+  ``type==<condition>, status==True, reason~Fatal*`` conditions in ``body`` and ``oldBody``: the counts
+  always exist, so no filter fails on a node that never had the condition). Severity, not status: a
+  degraded reading sets the condition ``True`` without the taint, and the fatal reading after it only
+  changes the reason (``DegradedReboot`` to ``FatalReboot``); a trigger on "newly True" never fires for
+  it. One ``argoWorkflow`` trigger, fired by any of them (``conditions``), submits a Workflow from the
+  ``dsx-remediate`` WorkflowTemplate (``workflowTemplateRef``) with ``node`` from the event (``dataKey:
+  body.metadata.name``), ``check`` from the dependency that matched (its ``dataTemplate`` is the check's
+  name: a parameter whose dependency did not fire resolves to nothing and is skipped, argo-events
+  ``pkg/sensors/triggers/params.go``, ``ResolveParamValue``) and ``event``, the condition itself
+  (``dataKey: body.status.conditions.#(type=="<condition>")``, its JSON): ``guard`` reads the severity
+  and action from its reason for the policy's rules, when it turned True for the ledger's detection
+  time (Events, which also tell it, expire after an hour), and its heartbeat to tell a stale trigger.
+  Its ``rateLimit`` spaces submissions (argo-events waits, ``ratelimit.Take``; up to 10 unused permits
+  are banked, so a burst after a quiet spell goes faster: the breaker bounds it).
+- **Delivery**: the trigger is ``atLeastOnce`` with a ``retryStrategy`` (argo-events v1.9
+  ``pkg/sensors/listener.go``: without it the submission runs in a goroutine, a failed ``argo submit``
+  is logged and lost). Retries end too, and a condition that turned fatal while the EventSource was
+  down is never an update it sees: the ``dsx-reconcile`` CronWorkflow (:mod:`steps.sentinel.reconcile`)
+  starts what the edges missed. With a JetStream bus one event that passes several dependencies fires
+  the trigger once per dependency (``pkg/eventbus/jetstream/sensor/trigger_conn.go``): the Workflows
+  queue on the node's mutex, and ``guard`` ends the later ones as superseded.
 
 How the Sensor knows the check: from which condition turned True, by a dependency per check. The
 condition type to check name map is :data:`steps.cluster.vocabulary.CONDITION_SENTINEL`, the agent's own;
 no annotation or template logic is needed, and Argo Events evaluates every part natively.
 
-Two fields of hera 7's ``hera.events`` models differ from Argo Events' Go types, and are written as Go
-reads them: ``ResourceEventSource``'s group, version and resource are inline fields (hera nests them
-under ``groupVersionResource``), and ``K8SResource`` (the trigger's Workflow) is a JSON object (hera
-takes a base64 string).
+Three fields of hera 7's ``hera.events`` models differ from Argo Events' Go types, and are written as
+Go reads them: ``ResourceEventSource``'s group, version and resource are inline fields (hera nests them
+under ``groupVersionResource``), ``K8SResource`` (the trigger's Workflow) is a JSON object (hera takes
+a base64 string), and ``Backoff``'s ``duration`` is a string and its ``factor`` and ``jitter`` plain
+numbers (hera wraps them in objects).
 """
 
 from __future__ import annotations
@@ -58,15 +72,19 @@ from hera.events.models import (
     TriggerParameterSource,
     TriggerTemplate,
 )
+from hera.events.models import Container as EventsContainer
+from hera.events.models.io.k8s.api.core.v1 import PodSecurityContext, SecurityContext
 from hera.events.models.io.k8s.apimachinery.pkg.apis.meta.v1 import GroupVersionResource, ObjectMeta
 
 from steps.cluster import vocabulary as vocab
-from workflows.templates._base import PART_OF
+from steps.sentinel.events import condition_reason
+from workflows.templates._base import PART_OF, container_security_context, pod_security_context
 
 __all__ = [
     "EVENT_NAME",
     "EVENT_SOURCE",
     "RATE_LIMIT",
+    "RETRY",
     "SENSOR",
     "SENSOR_ACCOUNT",
     "SOURCE_ACCOUNT",
@@ -84,6 +102,9 @@ SOURCE_ACCOUNT = "dsx-node-events"
 SENSOR_ACCOUNT = "dsx-remediate-sensor"
 RATE_LIMIT = RateLimit(unit="Minute", requests_per_unit=6)
 """At most one remediation started every 10 s (the chart's ``events.rateLimit`` overrides it)."""
+RETRY: dict[str, Any] = {"steps": 5, "duration": "10s", "factor": 2, "jitter": 0.5}
+"""The trigger's retries: 10 s, 20 s, 40 s, 80 s apart (plus up to half again), then the reconciler."""
+_FATAL = condition_reason("fatal", "none")[: len("Fatal")]
 _API_VERSION = "argoproj.io/v1alpha1"
 
 
@@ -92,9 +113,26 @@ def dependency_name(check: str) -> str:
     return "dsx_" + check.replace("-", "_")
 
 
-def _true_count(body: str, condition: str) -> str:
-    """gjson path: how many ``condition`` conditions with ``status=True`` the node in ``body`` has."""
-    return f'{body}.status.conditions.#(type=="{condition}")#|#(status=="True")#|#'
+def _template(account: str) -> Template:
+    """The pod template of the EventSource's or the Sensor's Deployment: its account, and Pod Security
+    ``restricted`` as dsx's workflow pods have it. Argo Events copies ``securityContext`` into the pod
+    and ``container.securityContext`` into its one container, which it creates with none
+    (argo-events v1.9 ``pkg/reconciler/{sensor,eventsource}/resource.go``, ``ApplyToContainer``); its
+    image (``FROM scratch``, no ``USER``) would otherwise run as root, which ``restricted`` refuses."""
+    dump = {"by_alias": True, "exclude_none": True, "mode": "json"}
+    return Template(
+        service_account_name=account,
+        security_context=PodSecurityContext.model_validate(pod_security_context().model_dump(**dump)),
+        container=EventsContainer(
+            security_context=SecurityContext.model_validate(container_security_context().model_dump(**dump))
+        ),
+    )
+
+
+def _fatal_count(body: str, condition: str) -> str:
+    """gjson path: how many ``condition`` conditions with ``status=True`` and a fatal reason the node in
+    ``body`` has (``%`` is gjson's glob match)."""
+    return f'{body}.status.conditions.#(type=="{condition}")#|#(status=="True")#|#(reason%"{_FATAL}*")#|#'
 
 
 @dataclass(frozen=True)
@@ -114,18 +152,20 @@ class EventsObject:
             workflow = trigger["template"].get("argoWorkflow")
             if workflow is not None:
                 workflow["source"] = {"resource": _workflow()}
+                trigger["retryStrategy"] = dict(RETRY)
         return manifest
 
 
 def _workflow() -> dict[str, Any]:
-    """The Workflow the trigger submits: ``dsx-remediate`` from its template, node and check to fill."""
+    """The Workflow the trigger submits: ``dsx-remediate`` from its template, node, check and event to
+    fill."""
     return {
         "apiVersion": _API_VERSION,
         "kind": "Workflow",
         "metadata": {"generateName": f"{REMEDIATE}-", "labels": dict(PART_OF)},
         "spec": {
             "workflowTemplateRef": {"name": REMEDIATE},
-            "arguments": {"parameters": [{"name": "node", "value": ""}, {"name": "check", "value": ""}]},
+            "arguments": {"parameters": [{"name": n, "value": ""} for n in ("node", "check", "event")]},
         },
     }
 
@@ -146,15 +186,14 @@ def event_source() -> EventsObject:
         "EventSource",
         EventSource(
             metadata=ObjectMeta(name=EVENT_SOURCE, labels=dict(PART_OF)),
-            spec=EventSourceSpec(
-                resource={EVENT_NAME: source}, template=Template(service_account_name=SOURCE_ACCOUNT)
-            ),
+            spec=EventSourceSpec(resource={EVENT_NAME: source}, template=_template(SOURCE_ACCOUNT)),
         ),
     )
 
 
 def sensor() -> EventsObject:
-    """The Sensor: a dependency per sentinel check, one rate-limited trigger submitting dsx-remediate."""
+    """The Sensor: a dependency per sentinel check (its condition turned fatal), one rate-limited,
+    at-least-once trigger submitting dsx-remediate."""
     checks = sorted(vocab.CONDITION_SENTINEL)
     dependencies = [
         EventDependency(
@@ -166,8 +205,8 @@ def sensor() -> EventsObject:
                     ExprFilter(
                         expr="now > before",
                         fields=[
-                            PayloadField(name="now", path=_true_count("body", condition)),
-                            PayloadField(name="before", path=_true_count("oldBody", condition)),
+                            PayloadField(name="now", path=_fatal_count("body", condition)),
+                            PayloadField(name="before", path=_fatal_count("oldBody", condition)),
                         ],
                     )
                 ]
@@ -189,15 +228,26 @@ def sensor() -> EventsObject:
         )
         for c in checks
     ]
+    events = [
+        TriggerParameter(
+            src=TriggerParameterSource(
+                dependency_name=dependency_name(c),
+                data_key=f'body.status.conditions.#(type=="{vocab.CONDITION_SENTINEL[c]}")',
+            ),
+            dest="spec.arguments.parameters.2.value",
+        )
+        for c in checks
+    ]
     trigger = Trigger(
         template=TriggerTemplate(
             name=TRIGGER,
             conditions=" || ".join(dependency_name(c) for c in checks),
             argo_workflow=ArgoWorkflowTrigger(
-                operation="submit", source=ArtifactLocation(), parameters=nodes + named
+                operation="submit", source=ArtifactLocation(), parameters=nodes + named + events
             ),
         ),
         rate_limit=RATE_LIMIT,
+        at_least_once=True,
     )
     return EventsObject(
         "Sensor",
@@ -206,7 +256,7 @@ def sensor() -> EventsObject:
             spec=SensorSpec(
                 dependencies=dependencies,
                 triggers=[trigger],
-                template=Template(service_account_name=SENSOR_ACCOUNT),
+                template=_template(SENSOR_ACCOUNT),
             ),
         ),
     )

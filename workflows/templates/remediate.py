@@ -28,30 +28,38 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Suspend, Task, TaskResult, WorkflowTemplate
+from hera.workflows import DAG, CronWorkflow, Parameter, Suspend, Task, TaskResult, WorkflowTemplate
 from hera.workflows.models import Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
 from steps.readiness.certify import AUTO
+from steps.sentinel import ledger
 from steps.sentinel import recertify as recert
+from steps.sentinel import reconcile as reconciler
 from steps.sentinel import remediate as steps
 from workflows.templates._base import (
+    DESCRIPTION_ANNOTATION,
     OUTPUT_DIR,
+    PART_OF,
     WORKFLOW_NAME,
     WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
     param,
     step,
+    workflow_spec,
     workflow_template,
 )
 
-__all__ = ["RECERTIFY_SELECTOR", "REPAIR_WAITS", "templates"]
+__all__ = ["LEDGER_ENV", "RECERTIFY_SELECTOR", "REPAIR_WAITS", "templates"]
 
 REPAIR_WAITS = ("node", "suspend")
 """The ``repair-wait`` parameter's values: a resource template watching the node, or a Suspend step."""
 
 RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
+#: The environment of every step that writes the ledger: how long it keeps (the chart's
+#: remediate.ledger.retentionDays replaces the compiled default).
+LEDGER_ENV = {vocab.ENV_LEDGER_RETENTION_DAYS: str(ledger.RETENTION_DAYS)}
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
 _ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
 _BISECT = "dsx-bisect"
@@ -77,7 +85,12 @@ def _parameters() -> list[Parameter]:
             "xid",
             enum=sorted(vocab.CONDITION_SENTINEL),
         ),
-        param("event", "The HealthEvent as JSON (from the Sensor); empty: a person asked for it.", ""),
+        param(
+            "event",
+            "What started it, as JSON: the check's node condition (the Sensor and dsx-reconcile pass it) "
+            "or a HealthEvent; a run whose fault no longer stands is superseded. Empty: a person asked.",
+            "",
+        ),
         param("dry-run", "true: decide and record, change nothing.", "false", enum=["false", "true"]),
         param("max-attempts", "Attempts since the node was last in service before it is escalated.", "3"),
         param("breaker-share", "Largest share of GPU nodes quarantined within the breaker's window.", "0.1"),
@@ -192,7 +205,7 @@ def _exit_handler(wt: WorkflowTemplate) -> None:
     """record-outcome and release, whatever the workflow's end: recertification took the node's
     certification Lease under this workflow's name, and dsx-certify's own exit handler, which gives it
     back when a step fails, does not run for its DAG reached through ``templateRef``."""
-    record_outcome = step(steps.record_outcome, timeout="5m", retries=2)
+    record_outcome = step(steps.record_outcome, timeout="5m", retries=2, env=LEDGER_ENV)
     release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with wt, DAG(name="exit") as exit_handler:
         record_outcome(
@@ -207,22 +220,74 @@ def _exit_handler(wt: WorkflowTemplate) -> None:
     wt.on_exit = exit_handler
 
 
+def _reconciler() -> CronWorkflow:
+    """``dsx-reconcile``: every 5 minutes, ``dsx-remediate`` for each node whose fault the Sensor's edges
+    missed (:mod:`steps.sentinel.reconcile`), as its own account (it reads nodes, the breaker and the
+    ledger, and creates Workflows; the runs act as dsx-remediate). The chart suspends it unless the
+    Sensor is installed."""
+    reconcile = step(
+        reconciler.reconcile, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE}
+    )
+    with (
+        CronWorkflow(
+            name="dsx-reconcile",
+            schedules=["*/5 * * * *"],
+            concurrency_policy="Forbid",
+            starting_deadline_seconds=240,
+            successful_jobs_history_limit=3,
+            failed_jobs_history_limit=3,
+            entrypoint="main",
+            annotations={
+                DESCRIPTION_ANNOTATION: "Every 5 minutes: dsx-remediate for every managed node that carries "
+                "the sentinel's taint with a sentinel condition the policy remediates, no dsx.dev/state and "
+                "no remediation under way (an edge the Sensor missed, a submission that failed, a node the "
+                "circuit breaker refused before it was reset). Nothing while the breaker is open."
+            },
+            labels=dict(PART_OF),
+            arguments=[
+                param(
+                    "dry-run",
+                    "true: print what it would start, start nothing.",
+                    "false",
+                    enum=["false", "true"],
+                ),
+                param(
+                    "remediate-parameters",
+                    'Other parameters of the runs it starts, as a JSON object ({"repair-wait": "suspend"}).',
+                    "{}",
+                ),
+            ],
+            **workflow_spec("dsx-reconcile"),
+        ) as cron,
+        DAG(name="main"),
+    ):
+        reconcile(
+            arguments={
+                "dry_run": cron.get_parameter("dry-run"),
+                "remediate_parameters": cron.get_parameter("remediate-parameters"),
+                "workflow_name": WORKFLOW_NAME,
+            }
+        )
+    return cron
+
+
 def templates() -> list[Any]:
-    """The remediation WorkflowTemplate."""
-    guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"))
-    quarantine = step(steps.quarantine, timeout="5m", retries=2)
-    drain = step(steps.drain, timeout="2h", retries=2)
-    request_repair = step(steps.request_repair, timeout="5m", retries=2)
-    repair_wait = step(steps.repair_wait, timeout=_REPAIR_WAIT_BOUND, retries=2)
-    repaired = step(steps.repaired, timeout="5m", retries=2)
-    conclude = step(steps.conclude, timeout="5m", retries=2)
+    """The remediation WorkflowTemplate and the reconciler's CronWorkflow."""
+    guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"), env=LEDGER_ENV)
+    quarantine = step(steps.quarantine, timeout="5m", retries=2, env=LEDGER_ENV)
+    drain = step(steps.drain, timeout="2h", retries=2, env=LEDGER_ENV)
+    request_repair = step(steps.request_repair, timeout="5m", retries=2, env=LEDGER_ENV)
+    repair_wait = step(steps.repair_wait, timeout=_REPAIR_WAIT_BOUND, retries=2, env=LEDGER_ENV)
+    repaired = step(steps.repaired, timeout="5m", retries=2, env=LEDGER_ENV)
+    conclude = step(steps.conclude, timeout="5m", retries=2, env=LEDGER_ENV)
     with workflow_template(
         "dsx-remediate",
         "Remediate a faulty node: guard (managed, breaker closed, attempts), cordon and taint it "
         "(dsx.dev/state=quarantined), drain it through the Eviction API, ask for a repair and wait for it "
         "(a new boot id, Ready, the fault's condition cleared), recertify it with dsx-certify, and "
         "uncordon it only on a pass; otherwise it stays cordoned with dsx.dev/state=escalated and "
-        "dsx.dev/replace=requested. Every state change is kept in the ConfigMap dsx-remediation-ledger.",
+        "dsx.dev/replace=requested. Every state change is kept in the ledger: a ConfigMap per node and "
+        "month, dsx-ledger-<node>-<yyyy-mm>, labelled dsx.dev/ledger=true.",
         "remediate",
         _parameters(),
         synchronization=Synchronization(mutexes=[Mutex(name="dsx-remediate-{{workflow.parameters.node}}")]),
@@ -264,4 +329,4 @@ def templates() -> list[Any]:
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
     _exit_handler(wt)
-    return [wt]
+    return [wt, _reconciler()]

@@ -4,7 +4,7 @@ read-modify-write that re-reads and re-applies its change on a conflict."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from steps.cluster import changes
@@ -34,28 +34,34 @@ class StateCalls(PortCore):
         return dict((data or {}).get("data") or {})
 
     @logged
-    def update_state(self, name: str, change: StateChange) -> dict[str, str]:
-        """Read-modify-write the state ConfigMap; on a conflict read again and re-apply ``change``."""
+    def update_state(
+        self, name: str, change: StateChange, labels: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """Read-modify-write the state ConfigMap; on a conflict read again and re-apply ``change``.
+        ``labels`` are merged into the ConfigMap's own (on the create, or with the next write)."""
         call, target, ns = "update_state", f"configmap/{self.namespace}/{name}", self.namespace
+        wanted = dict(labels or {})
         for attempt in range(self._retry.conflict_attempts):
             current = self._run(call, target, True, lambda: self._get(CONFIGMAPS, name, ns))
             old = dict((current or {}).get("data") or {})
             new = change(dict(old))
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in new.items()):
                 raise InputError(f"{call} {target}: state keys and values must be strings")
-            if new == old and (current is not None or not new):
+            had = dict(((current or {}).get("metadata") or {}).get("labels") or {})
+            if new == old and (not new if current is None else wanted.items() <= had.items()):
                 return new
             try:
                 if current is None:
-                    body = {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": name, "namespace": ns},
-                    }
+                    metadata: dict[str, Any] = {"name": name, "namespace": ns}
+                    if wanted:
+                        metadata["labels"] = dict(sorted(wanted.items()))
+                    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
                     body["data"] = dict(sorted(new.items()))
                     self._run(call, target, True, functools.partial(self._create, CONFIGMAPS, ns, body))
                 else:
                     body = merge_patch(current, {"data": None})
+                    if wanted:
+                        body["metadata"]["labels"] = dict(sorted({**had, **wanted}.items()))
                     body["data"] = dict(sorted(new.items()))
                     self._run(
                         call, target, True, functools.partial(self._replace, CONFIGMAPS, name, ns, body)

@@ -28,7 +28,7 @@ from steps.cluster.patches import merge_patch, strategic_merge_patch
 from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
 from steps.cluster.resources import Resource
 from steps.cluster.retry import RetryPolicy, TransientError
-from steps.cluster.selectors import matches
+from steps.cluster.selectors import parse_selector
 from steps.cluster.sim import repair
 from steps.cluster.sim.controllers import (
     collect_dependents,
@@ -287,13 +287,6 @@ class SimCluster(PortBase):
             return [p.to_manifest() for _, p in sorted(fleet.pods.items())]
         return [b.to_manifest() for _, b in sorted(fleet.pdbs.items())]
 
-    def _stored(self, fleet: Fleet, res: Resource) -> list[dict[str, Any]]:
-        """Copies of every stored object of a resource."""
-        if self._typed(res):
-            return self._render(fleet, res)
-        prefix = f"{res.api_version}|{res.kind}|"
-        return [_copy(obj) for key, obj in sorted(fleet.objects.items()) if key.startswith(prefix)]
-
     @staticmethod
     def _ident(obj: Mapping[str, Any]) -> tuple[str | None, str]:
         meta = obj.get("metadata") or {}
@@ -383,16 +376,26 @@ class SimCluster(PortBase):
             self._settle()
         with self.store.transaction(write=False) as fleet:
             self._gate(fleet, "list", res, None, node=node, namespace=namespace)
+            # Typed kinds are rendered afresh; other objects are copied only once they match (a label
+            # selector over thousands of ConfigMaps reads a few).
+            typed = self._typed(res)
+            prefix = f"{res.api_version}|{res.kind}|"
+            stored = (
+                self._render(fleet, res)
+                if typed
+                else [obj for key, obj in sorted(fleet.objects.items()) if key.startswith(prefix)]
+            )
+            wanted = parse_selector(label_selector)
             out = []
-            for obj in self._stored(fleet, res):
+            for obj in stored:
                 meta = obj.get("metadata") or {}
                 if namespace and meta.get("namespace") != namespace:
                     continue
-                if not matches(label_selector, meta.get("labels") or {}):
+                if not all(r.matches(meta.get("labels") or {}) for r in wanted):
                     continue
                 if node is not None and (obj.get("spec") or {}).get("nodeName") != node:
                     continue
-                out.append(obj)  # already a copy
+                out.append(obj if typed else _copy(obj))
             return out
 
     def _create(self, res: Resource, namespace: str | None, manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -187,7 +187,8 @@ def collect_dependents(
         collect_dependents(fleet, obj, "Background", revision)
 
 
-#: What a ConfigMap's data and binaryData may hold together (the API server's ``MaxSecretSize``), bytes.
+#: What a ConfigMap's data and binaryData may hold together, bytes: kubernetes ``ValidateConfigMap``
+#: (pkg/apis/core/validation) refuses more than ``core.MaxSecretSize`` with ``field.TooLong``.
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 
 
@@ -203,7 +204,7 @@ def configmap_refusal(configmap: dict[str, Any]) -> str | None:
     if size <= CONFIGMAP_MAX_BYTES:
         return None
     name = (configmap.get("metadata") or {}).get("name", "")
-    return f'ConfigMap "{name}" is invalid: : Too long: must have at most {CONFIGMAP_MAX_BYTES} bytes'
+    return f'ConfigMap "{name}" is invalid: : Too long: may not be more than {CONFIGMAP_MAX_BYTES} bytes'
 
 
 def event_refusal(event: dict[str, Any]) -> str | None:

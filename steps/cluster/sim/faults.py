@@ -14,6 +14,8 @@
 ``pcie-degraded[@I]``     GPU I (default 0) runs its PCIe link a generation lower on half its lanes
 ``nvlink-down[@I]``       every NVLink of GPU I (default 0) is down (inactive, no NVLink bandwidth)
 ``nic-down=NAME``         network port NAME (``mlx5_3/1``, or ``mlx5_3`` for its first port) is down
+``nic-unused=NAME``       the node has one more port, Ethernet NAME (``eth1``), that is down and never was
+                          up: an onboard port nobody cabled (a repair leaves it down too)
 ``thermal[@I]``           GPU I (default 0) runs above its slowdown temperature, thermally throttled
 ``driver=VERSION``        the node runs driver VERSION: GPU Feature Discovery's driver labels (both
                           forms) say so, and its CUDA labels give that driver branch's CUDA version
@@ -23,6 +25,8 @@
 ``runtime=VERSION``       the node's container runtime (``containerd://1.7.20``)
 ``busy``                  a workload holds every GPU of the node: Job pod ``busy-NODE`` (namespace
                           ``research``), so no test pod that asks for its GPUs can be scheduled there
+``unmanaged``             the operator opted the node out: it carries ``dsx.dev/managed=false``, so dsx
+                          observes it (the sentinel's conditions, Events, metrics) and never acts on it
 ========================  ==============================================================================
 
 The NIC faults (``slow-nic``, ``flaky-nic``, ``hang``) show only in tests that span two or more nodes:
@@ -31,13 +35,16 @@ own test too.
 
 The five before ``busy`` are software-version skews, as a patched or a replaced node shows them: they change
 only what the node reports (its labels and ``status.nodeInfo``), not its physical health, so they are not
-listed in ``health.faults``; nor is ``busy``, a healthy node doing its job.
+listed in ``health.faults``; nor are ``busy``, a healthy node doing its job, ``unmanaged``, a label, and
+``nic-unused``, a port a healthy node does not use.
 """
 
 from __future__ import annotations
 
 import re
 
+from steps.cluster import vocabulary as vocab
+from steps.cluster.health import NicReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, Pod
 from steps.cluster.sim.gpus import cuda_for_driver, driver_labels
 from steps.cluster.sim.model import Fleet, NodeHealth, owner_key
@@ -65,6 +72,8 @@ FAULT_KINDS = (
     "flaky-nic",
     "hang",
     "busy",
+    "nic-unused",
+    "unmanaged",
 )
 
 _NODE_INFO_FIELDS = {
@@ -139,6 +148,22 @@ def _nic_down(fleet: Fleet, node: str, name: str, fault: str) -> None:
     health.faults.append(fault.strip())
 
 
+def _nic_unused(fleet: Fleet, node: str, name: str, fault: str) -> None:
+    """Apply ``nic-unused=NAME``: one more Ethernet port, down since the node booted (never cabled)."""
+    health = fleet.health[node]
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InputError(f"fault {fault!r} on {node}: nic-unused needs an interface name (nic-unused=eth1)")
+    taken = [n.name for n in health.nics if name in (n.name, n.name.partition("/")[0])]
+    if taken:
+        raise InputError(
+            f"fault {fault!r} on {node}: the node already has port {taken[0]}; nic-unused adds a port "
+            "that was never cabled (to take a port down, use nic-down)"
+        )
+    health.nics.append(NicReport(name=name, kind="ethernet", up=False, state="down"))
+    health.uncabled.append(name)
+    fleet.nodes[node].resource_version = fleet.next_revision()
+
+
 def _hardware_fault(health: NodeHealth, kind: str, index: int, node: str, fault: str) -> None:
     """Apply ``pcie-degraded``, ``nvlink-down`` or ``thermal`` to GPU ``index``."""
     gpu = health.gpus[_gpu(health, index, node, fault)]
@@ -194,8 +219,18 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     if kind == "nic-down":
         _nic_down(fleet, node, version.strip(), fault)
         return
+    if kind == "nic-unused":
+        _nic_unused(fleet, node, version.strip(), fault)
+        return
     if fault.strip() == "busy":
         _busy(fleet, fleet.nodes[node])
+        return
+    if kind.strip() == "unmanaged":
+        if sep:
+            raise InputError(f"fault {fault!r} on {node}: unmanaged takes no value")
+        state = fleet.nodes[node]
+        state.labels[vocab.LABEL_MANAGED] = vocab.MANAGED_FALSE
+        state.resource_version = fleet.next_revision()
         return
     match = _FAULT.match(fault.strip())
     if not match and kind.partition(":")[0].partition("@")[0] in FAULT_KINDS:

@@ -38,6 +38,8 @@ class NodeHealth(_Model):
         faults: the faults injected so far, as written (``slow-nic``, ``xid=79@3``...).
         readings: further named figures (``reading:NAME=VALUE`` faults set them).
         nics: the node's network ports as sysfs shows them (the ``nic-down`` fault takes one down).
+        uncabled: the ports among them that nobody cabled (the ``nic-unused`` fault): down, and a repair
+            leaves them down.
     """
 
     ready: bool = True
@@ -49,6 +51,7 @@ class NodeHealth(_Model):
     faults: list[str] = Field(default_factory=list)
     readings: dict[str, float] = Field(default_factory=dict)
     nics: list[NicReport] = Field(default_factory=list)
+    uncabled: list[str] = Field(default_factory=list)
 
     @property
     def healthy(self) -> bool:

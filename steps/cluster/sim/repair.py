@@ -145,8 +145,14 @@ def reboot_due(fleet: Fleet, now: float) -> list[str]:
                 )
                 for g in health.gpus
             ]
-            health.nics = [
-                n.model_copy(update={"up": True, "state": "ACTIVE", "phys_state": "LinkUp"})
+            health.nics = [  # every port cabled comes back up; one never cabled stays down
+                n
+                if n.name in health.uncabled
+                else n.model_copy(
+                    update={"up": True, "state": "ACTIVE", "phys_state": "LinkUp"}
+                    if n.kind == "infiniband"
+                    else {"up": True, "state": "up"}
+                )
                 for n in health.nics
             ]
             health.link_gbps = health.nominal_link_gbps

@@ -9,7 +9,9 @@ Keys (``-`` and ``_`` are the same): ``nodes``, ``gpu`` (a100, h100, h200, b200,
 ``width`` (digits of the node number), ``workloads`` (true/false: the sample pods and budgets),
 ``kubelet``, ``os``, ``kernel``, ``runtime``, ``driver`` (every GPU node's driver, default the GPU
 model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separated by ``;``, see
-:mod:`steps.cluster.sim.faults`; ``node-03:driver=570.124.06`` puts one node on another driver),
+:mod:`steps.cluster.sim.faults`; ``node-03:driver=570.124.06`` puts one node on another driver,
+``node-01:unmanaged`` opts one out with ``dsx.dev/managed=false``, ``node-01:nic-unused=eth1`` gives it an
+onboard port nobody cabled),
 ``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``releases`` (deployed Helm releases,
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
 ``api-conflicts``, ``api-latency-ms``, ``repair`` (how the simulated repair system answers a

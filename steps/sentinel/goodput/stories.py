@@ -6,7 +6,6 @@ observed (see :mod:`steps.sentinel.goodput.ledger_report` for how they are accou
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -82,22 +81,11 @@ def _eventparse_at(event: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _ledger(data: Mapping[str, str], node: str) -> list[Mapping[str, Any]]:
-    """The node's entries (see :mod:`steps.sentinel.ledger`); an unreadable key reads as none."""
-    try:
-        raw: Any = json.loads(data.get(node) or "[]")
-    except ValueError:
-        return []
-    if not isinstance(raw, list):
-        return []
-    return [e for e in raw if isinstance(e, dict) and parse_at(e.get("at")) is not None]
-
-
-def _story(node: Node, ledger_data: Mapping[str, str], events: Iterable[Mapping[str, Any]]) -> NodeStory:
+def _story(node: Node, ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]) -> NodeStory:
     story = NodeStory(
         name=node.name,
         gpus=node.gpu_count,
-        ledger=_ledger(ledger_data, node.name),
+        ledger=[e for e in ledger if parse_at(e.get("at")) is not None],
         state=node.labels.get(vocab.LABEL_STATE, ""),
         state_since=parse_at(node.annotations.get(vocab.ANNOTATION_STATE_SINCE)),
     )
@@ -138,14 +126,18 @@ def _story(node: Node, ledger_data: Mapping[str, str], events: Iterable[Mapping[
 
 
 def read_stories(port: ClusterPort) -> list[NodeStory]:
-    """Every node's story: the nodes, the ledger ConfigMap and the Events about nodes."""
-    from steps.sentinel.ledger import LEDGER_CONFIGMAP
+    """Every node's story: the nodes, the ledger (every object of it, listed by its label, and the old
+    single ConfigMap: :func:`steps.sentinel.ledger.read_all`) and the Events about nodes."""
+    from steps.sentinel.ledger import read_all
 
     nodes = port.list_nodes()
-    data = port.get_state(LEDGER_CONFIGMAP)
+    ledger = read_all(port)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for event in port.list_objects("v1", "Event", NODE_EVENT_NAMESPACE):
         involved = event.get("involvedObject") or {}
         if involved.get("kind") == "Node" and involved.get("name"):
             by_node.setdefault(str(involved["name"]), []).append(event)
-    return [_story(n, data, by_node.get(n.name, [])) for n in sorted(nodes, key=lambda n: n.name)]
+    return [
+        _story(n, ledger.get(n.name, []), by_node.get(n.name, []))
+        for n in sorted(nodes, key=lambda n: n.name)
+    ]

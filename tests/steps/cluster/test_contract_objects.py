@@ -185,7 +185,7 @@ def test_contract_a_configmap_over_one_mebibyte_is_refused(backend: Backend) -> 
     half = "x" * (512 * 1024)
     made = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "full", "namespace": "dsx"}}
     port.create_object({**made, "data": {"a": half, "b": half}})  # exactly 1 MiB: accepted
-    with pytest.raises(ClusterError, match=r"422.*Too long: must have at most 1048576 bytes"):
+    with pytest.raises(ClusterError, match=r"422.*Too long: may not be more than 1048576 bytes"):
         port.patch_object("v1", "ConfigMap", "full", {"data": {"c": "z"}}, "dsx")
     with pytest.raises(ClusterError, match=r"422.*Too long"):
         over = {"name": "over", "namespace": "dsx"}

@@ -30,6 +30,32 @@ def test_contract_state_starts_empty_and_keeps_what_is_written(backend: Backend)
     assert stored is not None and stored["data"] == {"node-04": "quarantined"}
 
 
+def test_contract_labelled_state_is_found_by_its_labels(backend: Backend) -> None:
+    """A state ConfigMap written with labels carries them from its create on, keeps labels it had, and
+    a label selector finds it among the others."""
+    port = backend.port
+    mine = {"dsx.dev/ledger": "true", "dsx.dev/node": "node-03"}
+    port.update_state("a", lambda d: {**d, "k": "1"}, labels=mine)
+    port.update_state("b", lambda d: {**d, "k": "2"}, labels={**mine, "dsx.dev/node": "node-04"})
+    port.update_state("plain", lambda d: {**d, "k": "3"})
+    port.patch_object("v1", "ConfigMap", "a", {"metadata": {"labels": {"team": "ops"}}}, port.namespace)
+    assert port.update_state("a", lambda d: {**d, "k": "5"}, labels=mine) == {"k": "5"}
+
+    def listed(selector: str) -> list[str]:
+        return [o["metadata"]["name"] for o in port.list_objects("v1", "ConfigMap", port.namespace, selector)]
+
+    assert listed("dsx.dev/ledger=true") == ["a", "b"]
+    assert listed("dsx.dev/ledger=true,dsx.dev/node=node-03") == ["a"]
+    stored = port.get_object("v1", "ConfigMap", "a", port.namespace)
+    assert stored is not None and stored["metadata"]["labels"] == {**mine, "team": "ops"}
+    # Labels asked of a ConfigMap made without them are added even when the data stays as it is.
+    assert port.update_state("plain", dict, labels={"dsx.dev/ledger": "true"}) == {"k": "3"}
+    assert listed("dsx.dev/ledger=true") == ["a", "b", "plain"]
+    # Nothing to keep is still no object, labels or not.
+    assert port.update_state("none", dict, labels=mine) == {}
+    assert port.get_object("v1", "ConfigMap", "none", port.namespace) is None
+
+
 def test_contract_concurrent_updates_lose_nothing(backend: Backend) -> None:
     ports = [backend.new_port() for _ in range(4)]
     ports[0].update_state("counter", lambda d: {"count": "0"})

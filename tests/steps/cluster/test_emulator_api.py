@@ -305,10 +305,24 @@ def test_a_configmap_over_one_mebibyte_is_refused_on_create_and_on_update(api: A
     assert core.create_namespaced_config_map("dsx", body).metadata.name == "big"  # exactly 1 MiB
     status, answer = _refusal(lambda: core.patch_namespaced_config_map("big", "dsx", {"data": {"c": "z"}}))
     assert status == 422
-    assert answer["message"] == 'ConfigMap "big" is invalid: : Too long: must have at most 1048576 bytes'
+    assert answer["message"] == 'ConfigMap "big" is invalid: : Too long: may not be more than 1048576 bytes'
     bigger = {"metadata": {"name": "bigger"}, "binaryData": {"g": "A" * (1400 * 1024)}}  # 1,050 KiB decoded
     status, _ = _refusal(lambda: core.create_namespaced_config_map("dsx", bigger))
     assert status == 422
+
+
+def test_a_request_body_over_three_mebibytes_is_refused_before_it_is_read(api: Any) -> None:
+    """The generic apiserver's ``MaxRequestBodyBytes`` (3 MiB): 413, whatever the object would be."""
+    core = client.CoreV1Api(api)
+    # Keys do not count toward ValidateConfigMap's 1 MiB, so only the request's size refuses this one.
+    keys = {f"k{i:07d}" + "x" * 200: "" for i in range(16_000)}
+    status, answer = _refusal(
+        lambda: core.create_namespaced_config_map("dsx", {"metadata": {"name": "keys"}, "data": keys})
+    )
+    assert status == 413
+    assert answer["reason"] == "RequestEntityTooLarge"
+    assert answer["message"] == "Request entity too large: limit is 3145728"
+    assert core.list_namespaced_config_map("dsx").items == []
 
 
 # ------------------------------------------------------------------------- pod security

@@ -15,8 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from steps.cluster import connect, shareable
 from steps.errors import InputError
 from steps.sentinel import ledger
+from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.goodput.ledger_report import STATES, NodeStory, Observation, Verdict, account, parse_since
 from steps.sentinel.goodput.metrics import exposition
+from steps.sentinel.node import build_sentinel
 from tests.cli import dsx, dsx_here
 
 FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
@@ -90,6 +92,7 @@ def test_detection_time_outlives_the_event_through_the_ledger(tmp_path: Path) ->
     # The Sensor's event says the agent saw XID 79 two hours ago: its Event has aged out of the API server
     # (none here), the ledger's requested entry keeps when.
     spec = shareable("sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5", tmp_path)
+    build_sentinel(connect(spec), "node-01", load_catalogue()).run_once()  # the fault on the node, as read
     seen = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)
     event = {
         "node": "node-01", "check": "xid", "component": "gpu", "entity": "GPU-0", "code": "79",

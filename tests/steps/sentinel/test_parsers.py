@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pynvml
+import pytest
 
-from steps.sentinel.kernel_log import KernelLog, normalise_pci, parse_lines
+from steps.sentinel.kernel_log import Boot, KernelLog, normalise_pci, parse_lines
 from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
 from steps.sentinel.sysfs import read_nics
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
@@ -47,15 +51,127 @@ def test_nvml_and_kernel_pci_addresses_meet() -> None:
     assert normalise_pci("nonsense") == ""
 
 
+LONG_AGO = Boot("0b5c1e7a-0000-4000-8000-000000000001", 0.0)
+"""A boot older than every line of :data:`LINES`: each of them is this boot's."""
+
+
 def test_a_log_file_is_read_incrementally_and_a_partial_line_waits(tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text(LINES[0] + "\n" + LINES[2][:30])
-    reader = KernelLog(log)
+    reader = KernelLog(log, LONG_AGO)
     assert [x.code for x in reader.read().xids] == [79]
     with log.open("a") as handle:
         handle.write(LINES[2][30:] + "\n")
     assert [x.code for x in reader.read().xids] == [13]
     assert [x.code for x in reader.xids] == [79, 13]
+
+
+# ------------------------------------------------------------------ the kernel log from this boot
+
+NOW = time.time()
+BOOT = Boot("5c1e7a2b-93d4-4f1e-8a6b-0c9d8e7f6a5b", NOW - 3600)  # up for an hour
+OLD_XID = "NVRM: Xid (PCI:0000:18:00): 79, pid=1901, name=python, GPU has fallen off the bus."
+NEW_XID = "NVRM: Xid (PCI:0000:38:00): 79, pid=77, name=python, GPU has fallen off the bus."
+
+
+def _traditional(t: float) -> str:
+    """rsyslog's RSYSLOG_TraditionalFileFormat stamp (local time, no year), as Ubuntu up to 23.04 writes."""
+    return dt.datetime.fromtimestamp(t).strftime("%b %e %H:%M:%S")
+
+
+def _rfc3339(t: float) -> str:
+    """rsyslog's RSYSLOG_FileFormat stamp, Ubuntu's default since 23.10."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="microseconds")
+
+
+def _kern_log(stamp: Callable[[float], str], *, new_boot: bool = True, marker: bool = True) -> list[str]:
+    """A kern.log over two boots: the last one (ours, when ``new_boot``) began at BOOT.time."""
+    old_boot = BOOT.time - 2 * 86400
+    lines = [
+        f"{stamp(old_boot + 20)} gpu-7 kernel: [    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02)",
+        f"{stamp(old_boot + 90)} gpu-7 kernel: [   70.120000] eth0: link up",
+        f"{stamp(BOOT.time - 600)} gpu-7 kernel: [172180.5] {OLD_XID}",
+        f"{stamp(BOOT.time - 300)} gpu-7 kernel: [172480.1] reboot: Restarting system",
+    ]
+    if new_boot:
+        if marker:
+            lines.append(
+                f"{stamp(BOOT.time + 25)} gpu-7 kernel: [    0.000000] Linux version 6.8.0-45-generic"
+            )
+        lines.append(f"{stamp(BOOT.time + 900)} gpu-7 kernel: [  875.250000] {NEW_XID}")
+    return lines
+
+
+@pytest.mark.parametrize("stamp", [_traditional, _rfc3339], ids=["traditional", "rfc3339"])
+def test_a_kern_log_over_two_boots_gives_only_this_boots_xids(
+    tmp_path: Path, stamp: Callable[[float], str]
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(_kern_log(stamp)) + "\n")
+    reader = KernelLog(log, BOOT, clock=lambda: NOW)
+    assert [(x.pci, x.code) for x in reader.read().xids] == [("0000:38:00", 79)]
+    assert reader.earlier_boot_lines == 1
+    # no boot marker (the file rotated after the boot): the stamps alone say which boot
+    log.write_text("\n".join(_kern_log(stamp, marker=False)) + "\n")
+    assert [x.pci for x in KernelLog(log, BOOT, clock=lambda: NOW).read().xids] == ["0000:38:00"]
+    # rebooted, and nothing of this boot written yet: the old XID is no XID of this boot
+    log.write_text("\n".join(_kern_log(stamp, new_boot=False)) + "\n")
+    reader = KernelLog(log, BOOT, clock=lambda: NOW)
+    assert reader.read().xids == [] and reader.xids == []
+    with log.open("a") as handle:  # then this boot's lines arrive
+        handle.write("\n".join(_kern_log(stamp)[4:]) + "\n")
+    assert [x.pci for x in reader.read().xids] == ["0000:38:00"]
+
+
+def test_journalctl_boot_separators_and_the_kernel_clock_say_the_boot(tmp_path: Path) -> None:
+    log = tmp_path / "journal.log"
+    log.write_text(
+        "-- Boot 0123456789abcdef0123456789abcdef --\n"
+        f"Mar 03 12:00:02 gpu-7 kernel: {OLD_XID}\n"
+        f"-- Boot {BOOT.journal_id} --\n"
+        f"Mar 03 12:00:02 gpu-7 kernel: {NEW_XID}\n"  # the stamp is old, the boot id says ours
+    )
+    assert [x.pci for x in KernelLog(log, BOOT, clock=lambda: NOW).read().xids] == ["0000:38:00"]
+    # `dmesg -w >> file` across a reboot: seconds since boot start again; beyond this uptime is earlier
+    log.write_text(
+        f"[    0.000000] Linux version 6.8.0\n[ 5000.1] {OLD_XID}\n[    0.000000] x\n[ 875.2] {NEW_XID}\n"
+    )
+    assert [x.pci for x in KernelLog(log, BOOT, clock=lambda: NOW).read().xids] == ["0000:38:00"]
+
+
+def test_a_rotated_kern_log_is_finished_and_a_snapshot_resumes_where_it_stopped(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(_kern_log(_rfc3339)) + "\n")
+    reader = KernelLog(log, BOOT, clock=lambda: NOW)
+    reader.read()
+    with log.open("a") as handle:  # written, then logrotate moves the file before the next read
+        handle.write(
+            f"{_rfc3339(NOW - 5)} gpu-7 kernel: [ 3595.0] NVRM: Xid (PCI:0000:28:00): 13, pid=5, x\n"
+        )
+    log.rename(tmp_path / "kern.log.1")
+    log.write_text(f"{_rfc3339(NOW)} gpu-7 kernel: [ 3600.0] NVRM: Xid (PCI:0000:48:00): 31, pid=6, y\n")
+    assert [x.code for x in reader.read().xids] == [13, 31]
+    resumed = KernelLog(log, BOOT, clock=lambda: NOW)
+    assert resumed.restore(reader.snapshot())
+    assert resumed.read().xids == []  # nothing new: nothing read twice
+    assert [(x.pci, x.code) for x in resumed.xids] == [(x.pci, x.code) for x in reader.xids]
+    assert not KernelLog(tmp_path / "other.log", BOOT).restore(reader.snapshot())  # another log's
+
+
+def test_an_xid_repeated_word_for_word_is_kept_once(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text((LINES[0] + "\n") * 50 + LINES[0].replace("pid=1901", "pid=1902") + "\n")
+    reader = KernelLog(log, LONG_AGO)
+    assert len(reader.read().xids) == 51
+    assert [x.message.split(",")[0] for x in reader.xids] == ["pid=1901", "pid=1902"]
+
+
+def test_the_boot_is_read_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "sys/kernel/random/boot_id").write_text(BOOT.id + "\n")
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n")
+    assert Boot.read(tmp_path) == Boot(BOOT.id, 1700000000.0)
+    assert Boot.read(tmp_path / "nothing") is None
 
 
 def _tree(root: Path) -> None:
