@@ -296,7 +296,8 @@ def guard(
     if not current.managed:
         return refuse(f"{node} opts out (dsx.dev/managed=false)")
     if triggered and state not in ACTIVE_STATES:
-        verdict = standing(current, check, history, workflow_name)
+        seen = changes.format_time(reading.observed_at) if reading is not None else ""
+        verdict = standing(current, check, history, workflow_name, seen)
         if not verdict.stands:
             handled = f"; handled by {verdict.handled}" if verdict.handled else ""
             detail = f"nothing to do: {verdict.why}{handled}"

@@ -66,16 +66,20 @@ def _before(stamp: str, than: str) -> bool:
         return False
 
 
-def standing(node: Node, check: str, history: list[Entry], workflow: str = "") -> Standing:
+def standing(
+    node: Node, check: str, history: list[Entry], workflow: str = "", observed: str = ""
+) -> Standing:
     """Whether the fault of ``check`` on ``node`` still stands for the run ``workflow`` (see the module
-    docstring); ``history`` is the node's ledger, oldest first."""
+    docstring); ``history`` is the node's ledger, oldest first; ``observed`` (RFC 3339), when the trigger
+    saw the fault: a return to service before it did not handle it."""
     name = vocab.CONDITION_SENTINEL[check]
     back = last_in_service(history)
     condition = node.condition(name)
     if condition is None or condition.status != "True":
         since = condition.last_transition_time if condition is not None else ""
         cleared = f" (since {since})" if since else ""
-        return Standing(False, f"{name} is no longer True{cleared}", back.workflow if back else "")
+        handled = back.workflow if back is not None and not _before(back.at, observed) else ""
+        return Standing(False, f"{name} is no longer True{cleared}", handled)
     if back is not None and _not_after(_written(condition), back.at):
         return Standing(
             False,

@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         bin_dir = build(
-            set(args.only) if args.only else None, log=(lambda _: None) if args.print_bin else print
+            set(args.only) if args.only else (CORE if args.core else None),
+            log=(lambda _: None) if args.print_bin else print,
         )
     except ValueError as exc:
         print(f"dsx e2e build: {exc}", file=sys.stderr)

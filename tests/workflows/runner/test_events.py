@@ -3,6 +3,7 @@ the cluster port of a simulated fleet (gjson paths, expression filters, trigger 
 
 import copy
 import itertools
+import json
 import threading
 import time
 from pathlib import Path
@@ -37,7 +38,11 @@ def _node(*conditions: tuple[str, str], tainted: bool = True) -> dict[str, Any]:
         "spec": spec,
         "status": {
             "conditions": [{"type": "Ready", "status": "True"}]
-            + [{"type": t, "status": s} for t, s in conditions]
+            # a True sentinel condition as the agent writes it for a fatal fault (the Sensor fires on that)
+            + [
+                {"type": t, "status": s, **({"reason": "FatalReboot"} if s == "True" else {})}
+                for t, s in conditions
+            ]
         },
     }
 
@@ -76,7 +81,12 @@ def test_the_sensor_fires_when_a_check_turns_true_naming_the_node_and_the_check(
     assert firing.matched == ("dsx_xid",)
     (submission,) = firing.submissions
     assert submission.template == "dsx-remediate"
-    assert submission.parameters == {"node": "node-02", "check": "xid"}
+    assert submission.parameters["node"] == "node-02" and submission.parameters["check"] == "xid"
+    assert json.loads(submission.parameters["event"]) == {
+        "type": "DsxGpuXid",
+        "status": "True",
+        "reason": "FatalReboot",
+    }
     nic = sensor.handle(
         "dsx-nodes",
         "node-health",
@@ -132,10 +142,10 @@ def test_the_event_source_passes_only_updates_of_managed_nodes_carrying_the_tain
     port.set_labels("node-01", {vocab.LABEL_MANAGED: vocab.MANAGED_FALSE})
     for name in ("node-01", "node-02"):
         port.add_taint(name, vocab.TAINT_UNHEALTHY, effect="NoSchedule")
-        port.set_condition(name, vocab.CONDITION_GPU_XID, True, "Xid79", "GPU fell off the bus")
+        port.set_condition(name, vocab.CONDITION_GPU_XID, True, "FatalReboot", "GPU fell off the bus")
     (firing,) = player.poll_once()
     assert firing.matched == ("dsx_xid",)
-    assert [s.parameters for s in firing.submissions] == [{"node": "node-02", "check": "xid"}]
+    assert [(s.parameters["node"], s.parameters["check"]) for s in firing.submissions] == [("node-02", "xid")]
     for thread in player.threads:
         thread.join(5)
     assert [s.parameters["node"] for s in submitted] == ["node-02"]
