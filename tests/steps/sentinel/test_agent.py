@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
-from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.port import ClusterPort
 from steps.cluster.sim import MemoryStore, SimCluster
 from steps.sentinel.agent import Agent
@@ -21,10 +19,11 @@ from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.probes import NodeProbes
 from tests.cli import dsx_here
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.k8s_emulator import Emulator
+from tests.steps.sentinel.conftest import Fleet
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
-FAST = RetryPolicy(
+FAST = RetryPolicy(  # two tries at a conflict: the tests below run them out
     attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0, conflict_attempts=2, conflict_delay=0.0
 )
 NODE = "node-01"
@@ -42,28 +41,12 @@ def _events(port: ClusterPort) -> list[dict[str, object]]:
     return [o for o in port.list_objects("v1", "Event", namespace="default")]
 
 
-@pytest.fixture(params=["sim", "kube"])
-def ports(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
-    """Builds (cluster port, sim health source) pairs; kube runs through the real client on the emulator
-    while the simulated fleet stays the node's hardware."""
-    emulators: list[Emulator] = []
-
-    def make(faults: str) -> tuple[ClusterPort, SimCluster, Emulator | None]:
-        spec = "sim:nodes=2,gpu=h100,workloads=false" + (f",faults={faults}" if faults else "")
-        hardware = SimCluster(MemoryStore(load_fleet(spec)), retry=FAST)
-        if request.param == "sim":
-            return hardware, hardware, None
-        emulator = Emulator()
-        emulator.start()
-        emulators.append(emulator)
-        emulator.seed(load_fleet(spec).manifests())
-        config = write_kubeconfig(tmp_path / f"kubeconfig{len(emulators)}", emulator.url)
-        api_client, _ = load_api_client(str(config))
-        return KubeCluster(api_client, retry=FAST), hardware, emulator
-
-    yield make
-    for emulator in emulators:
-        emulator.stop()
+@pytest.fixture
+def ports(fleet: Fleet) -> Fleet:
+    """Builds (cluster port, sim health source, emulator or None) for a two-node fleet with ``faults``."""
+    return lambda faults: fleet(
+        "sim:nodes=2,gpu=h100,workloads=false" + (f",faults={faults}" if faults else ""), FAST
+    )
 
 
 def _sentinel(port: ClusterPort, hardware: SimCluster, **kwargs: object) -> Sentinel:
@@ -154,7 +137,7 @@ def test_api_outage_is_survived_and_every_write_replayed_in_order(ports) -> None
     assert [e["reason"] for e in _events(port)] == ["DsxGpuPcieDegraded", "DsxGpuXid"]
 
 
-@pytest.mark.parametrize("ports", ["kube"], indirect=True)  # 409s come from the emulated API server
+@pytest.mark.parametrize("fleet", ["kube"], indirect=True)  # 409s come from the emulated API server
 def test_a_taint_that_keeps_conflicting_stays_queued_until_it_lands(ports) -> None:
     port, hardware, emulator = ports("")
     sentinel = _sentinel(port, hardware)

@@ -8,16 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from steps.cluster import RetryPolicy, changes, connect, load_fleet, shareable
+from steps.cluster import changes, connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ClusterError
-from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.port import ClusterPort
 from steps.cluster.sim import MemoryStore, SimCluster
 from steps.sentinel.agent import Agent
@@ -31,34 +29,9 @@ from steps.sentinel.budget import (
 from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.probes import NodeProbes
 from tests.cli import dsx_here
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.steps.sentinel.conftest import FAST
 
-FAST = RetryPolicy(
-    attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0, conflict_attempts=3, conflict_delay=0.0
-)
 TAINT = vocab.TAINT_UNHEALTHY
-
-
-@pytest.fixture(params=["sim", "kube"])
-def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Builds (cluster port, the fleet's hardware, emulator or None) for a short spec; with kube the
-    agents write through the real client to the emulated API server, the fleet stays the hardware."""
-    emulators: list[Emulator] = []
-
-    def make(spec: str) -> tuple[ClusterPort, SimCluster, Emulator | None]:
-        hardware = SimCluster(MemoryStore(load_fleet(spec)), retry=FAST)
-        if request.param == "sim":
-            return hardware, hardware, None
-        emulator = Emulator()
-        emulator.start()
-        emulators.append(emulator)
-        emulator.seed(load_fleet(spec).manifests())
-        api_client, _ = load_api_client(str(write_kubeconfig(tmp_path / f"kc{len(emulators)}", emulator.url)))
-        return KubeCluster(api_client, retry=FAST), hardware, emulator
-
-    yield make
-    for emulator in emulators:
-        emulator.stop()
 
 
 def _agents(port: ClusterPort, hardware: SimCluster, nodes: list[str], **kwargs: Any) -> dict[str, Agent]:
