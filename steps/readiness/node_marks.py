@@ -13,16 +13,14 @@ nodes first (:func:`label_verdicts`); a node it could not update keeps the ``pen
 import sys
 from typing import Any
 
-from steps.cluster import ClusterPort
+from steps.cluster import ClusterPort, holds
 from steps.cluster import vocabulary as vocab
-from steps.cluster.base import lease_name
-from steps.errors import DsxError, InputError
-from steps.readiness.outcomes import LOCAL_RUN_NAME, RunRef
+from steps.errors import DsxError
+from steps.readiness.outcomes import RunRef
 
 __all__ = [
     "LEASE_TTL_S",
     "holder",
-    "holder_alive",
     "label_verdicts",
     "release_held",
     "release_nodes",
@@ -35,29 +33,7 @@ LEASE_TTL_S = 8 * 3600
 
 def holder(run: RunRef) -> str:
     """Who holds a node's Lease while this run certifies it: the Workflow, by namespace, name and uid."""
-    return f"dsx-certify/{run.namespace}/{run.name}/{run.uid}"
-
-
-#: The phases of a Workflow that has ended: its steps run no more, so a Lease it still holds is stale.
-FINISHED_PHASES = vocab.WORKFLOW_FINISHED_PHASES
-
-
-def holder_alive(port: ClusterPort, identity: str) -> bool:
-    """Whether the certification run that holds a Lease may still be running: its Workflow (a
-    certification's, or a remediation's whose recertification took the Lease) exists, with the uid the
-    hold names, and has not finished. A killed run's hold, a deleted Workflow's, or a finished one's
-    (its exit handler stopped before releasing, or never ran: ``onExit`` does not run for a DAG reached
-    through ``templateRef``) is stale.
-
-    A holder that is not a Workflow (a local run) counts as alive: its Lease's own expiry decides.
-    """
-    parts = identity.split("/")
-    if len(parts) != 4 or parts[0] != "dsx-certify" or parts[2] == LOCAL_RUN_NAME:
-        return True
-    workflow = port.get_object("argoproj.io/v1alpha1", "Workflow", parts[2], parts[1])
-    if workflow is None or (workflow.get("metadata") or {}).get("uid") != parts[3]:
-        return False
-    return (workflow.get("status") or {}).get("phase") not in FINISHED_PHASES
+    return holds.run_holder(run.namespace, run.name, run.uid)
 
 
 def take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
@@ -66,48 +42,19 @@ def take_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
     Raises:
         InputError: a node is held by another certification (or remediation) that is still running.
     """
-    held_by = holder(run)
-    taken: list[str] = []
-    for name in names:
-        if port.acquire_lock(name, held_by, LEASE_TTL_S):
-            taken.append(name)
-            continue
-        lease = port.get_object("coordination.k8s.io/v1", "Lease", lease_name(name), port.namespace) or {}
-        other = str((lease.get("spec") or {}).get("holderIdentity") or "")
-        if other and not holder_alive(port, other):
-            port.release_lock(name, other)
-            if port.acquire_lock(name, held_by, LEASE_TTL_S):
-                taken.append(name)
-                continue
-        for done in taken:
-            port.release_lock(done, held_by)
-        raise InputError(
-            f"node {name} is held by {other or 'another run'} (Lease {port.namespace}/{lease_name(name)}): "
-            "two certifications of one node would measure each other; wait for it to end or stop it"
-        )
+    holds.take(
+        port, holder(run), names, LEASE_TTL_S, "two certifications of one node would measure each other"
+    )
 
 
 def release_nodes(port: ClusterPort, run: RunRef, names: list[str]) -> None:
     """Give up this run's hold on ``names`` (a node another run holds is left alone)."""
-    held_by = holder(run)
-    for name in names:
-        port.release_lock(name, held_by)
+    holds.release(port, holder(run), names)
 
 
 def release_held(port: ClusterPort, run: RunRef) -> list[str]:
     """Give up every Lease this run holds, found by their node label; the nodes released, sorted."""
-    held_by = holder(run)
-    leases = port.list_objects("coordination.k8s.io/v1", "Lease", port.namespace, vocab.LABEL_LOCKED_NODE)
-    released = []
-    for lease in leases:
-        node = ((lease.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_LOCKED_NODE, "")
-        if (
-            node
-            and (lease.get("spec") or {}).get("holderIdentity") == held_by
-            and port.release_lock(node, held_by)
-        ):
-            released.append(node)
-    return sorted(released)
+    return holds.release_held(port, holder(run))
 
 
 def label_verdicts(

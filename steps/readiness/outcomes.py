@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from steps.cluster import ClusterPort
+from steps.cluster import ClusterPort, holds
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.errors import DsxError
@@ -54,8 +54,7 @@ _DATA_KEY = "outcome.json.gz"
 _WORKFLOW_API = "argoproj.io/v1alpha1"
 
 
-LOCAL_RUN_NAME = "dsx-certify-local"
-"""The name of a run with no Workflow behind it (steps called directly, not by Argo)."""
+LOCAL_RUN_NAME = holds.LOCAL_RUN_NAME
 
 
 class RunRef(Model):

@@ -68,7 +68,17 @@ from steps.sentinel.events import (
 )
 from steps.sentinel.probes import Probe
 
-__all__ = ["PROBE_TIMEOUT_S", "Agent", "Metrics", "PassResult", "ProbeTimeoutError", "Write", "serve"]
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "Agent",
+    "GuardedProbe",
+    "Metrics",
+    "PassResult",
+    "ProbeTimeoutError",
+    "Write",
+    "probe_fault",
+    "serve",
+]
 
 WriteKind = Literal["taint", "condition", "event"]
 
@@ -210,7 +220,7 @@ class ProbeTimeoutError(Exception):
         self.name, self.timeout, self.stuck = name, timeout, stuck_for is not None
 
 
-class _Guarded:
+class GuardedProbe:
     """One probe's calls, each on its own daemon thread, waited for at most a timeout. While a call that
     timed out is still running no other starts: the thread it hangs in is the only one it costs."""
 
@@ -250,6 +260,26 @@ class _Guarded:
         if box.error is not None:
             raise box.error
         return box.result
+
+
+def probe_fault(
+    catalogue: FaultCatalogue, node: str, name: str, code: str, message: str, now: dt.datetime
+) -> HealthEvent:
+    """A ``probe`` reading about the probe ``name`` itself (``probe-failed``: it raised;
+    ``probe-timeout``: it did not answer in time), with the catalogue's severity and action."""
+    rule = catalogue.rule("probe", code)
+    return HealthEvent(
+        node=node,
+        check="probe",
+        component="node",
+        entity=name,
+        code=code,
+        severity=rule.severity,
+        action=rule.action,
+        healthy=False,
+        message=message,
+        observed_at=now,
+    )
 
 
 @dataclass
@@ -314,7 +344,7 @@ class Agent:
         self.budget_retry_s = max(0.0, budget_retry_s)
         self._budget_retry_at: dt.datetime | None = None
         """When a withheld taint is asked about again (``None``: at the next pass)."""
-        self._guards: dict[str, _Guarded] = {}
+        self._guards: dict[str, GuardedProbe] = {}
         self.state: dict[tuple[str, str, str], _State] = {}
         """Per check, entity and (for ``PER_CODE_CHECKS``) code; ``""`` for every other check."""
         self.queue: collections.deque[Write] = collections.deque()
@@ -336,14 +366,14 @@ class Agent:
             except ProbeTimeoutError as exc:
                 if not exc.stuck:
                     self.metrics.probe_timeouts.labels(name).inc()
-                events.append(self._probe_fault(name, "probe-timeout", str(exc), now))
+                events.append(probe_fault(self.catalogue, self.node, name, "probe-timeout", str(exc), now))
                 if self.on_timeout is not None:
                     events.extend(self.on_timeout(name, exc.timeout))
                 continue
             except Exception as exc:  # a probe's defect or a failing device must not stop the agent
                 self.metrics.probe_errors.labels(name).inc()
                 message = f"probe {name} failed: {type(exc).__name__}: {exc}"
-                events.append(self._probe_fault(name, "probe-failed", message, now))
+                events.append(probe_fault(self.catalogue, self.node, name, "probe-failed", message, now))
                 continue
             events.extend(found)
             events.append(
@@ -359,29 +389,13 @@ class Agent:
             )
         return events
 
-    def _probe_fault(self, name: str, code: str, message: str, now: dt.datetime) -> HealthEvent:
-        """A ``probe`` reading about the probe ``name`` itself (it raised, or did not answer in time)."""
-        rule = self.catalogue.rule("probe", code)
-        return HealthEvent(
-            node=self.node,
-            check="probe",
-            component="node",
-            entity=name,
-            code=code,
-            severity=rule.severity,
-            action=rule.action,
-            healthy=False,
-            message=message,
-            observed_at=now,
-        )
-
     def _call(self, name: str, probe: Callable[[], list[HealthEvent]]) -> list[HealthEvent]:
         """One probe's readings, under the probe timeout when there is one."""
         if self.probe_timeout is None:
             return probe()
         guard = self._guards.get(name)
         if guard is None or (guard.fn is not probe and not guard.busy):
-            guard = self._guards[name] = _Guarded(name, probe)
+            guard = self._guards[name] = GuardedProbe(name, probe)
         return guard.call(self.probe_timeout)
 
     def run_once(self) -> PassResult:

@@ -69,6 +69,7 @@ REPAIR_WAIT_LIMIT_S = 7 * 24 * 3600
 """The longest repair wait (the step's own deadline is compiled from it)."""
 
 _RECERTIFYING = vocab.NodeState.recertifying.value
+_PASSED = vocab.Certification.passed.value
 
 ACTIVE_STATES = [s.value for s in vocab.NodeState if s is not vocab.NodeState.escalated]
 """States of a node whose remediation is under way (in the order it moves through them)."""
@@ -575,8 +576,9 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
 
 def conclude(node: str, check: str, workflow_name: str = "") -> str:
     """After recertification: a pass puts the node back in service; a failure escalates it; no verdict
-    (the pair test could not test it: every known-good partner busy, its pods unschedulable) keeps it
-    recertifying and cordoned, and ends the workflow Failed saying so, for a later run to test again.
+    (certification left the node ``pending``: its pods unschedulable, a step stopped; or the pair test
+    could not test it: every known-good partner busy) keeps it recertifying and cordoned, and ends the
+    workflow Failed saying so, for a later run to test again.
 
     Recertification passed when the node's certification label reads ``passed``: certification on the
     node alone passed and the pair test beside a known-good node did not label it failed (its note, the
@@ -589,23 +591,27 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
     verdict = current.labels.get(vocab.LABEL_CERTIFICATION, "")
     pair = current.annotations.get(vocab.ANNOTATION_PAIR_TEST, "")
     paired = f"; pair test {pair}" if pair else ""
-    if pair.startswith(NO_VERDICT):
-        # Nothing was proven against the node: it stays recertifying, cordoned, to be tested again.
-        _record(
-            port, node, _RECERTIFYING, workflow_name, check, f"kept recertifying: pair test {pair}"[:2000]
+    why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
+    if pair.startswith(NO_VERDICT) or verdict not in (vocab.Certification.failed.value, _PASSED):
+        # Nothing was proven against the node (the pair test, or certification itself, could not test
+        # it): it stays recertifying, cordoned, to be tested again.
+        said = (
+            pair.removeprefix(NO_VERDICT).lstrip(": ")
+            if pair.startswith(NO_VERDICT)
+            else f"certification {verdict or 'did not run'}" + (f": {why}" if why else "")
         )
+        _record(port, node, _RECERTIFYING, workflow_name, check, f"kept recertifying: {said}"[:2000])
         raise DsxError(
-            f"{node}: the pair test gave no verdict ({pair.removeprefix(NO_VERDICT).lstrip(': ')}); it stays "
-            "recertifying and cordoned, not escalated: submit dsx-remediate again to test it"
+            f"{node}: recertification gave no verdict ({said}); it stays recertifying and cordoned, not "
+            "escalated: submit dsx-remediate again to test it"
         )
-    if verdict != vocab.Certification.passed.value:
-        why = current.annotations.get(vocab.ANNOTATION_CERTIFICATION_REASON, "")
+    if verdict != _PASSED:
         _escalate(
             port,
             node,
             workflow_name,
             check,
-            f"recertification {verdict or 'did not run'}" + (f": {why}" if why else "") + paired,
+            f"recertification {verdict}" + (f": {why}" if why else "") + paired,
         )
     if not pair.startswith(("passed", "skipped")):
         # Certification passed but the pair test did not finish (a step of it errored): the node stays

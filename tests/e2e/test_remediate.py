@@ -2,7 +2,8 @@
 creates, as for an edge the Sensor missed): a node the sentinel marked is quarantined, drained, rebooted by
 the process kubelet as a real node reboots (the boot id first, Ready 20 s later, the sentinel's condition
 cleared 40 s after that), recertified alone and beside a known-good partner whose GPUs are free (the first
-known-good node is kept busy by a training pod), and put back in service."""
+known-good node is kept busy by a training pod; the partner is cordoned for the test and given back), and put
+back in service."""
 
 from __future__ import annotations
 
@@ -100,6 +101,18 @@ def _repair_system(real_cluster: RealCluster, cluster: Cluster, node: str, stop:
             return
 
 
+def _watch_cordons(
+    real_cluster: RealCluster, nodes: list[str], seen: set[tuple[str, str]], stop: threading.Event
+) -> None:
+    """Note each (node, cordon owner) seen while the node is cordoned: the pair test's hold on its partner."""
+    while not stop.wait(1.0):
+        for name in nodes:
+            node = real_cluster.get("node", name)
+            if node["spec"].get("unschedulable"):
+                owner = (node["metadata"].get("annotations") or {}).get(vocab.ANNOTATION_CORDONED_BY, "")
+                seen.add((name, owner))
+
+
 def _condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in node["status"]["conditions"] if c["type"] == kind)
 
@@ -125,6 +138,11 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
         target=_repair_system, args=(real_cluster, own_cluster, NODE, stop), daemon=True
     )
     repairs.start()
+    cordons: set[tuple[str, str]] = set()
+    watcher = threading.Thread(
+        target=_watch_cordons, args=(real_cluster, partners[1:], cordons, stop), daemon=True
+    )
+    watcher.start()
     try:
         # No Sensor in this tier: the reconciler finds the marked node (tainted, its condition fatal, no
         # state, no run naming it) and creates the dsx-remediate Workflow, as it does for a missed edge.
@@ -150,6 +168,7 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
     finally:
         stop.set()
         repairs.join(5)
+        watcher.join(10)
         pods = real_cluster.get("pods", "-n", WORKLOADS, "-l", "app=trainer")["items"]
         real_cluster.kubectl("delete", "namespace", WORKLOADS, "--wait=false")
     name = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
@@ -184,6 +203,10 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
         assert state in entries, f"no {state} entry in the ledger:\n{entries[-3000:]}"
     if len(partners) > 1:
         assert f"pair test passed beside {partners[1]}" in entries, entries[-3000:]
+        # The partner was held while the test ran (a cordon of dsx's pair owner, which the test's pods
+        # tolerate and a workload does not), and given back after.
+        assert (partners[1], "dsx-pair") in cordons, cordons
+        assert not real_cluster.get("node", partners[1])["spec"].get("unschedulable"), "partner left cordoned"
     assert held_leases(real_cluster) == {}, "certification Leases still held"
     # The drain evicted the workload's pod; its replacement waited for the node and went back on it.
     assert evicted["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}, "the drain left the pod"

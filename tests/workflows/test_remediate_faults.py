@@ -176,13 +176,10 @@ def test_a_reboot_whose_condition_never_clears_is_escalated_at_the_timeout(tmp_p
 
 
 def _busy(tmp_path: Path, *busy: str) -> tuple[str, SimCluster]:
-    """node-01 faulty; node-00, node-02 and node-03 known good (an earlier certification passed them);
-    the ``busy`` ones with every GPU held by a workload."""
+    """node-01 faulty; node-00, node-02 and node-03 known good (an earlier certification passed them, as
+    the simulated fleet has it by default); the ``busy`` ones with every GPU held by a workload."""
     faults = ";".join(["node-01:xid=79", *(f"{n}:busy" for n in busy)])
-    state, port = _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults={faults},repair-delay=0.5")
-    for node in ("node-00", "node-02", "node-03"):
-        port.set_labels(node, {vocab.LABEL_CERTIFICATION: vocab.Certification.passed.value})
-    return state, port
+    return _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults={faults},repair-delay=0.5")
 
 
 def test_a_busy_partner_is_passed_over_for_one_whose_gpus_are_free(tmp_path: Path) -> None:
@@ -342,7 +339,10 @@ def test_a_node_that_passes_alone_but_fails_beside_a_known_good_node_escalates(t
 
 
 def test_with_no_known_good_node_the_node_is_judged_on_its_own_certification(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+    # A fleet dsx never certified: no node is known good.
+    state, port = _fleet(
+        tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5,certified=none"
+    )
     assert _remediate(state, tmp_path / "run") == Phase.Succeeded
     node = port.get_node(NODE)
     assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
@@ -353,8 +353,8 @@ def test_with_no_known_good_node_the_node_is_judged_on_its_own_certification(tmp
 
 
 def test_a_pair_test_beside_a_known_good_node_puts_the_node_back(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
-    port.set_labels("node-03", {vocab.LABEL_CERTIFICATION: "passed"})
+    spec = "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5,certified=node-01;node-03"
+    state, port = _fleet(tmp_path, spec)
     assert _remediate(state, tmp_path / "run") == Phase.Succeeded
     node = port.get_node(NODE)
     assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"

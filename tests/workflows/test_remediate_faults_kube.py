@@ -47,7 +47,9 @@ from tests.workflows.test_remediate_faults import FAST, NODE, _templates, _wait_
 from workflows.runner import Phase, RunOptions, run
 
 NAMESPACE = "dsx"
-FLEET = "sim:nodes=4,gpu=h100,faults=node-01:xid=79"
+# Nodes no certification passed: the pair test has no partner here (its hold is tested on the sim and the
+# real control plane).
+FLEET = "sim:nodes=4,gpu=h100,faults=node-01:xid=79,certified=none"
 CONDITION = vocab.CONDITION_SENTINEL["xid"]
 STAMP = "2025-01-06T08:00:00Z"
 

@@ -1,6 +1,7 @@
 """``dsx sentinel probe`` on the machine the tests run on, in a new process as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,35 @@ def test_probe_says_whether_nvml_is_there_and_never_fails_with_a_traceback(tmp_p
         ((event,),) = [unavailable]
         assert event["code"] == "nvml-unavailable" and event["severity"] == "degraded"
         assert {e["check"] for e in events} == {"nvml", "nic"}
+
+
+def test_a_probe_that_hangs_is_reported_and_the_others_still_run(tmp_path: Path) -> None:
+    # The NIC's operstate is a pipe nobody writes: reading it blocks, as a wedged driver's sysfs does.
+    net = tmp_path / "sys" / "class" / "net" / "eth0"
+    (net / "device").mkdir(parents=True)
+    (net / "speed").write_text("100000\n")
+    os.mkfifo(net / "operstate")
+    args = ("sentinel", "probe", "--node", "node-01", "--sysfs", str(tmp_path / "sys"), "-o", "json")
+    done = dsx(*args, "--probe-timeout", "0.5")
+    assert done.returncode == 1, done.stderr
+    events = json.loads(done.stdout)
+    (hung,) = [e for e in events if e["check"] == "probe"]
+    assert (hung["entity"], hung["code"], hung["severity"]) == ("nic", "probe-timeout", "degraded")
+    assert "probe nic did not return within 0.5 s" in hung["message"]
+    assert "nvml" in {e["check"] for e in events}  # the GPU probe ran all the same
+
+
+def test_probe_watches_only_the_fabric_nics_it_is_given(tmp_path: Path) -> None:
+    for name, state in (("eth0", "up"), ("eth1", "down")):
+        net = tmp_path / "sys" / "class" / "net" / name
+        (net / "device").mkdir(parents=True)
+        (net / "operstate").write_text(f"{state}\n")
+        (net / "speed").write_text("100000\n")
+    args = ("sentinel", "probe", "--node", "node-01", "--sysfs", str(tmp_path / "sys"), "-o", "json")
+    done = dsx(*args, "--fabric-nics", "eth0")
+    assert [e["entity"] for e in json.loads(done.stdout) if e["check"] == "nic"] == ["eth0"]
+    bad = dsx(*args, "--fabric-nics", "eth0,,")
+    assert bad.returncode == 2 and "--fabric-nics" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_agent_once_on_a_node_the_cluster_lacks_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -115,6 +115,15 @@ def catalog_cmd(overrides: Path | None = OVERRIDES_OPTION, output: OutputFormat 
     emit(_catalogue(overrides).entries(), output, _catalogue_table)
 
 
+PROBE_TIMEOUT_OPTION = typer.Option(
+    10.0,
+    "--probe-timeout",
+    min=0.1,
+    help="Seconds a probe may take; one that does not return is reported degraded and skipped "
+    "until it does, while passes go on.",
+)
+
+
 def probe_cmd(
     node: str = typer.Option(
         os.environ.get("DSX_NODE_NAME") or os.uname().nodename, "--node", help="This node's name."
@@ -125,35 +134,56 @@ def probe_cmd(
     kernel_log: str | None = KERNEL_LOG_OPTION,
     sysfs: str | None = SYSFS_OPTION,
     expected: int | None = EXPECTED_OPTION,
+    fabric_nics: str | None = FABRIC_NICS_OPTION,
+    probe_timeout: float = PROBE_TIMEOUT_OPTION,
     overrides: Path | None = OVERRIDES_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run every probe once on this node and print the readings. Exit 1 when one finds a degraded
-    or fatal fault (a machine without a GPU: NVML unavailable), 0 when all are healthy."""
+    or fatal fault (a machine without a GPU: NVML unavailable; a probe that did not answer within
+    --probe-timeout), 0 when all are healthy."""
+    import datetime as dt
+
+    from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault
     from steps.sentinel.node import build_probes
+    from steps.sentinel.probes import parse_fabric_nics
 
     catalogue = _catalogue(overrides)
+    fabric = parse_fabric_nics(fabric_nics) if fabric_nics is not None else ()
     port = None
     if cluster is not None:
         from steps.cluster import connect
 
         port = connect(cluster)
     probes, nvml = build_probes(
-        node, catalogue, port=port, kernel_log=kernel_log, sysfs=sysfs, expected_gpus=expected
+        node,
+        catalogue,
+        port=port,
+        kernel_log=kernel_log,
+        sysfs=sysfs,
+        expected_gpus=expected,
+        fabric_nics=fabric,
     )
     events: list[Any] = []
+    hung = False
     try:
         for name, probe in probes.probes():
             try:
-                events.extend(probe())
+                events.extend(GuardedProbe(name, probe).call(probe_timeout))
+            except ProbeTimeoutError as exc:  # a wedged driver: said, the other probes still run
+                hung = True
+                now = dt.datetime.now(dt.UTC)
+                events.append(probe_fault(catalogue, node, name, "probe-timeout", str(exc), now))
+                events.extend(probes.timeout_readings(name, exc.timeout))
             except OSError as exc:  # an unreadable kernel log or sysfs: said, not a traceback
                 typer.echo(f"warning: probe {name}: {exc}", err=True)
     finally:
-        if nvml is not None:
+        # NVML calls may still hang in a probe's thread: shutting NVML down under them could block
+        if nvml is not None and not hung:
             nvml.close()
     emit(events, output, _events_table)
     bad = [e for e in events if not e.healthy and e.severity != "info"]
-    if any(e.check == "nvml" for e in bad):
+    if any(e.check == "nvml" and e.code != "nvml-timeout" for e in bad):
         typer.echo("NVML is not available on this machine (no NVIDIA GPU or driver)", err=True)
     if bad:
         raise typer.Exit(1)
@@ -169,13 +199,7 @@ def agent_cmd(
     once: bool = typer.Option(False, "--once", help="Run one pass, print what changed, exit."),
     interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
     debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
-    probe_timeout: float = typer.Option(
-        10.0,
-        "--probe-timeout",
-        min=0.1,
-        help="Seconds a probe may take; one that does not return is reported degraded and skipped "
-        "until it does, while passes go on.",
-    ),
+    probe_timeout: float = PROBE_TIMEOUT_OPTION,
     metrics_port: int = typer.Option(9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."),
     source: str = SOURCE_OPTION,
     kernel_log: str | None = KERNEL_LOG_OPTION,

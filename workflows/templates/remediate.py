@@ -188,11 +188,12 @@ def _recertify() -> DAG:
             template_ref=TemplateRef(name="dsx-certify", template="certify"),
         )
         unmarked = unmark(arguments={"node": node})
-        partnered = pair_partner(arguments={"node": node})
+        run = {"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID}
+        partnered = pair_partner(arguments={"node": node, **run})
         partner = partnered.get_parameter("partner").value
         first, last = _pair_test(partner, node)
         judged = pair_verdict(
-            arguments={"node": node, "partner": partner, "status": "{{tasks.pair-finish.status}}"}
+            arguments={"node": node, "partner": partner, "status": "{{tasks.pair-finish.status}}", **run}
         )
         marked >> certified
         certified.next(unmarked, on=_ENDED)
@@ -202,11 +203,14 @@ def _recertify() -> DAG:
 
 
 def _exit_handler(wt: WorkflowTemplate) -> None:
-    """record-outcome and release, whatever the workflow's end: recertification took the node's
-    certification Lease under this workflow's name, and dsx-certify's own exit handler, which gives it
-    back when a step fails, does not run for its DAG reached through ``templateRef``."""
+    """record-outcome, release-pair and release, whatever the workflow's end: recertification took the
+    node's certification Lease under this workflow's name, and dsx-certify's own exit handler, which gives
+    it back when a step fails, does not run for its DAG reached through ``templateRef``; the pair test
+    held its partner (a cordon and a Lease) under the same name."""
     record_outcome = step(steps.record_outcome, timeout="5m", retries=2, env=LEDGER_ENV)
-    release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
+    namespace = {vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE}
+    release_pair = step(recert.release_pair, timeout="5m", retries=2, env=namespace)
+    release = step(readiness.release, timeout="5m", retries=2, env=namespace)
     with wt, DAG(name="exit") as exit_handler:
         record_outcome(
             arguments={
@@ -216,7 +220,9 @@ def _exit_handler(wt: WorkflowTemplate) -> None:
                 "status": "{{workflow.status}}",
             }
         )
-        release(arguments={"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID})
+        run = {"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID}
+        # The pair hold first: it finds the partner by the Lease that release gives back.
+        release_pair(arguments=run) >> release(arguments=run)
     wt.on_exit = exit_handler
 
 

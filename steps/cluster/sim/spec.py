@@ -12,7 +12,9 @@ model's; the CUDA labels follow its branch), ``faults`` (``NODE:FAULT`` separate
 :mod:`steps.cluster.sim.faults`; ``node-03:driver=570.124.06`` puts one node on another driver,
 ``node-01:unmanaged`` opts one out with ``dsx.dev/managed=false``, ``node-01:nic-unused=eth1`` gives it an
 onboard port nobody cabled),
-``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``releases`` (deployed Helm releases,
+``cordoned`` (nodes cordoned before dsx came, ``;``-separated), ``certified`` (the nodes with GPUs an
+earlier certification passed, labelled ``dsx.dev/certification=passed``: ``all``, the default, as on a
+fleet dsx has run on; ``none``; or node names, ``;``-separated), ``releases`` (deployed Helm releases,
 ``[NAMESPACE/]NAME@VERSION`` separated by ``;``, see :mod:`steps.cluster.sim.helm`), ``api-errors``,
 ``api-conflicts``, ``api-latency-ms``, ``repair`` (how the simulated repair system answers a
 repair request: ``ok``, ``fail`` or ``never``, see :mod:`steps.cluster.sim.repair`), ``repair-delay``
@@ -67,6 +69,7 @@ from steps.yamlio import LineDict, load_yaml, plain
 __all__ = ["FleetSpec", "build_fleet", "load_spec_file", "parse_short_spec"]
 
 _EPOCH = "2025-01-06T08:00:00Z"
+_ALL, _NONE = "all", "none"
 
 
 class FleetSpec(BaseModel):
@@ -90,6 +93,7 @@ class FleetSpec(BaseModel):
     faults: dict[str, list[str]] = Field(default_factory=dict)
     releases: list[Release] = Field(default_factory=list)
     cordoned: list[str] = Field(default_factory=list)
+    certified: list[str] = Field(default_factory=lambda: [_ALL])
     api_errors: int = Field(0, ge=0, alias="api-errors")
     api_conflicts: int = Field(0, ge=0, alias="api-conflicts")
     api_latency_ms: int = Field(0, ge=0, alias="api-latency-ms")
@@ -156,7 +160,7 @@ class FleetSpec(BaseModel):
             return {str(k): [v] if isinstance(v, str) else v for k, v in value.items()}
         return value
 
-    @field_validator("cordoned", "forbid", mode="before")
+    @field_validator("cordoned", "forbid", "certified", mode="before")
     @classmethod
     def _semicolons(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -373,6 +377,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     for name in spec.cordoned:
         if name not in fleet.nodes:
             raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
+    _certify(fleet, spec.certified, names)
     if spec.workloads:
         _add_workloads(fleet, names, spec.blocking_pdb)
     install_releases(fleet, spec.releases, _EPOCH)
@@ -386,6 +391,22 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     fleet.api.latency_ms = spec.api_latency_ms
     fleet.api.forbidden = list(spec.forbid)
     return fleet
+
+
+def _certify(fleet: Fleet, certified: list[str], names: list[str]) -> None:
+    """Label the nodes an earlier certification passed (``all``: every node with GPUs; ``none``)."""
+    if certified in ([_ALL], [_NONE]):
+        chosen = names if certified == [_ALL] else []
+    else:
+        for name in certified:
+            if name not in fleet.nodes:
+                raise InputError(f"certified node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
+        chosen = certified
+    for name in chosen:
+        node = fleet.nodes[name]
+        if node.gpu_count:
+            node.labels[vocab.LABEL_CERTIFICATION] = vocab.Certification.passed.value
+            node.annotations[vocab.ANNOTATION_CERTIFIED_AT] = _EPOCH
 
 
 def _add_workloads(fleet: Fleet, names: list[str], blocking_pdb: bool = False) -> None:
