@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from steps.cluster import connect
+from steps.cluster.port import ClusterPort
 from steps.errors import DsxError
 from steps.readiness.metrics import certification_metrics
 from steps.readiness.models import Subject, Verdict
@@ -49,18 +50,23 @@ def _report(status: str, finished: str) -> CertificationReport:
     )
 
 
-def _registry(port) -> CollectorRegistry:  # type: ignore[no-untyped-def]
+def _registry(port: ClusterPort) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(FleetExporter(port, [("certification", certification_metrics)], refresh_s=0))
     return registry
+
+
+def keep_sample_report(port: ClusterPort) -> None:
+    """Keep a failed report of a node that passed and a rack whose straggler is node-02."""
+    run = RunRef(name="dsx-certify-a", uid="a", namespace=port.namespace)
+    keep_report(port, run, _report("failed", "2026-03-01T00:00:00Z").model_dump_json(), "# report")
 
 
 def test_the_newest_reports_figures() -> None:
     port = connect("sim:nodes=4,gpu=h100")
     registry = _registry(port)
     assert registry.get_sample_value("dsx_certification_report_present") == 0
-    run = RunRef(name="dsx-certify-a", uid="a", namespace=port.namespace)
-    keep_report(port, run, _report("failed", "2026-03-01T00:00:00Z").model_dump_json(), "# report")
+    keep_sample_report(port)
     assert registry.get_sample_value("dsx_certification_report_present") == 1
     assert registry.get_sample_value("dsx_certification_report_passed") == 0
     assert (
