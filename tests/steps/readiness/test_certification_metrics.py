@@ -13,7 +13,7 @@ from steps.cluster.port import ClusterPort
 from steps.errors import DsxError
 from steps.readiness.metrics import certification_metrics
 from steps.readiness.models import Subject, Verdict
-from steps.readiness.outcomes import RunRef, keep_report
+from steps.readiness.outcomes import RunRef, keep_report, newest_report
 from steps.readiness.report import CertificationReport, NodeResult
 from steps.sentinel.exporter import FleetExporter
 
@@ -103,3 +103,23 @@ def test_an_unreadable_report_is_an_error_naming_its_configmap() -> None:
     with pytest.raises(DsxError, match="dsx-report-x"):
         certification_metrics(port)
     assert _registry(port).get_sample_value("dsx_exporter_source_up", {"source": "certification"}) == 0
+
+
+def test_the_newest_report_is_read_and_only_the_newest_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSX_REPORTS_KEPT", "2")
+    port = connect("sim:nodes=4,gpu=h100")
+    for name, status in (
+        ("dsx-certify-a", "failed"),
+        ("dsx-certify-b", "failed"),
+        ("dsx-certify-c", "passed"),
+    ):
+        run = RunRef(name=name, uid=name[-1], namespace=port.namespace)
+        keep_report(port, run, _report(status, "2026-03-01T00:00:00Z").model_dump_json(), "# report")
+    kept = port.list_objects("v1", "ConfigMap", port.namespace, "dsx.dev/certification-report=true")
+    assert sorted(o["metadata"]["name"] for o in kept) == [
+        "dsx-report-dsx-certify-b",
+        "dsx-report-dsx-certify-c",
+    ]
+    found = newest_report(port, port.namespace)
+    assert found is not None and found[0] == "dsx-report-dsx-certify-c"
+    assert _registry(port).get_sample_value("dsx_certification_report_passed") == 1

@@ -115,3 +115,19 @@ def test_dsx_exporter_once_prints_the_metrics(capsys: pytest.CaptureFixture[str]
     assert "dsx_certification_report_present 0.0" in out
     code, _, err = dsx_here(capsys, "exporter", "--port", "0")
     assert code == 2 and "--port" in err
+
+
+def test_served_over_http() -> None:
+    import urllib.request
+
+    from steps.sentinel.exporter import serve
+
+    server = serve(FleetExporter(connect("sim:nodes=2,gpu=h100")), "127.0.0.1", 0)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+            assert "dsx_sentinel_breaker_open 0.0" in response.read().decode()
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        server.shutdown()
