@@ -1,6 +1,7 @@
 """Where the tests find the repository, ../shared and the tools CI fetches."""
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,26 @@ def helm_binary() -> str:
     if found is None:
         pytest.skip("helm not found: run .ci/fetch-helm to fetch it into .tools/bin")
     return found
+
+
+_FETCHED: list[str] = []
+
+
+def prometheus_binaries() -> tuple[str, str]:
+    """Debian's ``prometheus`` and ``promtool`` from PATH, installed first by ``.ci/fetch-prometheus``
+    (apt-get) when missing; skips the calling test, with the script's reason, where installing is
+    impossible."""
+    found = shutil.which("prometheus"), shutil.which("promtool")
+    if None in found and not _FETCHED:
+        done = subprocess.run(
+            [str(REPO / ".ci" / "fetch-prometheus")], capture_output=True, text=True, check=False, timeout=900
+        )
+        _FETCHED.append(done.stderr.strip() or done.stdout.strip())
+        found = shutil.which("prometheus"), shutil.which("promtool")
+    prometheus, promtool = found
+    if prometheus is None or promtool is None:
+        pytest.skip(
+            "prometheus and promtool not found, and .ci/fetch-prometheus could not install them: "
+            + _FETCHED[0]
+        )
+    return prometheus, promtool

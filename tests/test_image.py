@@ -403,7 +403,16 @@ def _chart_pods() -> tuple[tuple[str, str, str], ...]:
     """(where, container as JSON, image) of every container of a pod the chart itself runs (DaemonSets,
     Deployments), rendered with real helm and every optional part on."""
     done = subprocess.run(
-        [helm_binary(), "template", "dsx", str(CHART), "--set", "sentinel.serviceMonitor.enabled=true"],
+        [
+            helm_binary(),
+            "template",
+            "dsx",
+            str(CHART),
+            "--set",
+            "sentinel.serviceMonitor.enabled=true",
+            "--set",
+            "monitoring.exporter.enabled=true",
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -559,6 +568,10 @@ def test_the_rank_pods_command_and_its_torchrun_module_exist_in_the_gpu_image() 
 
 def test_the_sentinel_daemonset_runs_a_dsx_command_of_the_control_image() -> None:
     assert chart_pod_problems(_dockerfile()) == []
+    assert {where.split(":")[0] for where, _, _ in _chart_pods()} >= {
+        "DaemonSet/dsx-sentinel",
+        "Deployment/dsx-exporter",
+    }
 
 
 def test_a_chart_pod_running_what_the_control_image_lacks_is_found() -> None:

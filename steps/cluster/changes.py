@@ -25,6 +25,7 @@ __all__ = [
     "parse_time",
     "taints_with",
     "taints_without",
+    "timestamp_or_zero",
     "uncordon_patch",
 ]
 
@@ -42,6 +43,17 @@ def format_micro_time(moment: dt.datetime) -> str:
 def parse_time(text: str) -> dt.datetime:
     """Read a ``Time`` or ``MicroTime`` field."""
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def timestamp_or_zero(text: str | None) -> float:
+    """Unix time of a stored RFC 3339 time (an annotation, a ConfigMap's value), as a metric gives it: 0
+    when there is none or it is not a time."""
+    if not text:
+        return 0.0
+    try:
+        return parse_time(text).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def cordon_patch(node: Node, reason: str, by: str, force: bool, now: dt.datetime) -> dict[str, Any] | None:

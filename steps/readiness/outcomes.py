@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -38,6 +38,7 @@ __all__ = [
     "RunRef",
     "check_result",
     "keep_report",
+    "newest_report",
     "workflow_owner",
 ]
 
@@ -262,16 +263,38 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
     return name
 
 
+def _reports_newest_first(port: ClusterPort, namespace: str) -> list[dict[str, Any]]:
+    found = port.list_objects("v1", "ConfigMap", namespace, f"{vocab.LABEL_CERTIFICATION_REPORT}=true")
+    return sorted(
+        found,
+        key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), o["metadata"]["name"]),
+        reverse=True,
+    )
+
+
+def newest_report(port: ClusterPort, namespace: str) -> tuple[str, str] | None:
+    """The newest certification report kept in ``namespace``: its ConfigMap's name and the report's JSON
+    (``None``: no report kept).
+
+    Raises:
+        DsxError: the newest report's ConfigMap does not hold a gzip-compressed report.
+    """
+    for found in _reports_newest_first(port, namespace):
+        name = str(found["metadata"]["name"])
+        encoded = (found.get("binaryData") or {}).get(_REPORT_KEY)
+        try:
+            return name, gzip.decompress(base64.b64decode(str(encoded), validate=True)).decode()
+        except (ValueError, OSError, EOFError) as exc:
+            raise DsxError(
+                f"ConfigMap {name}: key {_REPORT_KEY} is not a gzip-compressed report ({exc})"
+            ) from None
+    return None
+
+
 def _prune_reports(port: ClusterPort, namespace: str) -> None:
     try:
         kept = max(1, int(os.environ.get(vocab.ENV_REPORTS_KEPT, str(REPORTS_KEPT))))
     except ValueError:
         kept = REPORTS_KEPT
-    found = port.list_objects("v1", "ConfigMap", namespace, f"{vocab.LABEL_CERTIFICATION_REPORT}=true")
-    newest = sorted(
-        found,
-        key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), o["metadata"]["name"]),
-        reverse=True,
-    )
-    for old in newest[kept:]:
+    for old in _reports_newest_first(port, namespace)[kept:]:
         port.delete_object("v1", "ConfigMap", old["metadata"]["name"], namespace)

@@ -35,6 +35,11 @@ Rules it keeps:
   not delivered yet) is kept on the node by :mod:`steps.sentinel.state` and restored, so a restarted
   agent neither reports again what it reported nor loses a queued taint.
 - The agent never removes the taint: remediation does, after recertification.
+- What its node carries is in its metrics too, for alerts to read (``dsx_sentinel_node_*``): the taint,
+  the cordon, ``dsx.dev/state`` and since when, the certification and when it was given, drift. The node is
+  read at most every ``node_read_s`` seconds (a pass reads it when that is due) and the taint is counted
+  the moment the agent makes it; series carry no ``node`` label, the scrape adds it (the chart's
+  ServiceMonitor from the pod's node).
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.changes import timestamp_or_zero
 from steps.cluster.errors import ApiUnavailableError, ClusterError, ConflictError
+from steps.cluster.node import Node
 from steps.cluster.port import ClusterPort
 from steps.errors import DsxError, InputError
 from steps.sentinel.budget import TaintBudget
@@ -69,6 +76,7 @@ from steps.sentinel.events import (
 from steps.sentinel.probes import Probe
 
 __all__ = [
+    "NODE_READ_S",
     "PROBE_TIMEOUT_S",
     "Agent",
     "GuardedProbe",
@@ -124,6 +132,12 @@ _WITHHELD_EVENTS = {"budget": "DsxTaintBudgetHeld", "budget-unreadable": "DsxTai
 
 BUDGET_RETRY_S = 60.0
 """Seconds between two asks of the taint budget about a taint it withheld."""
+
+NODE_READ_S = 60.0
+"""Seconds between two reads of the agent's own node for the ``dsx_sentinel_node_*`` metrics."""
+
+_NO_STATE = "none"
+"""The ``state`` and ``certification`` label value of the node metrics when the node has no such label."""
 
 
 @dataclass
@@ -202,6 +216,62 @@ class Metrics:
         self.last_pass = Gauge(
             "dsx_sentinel_last_pass_timestamp_seconds", "When the last pass ended.", registry=r
         )
+        self.node_read = Gauge(
+            "dsx_sentinel_node_read_timestamp_seconds",
+            "When the agent last read its node (the dsx_sentinel_node_* figures are as of then).",
+            registry=r,
+        )
+        self.node_tainted = Gauge(
+            "dsx_sentinel_node_tainted",
+            f"1 while the node carries the sentinel's taint {vocab.TAINT_UNHEALTHY} "
+            f"({vocab.TAINT_UNHEALTHY_EFFECT}).",
+            registry=r,
+        )
+        self.node_cordoned = Gauge("dsx_sentinel_node_cordoned", "1 while the node is cordoned.", registry=r)
+        self.node_state = Gauge(
+            "dsx_sentinel_node_state",
+            f"1 for the node's {vocab.LABEL_STATE} label value ({_NO_STATE}: in service), 0 for the others.",
+            ["state"],
+            registry=r,
+        )
+        self.node_state_since = Gauge(
+            "dsx_sentinel_node_state_since_timestamp_seconds",
+            f"When the node entered its {vocab.LABEL_STATE} ({vocab.ANNOTATION_STATE_SINCE}); 0: no state.",
+            registry=r,
+        )
+        self.node_certification = Gauge(
+            "dsx_sentinel_node_certification",
+            f"1 for the node's {vocab.LABEL_CERTIFICATION} label value ({_NO_STATE}: never certified).",
+            ["certification"],
+            registry=r,
+        )
+        self.node_certified_at = Gauge(
+            "dsx_sentinel_node_certified_timestamp_seconds",
+            f"When the node's certification verdict was written ({vocab.ANNOTATION_CERTIFIED_AT}); 0: none.",
+            registry=r,
+        )
+        self.node_drift = Gauge(
+            "dsx_sentinel_node_drift",
+            f"1 while the node is labelled {vocab.LABEL_DRIFT}=true (drift from its recipe found).",
+            registry=r,
+        )
+
+    def observe_node(self, node: Node, at: float) -> None:
+        """Count what ``node`` carries, read at ``at`` (Unix time)."""
+        self.node_read.set(at)
+        self.node_tainted.set(int(node.has_taint(vocab.TAINT_UNHEALTHY, vocab.TAINT_UNHEALTHY_EFFECT)))
+        self.node_cordoned.set(int(node.unschedulable))
+        state = node.labels.get(vocab.LABEL_STATE) or _NO_STATE
+        for value in sorted({_NO_STATE, *vocab.NodeState, state}):
+            self.node_state.labels(value).set(int(value == state))
+        self.node_state_since.set(
+            timestamp_or_zero(node.annotations.get(vocab.ANNOTATION_STATE_SINCE)) if state != _NO_STATE else 0
+        )
+        verdict = node.labels.get(vocab.LABEL_CERTIFICATION) or _NO_STATE
+        for value in sorted({_NO_STATE, *vocab.Certification, verdict}):
+            self.node_certification.labels(value).set(int(value == verdict))
+        self.node_certified_at.set(timestamp_or_zero(node.annotations.get(vocab.ANNOTATION_CERTIFIED_AT)))
+        self.node_drift.set(int(node.labels.get(vocab.LABEL_DRIFT) == "true"))
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format."""
@@ -312,6 +382,7 @@ class Agent:
         budget: the fleet-wide taint budget asked before every taint (default: the budget over ``port``
             with its default share and window, counting the GPU nodes by listing them).
         budget_retry_s: seconds between two asks of the budget about a taint it withheld.
+        node_read_s: seconds between two reads of the node for its metrics (0: every pass).
     """
 
     def __init__(
@@ -329,6 +400,7 @@ class Agent:
         on_timeout: Callable[[str, float], list[HealthEvent]] | None = None,
         budget: TaintBudget | None = None,
         budget_retry_s: float = BUDGET_RETRY_S,
+        node_read_s: float = NODE_READ_S,
     ) -> None:
         self.node = node
         self.port = port
@@ -342,6 +414,9 @@ class Agent:
         self.on_timeout = on_timeout
         self.budget = budget or TaintBudget(port, clock=self.clock)
         self.budget_retry_s = max(0.0, budget_retry_s)
+        self.node_read_s = max(0.0, node_read_s)
+        self._node_read_at: float | None = None
+        """When (monotonic) the node was last read for its metrics."""
         self._budget_retry_at: dt.datetime | None = None
         """When a withheld taint is asked about again (``None``: at the next pass)."""
         self._guards: dict[str, GuardedProbe] = {}
@@ -403,10 +478,27 @@ class Agent:
         start = time.perf_counter()
         events = self.run_probes()
         result = self.apply(events)
+        self.read_node()
         self.metrics.pass_seconds.observe(time.perf_counter() - start)
         self.last_pass = time.time()
         self.metrics.last_pass.set(self.last_pass)
         return result
+
+    def read_node(self, force: bool = False) -> None:
+        """Read the node for its metrics when ``node_read_s`` has passed since the last read (or
+        ``force``); a read that fails leaves the figures of the last one, their time saying how old."""
+        now = time.monotonic()
+        if not force and self._node_read_at is not None and now - self._node_read_at < self.node_read_s:
+            return
+        try:
+            node = self.port.get_node(self.node)
+        except DsxError:
+            return
+        self._seen_node(node)
+
+    def _seen_node(self, node: Node) -> None:
+        self._node_read_at = time.monotonic()
+        self.metrics.observe_node(node, time.time())
 
     def apply(self, events: Sequence[HealthEvent]) -> PassResult:
         """Fold readings into the state and write what changed."""
@@ -648,6 +740,7 @@ class Agent:
             ClusterError: the taint was refused for good.
         """
         node = self.port.get_node(self.node)
+        self._seen_node(node)
         if not node.managed:
             raise _OptedOut()
         if node.has_taint(vocab.TAINT_UNHEALTHY, vocab.TAINT_UNHEALTHY_EFFECT):
@@ -661,6 +754,7 @@ class Agent:
         if not admitted:
             raise _Withheld("budget", why)
         self.port.add_taint(self.node, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
+        self.metrics.node_tainted.set(1)
 
     def _send(self, write: Write) -> None:
         """One write. Raises ApiUnavailableError when the API server is away."""
@@ -796,13 +890,21 @@ class Agent:
 
 def serve(agent: Agent, host: str, port: int, interval: float) -> ThreadingHTTPServer:
     """Serve ``/metrics`` (Prometheus) and ``/healthz`` for ``agent`` on a daemon thread."""
+    return serve_metrics(host, port, agent.metrics.exposition, lambda: agent.healthy(interval))
+
+
+def serve_metrics(
+    host: str, port: int, exposition: Callable[[], bytes], healthy: Callable[[], bool]
+) -> ThreadingHTTPServer:
+    """Serve ``/metrics`` (``exposition()``, Prometheus' text format) and ``/healthz`` (200 while
+    ``healthy()``, else 503) on a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
-                body, status, kind = agent.metrics.exposition(), 200, CONTENT_TYPE_LATEST
+                body, status, kind = exposition(), 200, CONTENT_TYPE_LATEST
             elif self.path.startswith("/healthz"):
-                ok = agent.healthy(interval)
+                ok = healthy()
                 body, status, kind = (b"ok\n" if ok else b"stalled\n"), (200 if ok else 503), "text/plain"
             else:
                 body, status, kind = b"not found\n", 404, "text/plain"

@@ -36,7 +36,7 @@ from steps.cluster.errors import ClusterError
 from steps.cluster.health import NicReport, NodeHealthSource, health_source
 from steps.cluster.port import GPU_RESOURCE, ClusterPort
 from steps.errors import InputError
-from steps.sentinel.agent import PROBE_TIMEOUT_S, Agent, Metrics, PassResult
+from steps.sentinel.agent import NODE_READ_S, PROBE_TIMEOUT_S, Agent, Metrics, PassResult
 from steps.sentinel.budget import GpuNodes, TaintBudget, TaintBudgetSettings
 from steps.sentinel.catalogue import FaultCatalogue
 from steps.sentinel.kernel_log import KMSG, Boot, KernelLog
@@ -261,13 +261,14 @@ def build_sentinel(
     fabric_nics: Sequence[str] = (),
     taint_budget: TaintBudgetSettings | None = None,
     fleet_daemonset: tuple[str, str] | None = None,
+    node_read_s: float = NODE_READ_S,
 ) -> Sentinel:
     """The agent of ``node`` (its probes as :func:`build_probes` makes them); with ``state_dir``, its
     state kept there across restarts in this boot (``boot``, default read from ``/proc``) and taken
     over at once from an agent of this boot that ran before. Its taints ask the fleet-wide taint budget
     (``taint_budget``: share and window, default 10% of the GPU nodes within 1 h), whose GPU nodes are
     those the sentinel's DaemonSet ``fleet_daemonset`` (namespace, name) runs on, else the nodes with
-    GPUs (:mod:`steps.sentinel.budget`)."""
+    GPUs (:mod:`steps.sentinel.budget`). Its node is read for the node metrics every ``node_read_s``."""
     boot = boot or Boot.read()
     probes, nvml = build_probes(
         node,
@@ -295,6 +296,7 @@ def build_sentinel(
         probe_timeout=probe_timeout,
         on_timeout=probes.timeout_readings,
         budget=budget,
+        node_read_s=node_read_s,
     )
     state = None
     if state_dir is not None:

@@ -201,6 +201,13 @@ def agent_cmd(
     debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
     probe_timeout: float = PROBE_TIMEOUT_OPTION,
     metrics_port: int = typer.Option(9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."),
+    node_read_interval: float = typer.Option(
+        60.0,
+        "--node-read-interval",
+        min=0.0,
+        help="Seconds between two reads of the node for the dsx_sentinel_node_* metrics (its taint, state, "
+        "certification, drift; 0: every pass).",
+    ),
     source: str = SOURCE_OPTION,
     kernel_log: str | None = KERNEL_LOG_OPTION,
     sysfs: str | None = SYSFS_OPTION,
@@ -251,6 +258,7 @@ def agent_cmd(
         fabric_nics=fabric,
         taint_budget=budget,
         fleet_daemonset=daemonset,
+        node_read_s=node_read_interval,
     )
     if once:
         _one_pass(sentinel, output)
