@@ -43,7 +43,7 @@ def test_each_runs_as_its_own_account_with_the_least_it_needs() -> None:
     assert _one(docs, "Sensor")["spec"]["template"]["serviceAccountName"] == SENSOR_ACCOUNT
     accounts = {d["metadata"]["name"] for d in _of(docs, "ServiceAccount")}
     assert {SOURCE_ACCOUNT, SENSOR_ACCOUNT} <= accounts
-    assert _granted(docs, SOURCE_ACCOUNT) == [("*", "", "nodes", v) for v in ("get", "list", "watch")]
+    assert _granted(docs, SOURCE_ACCOUNT) == [("*", "", "nodes", v) for v in ("list", "watch")]
     assert _granted(docs, SENSOR_ACCOUNT) == [
         ("gpu-ops", "argoproj.io", "workflows", "create"),
         ("gpu-ops", "argoproj.io", "workflows", "list"),

@@ -1,9 +1,9 @@
 """Whether the fault a remediation was started for still stands, or another run already dealt with it.
 
 A trigger is an edge seen once, but the run it starts may begin much later: it waits on the node's mutex
-behind another remediation (two checks of one fault fire two Workflows, a JetStream bus fires once per
-dependency), on the Sensor's rate limit, or on a reconciler pass. By then the node may have been repaired
-and put back. A run started for a fault goes on only while:
+behind another remediation (two checks turning fatal in two updates fire two Workflows; the reconciler
+and the Sensor may both start one for a fault), on the Sensor's rate limit, or on a reconciler pass. By
+then the node may have been repaired and put back. A run started for a fault goes on only while:
 
 - the check's condition is ``True``, and
 - the sentinel wrote it (``lastHeartbeatTime``: the agent's last write of it, a new fault on any entity

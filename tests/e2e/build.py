@@ -211,8 +211,18 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 
-#: What the control plane of :mod:`tests.e2e.cluster` runs; Argo Events and nats-server serve the Events tier.
+#: What the control plane of :mod:`tests.e2e.cluster` runs.
 CORE = frozenset({"kubernetes", "etcd", "argo-workflows"})
+#: What its Events tier adds: the Argo Events controller (and the image of the pods it makes) and the
+#: JetStream server of the EventBus.
+EVENTS = frozenset({"argo-events", "nats-server"})
+
+
+def module_dir(key: str, module: str) -> Path:
+    """The module cache's folder of ``module`` at the version ``key`` pins in the versions file (its
+    manifests: CRDs, install YAML), downloaded if the cache lacks it."""
+    version = read_versions()[key]
+    return Path(_module_download(module, version, HERE)["Dir"])
 
 
 def build(only: set[str] | frozenset[str] | None = None, log: Callable[[str], None] = print) -> Path:
@@ -247,11 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--core", action="store_true", help=f"build what the control plane runs ({', '.join(sorted(CORE))})"
     )
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help=f"with --core: the Events tier's too ({', '.join(sorted(EVENTS))})",
+    )
     parser.add_argument("--print-bin", action="store_true", help="print the binaries' folder, nothing else")
     args = parser.parse_args(argv)
     try:
+        core = CORE | EVENTS if args.events else CORE
         bin_dir = build(
-            set(args.only) if args.only else (CORE if args.core else None),
+            set(args.only) if args.only else (core if args.core else None),
             log=(lambda _: None) if args.print_bin else print,
         )
     except ValueError as exc:

@@ -9,6 +9,12 @@ workflow-controller, and the process kubelet (:mod:`tests.e2e.kubelet`) with fou
 racks. Then it labels namespace ``gpu-ops`` ``pod-security.kubernetes.io/enforce=restricted`` and installs
 ``charts/dsx`` there with the real helm. It prints ``export`` lines a shell can ``eval``.
 
+The Events tier comes with it unless ``--no-events``: a JetStream ``nats-server`` (TLS) on the bridge,
+Argo Events' release manifests (its CRDs and controller Deployment, in ``argo-events``), an EventBus
+``default`` in ``gpu-ops`` pointing at that server (``jetstreamExotic``), and the chart installed with
+``events.enabled=true``; ``up`` returns once the controller's pod and those of the chart's EventSource and
+Sensor run.
+
 Pods run in network namespaces of their own on a bridge this module creates (``10.244.N.0/24``); the API
 server listens on the bridge's address, so pods reach it as ``KUBERNETES_SERVICE_HOST``. ``down`` stops
 every process ``up`` started (by the process groups recorded in ``DIR/state.json``), removes the bridge
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e import build
-from tests.e2e.pki import make_pki
+from tests.e2e.pki import make_pki, sign_server
 
 __all__ = ["Cluster", "main"]
 
@@ -51,6 +57,14 @@ DEFAULT_GPUS = 2
 #: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
 #: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier does not install it.
 CHART_VALUES = ["--set", "sentinel.enabled=false"]
+#: What the Events tier adds to them: the chart's EventSource and Sensor.
+EVENTS_VALUES = ["--set", "events.enabled=true"]
+ARGO_EVENTS_NAMESPACE = "argo-events"
+ARGO_EVENTS_MODULE = "github.com/argoproj/argo-events"
+#: The EventBus the chart's EventSource and Sensor use (``events.eventBusName`` empty: Argo Events' default).
+EVENT_BUS = "default"
+#: The JetStream stream an Argo Events bus keeps its events in (argo-events ``v1alpha1.JetStreamStreamName``).
+EVENT_STREAM = "default"
 
 
 def _free_port() -> int:
@@ -73,6 +87,8 @@ class State:
     subnet: int = -1
     apiserver_port: int = 0
     etcd_port: int = 0
+    nats_port: int = 0
+    nats_monitor_port: int = 0
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -87,12 +103,20 @@ class Cluster:
     session fixture both call."""
 
     def __init__(
-        self, dir: Path, *, nodes: int = 4, racks: int = 2, gpus: int = DEFAULT_GPUS, log: Any = print
+        self,
+        dir: Path,
+        *,
+        nodes: int = 4,
+        racks: int = 2,
+        gpus: int = DEFAULT_GPUS,
+        events: bool = True,
+        log: Any = print,
     ) -> None:
         self.dir = dir.resolve()
         self.nodes = nodes
         self.racks = racks
         self.gpus = gpus
+        self.events = events
         self.log = log
         self.state_path = self.dir / "state.json"
         self.state = State.load(self.state_path)
@@ -137,7 +161,7 @@ class Cluster:
         (self.dir / "logs").mkdir(exist_ok=True)
         if self.state.processes:
             raise RuntimeError(f"{self.dir}: a cluster is already up here (run down first)")
-        self.bin = build.build(build.CORE, log=self.log)
+        self.bin = build.build(build.CORE | (build.EVENTS if self.events else set()), log=self.log)
         subprocess.run([str(ROOT / ".ci" / "fetch-helm")], check=True, capture_output=True)
         started = time.monotonic()
         try:
@@ -148,8 +172,13 @@ class Cluster:
             self._apiserver()
             self._controllers()
             self._argo()
+            if self.events:
+                self._nats()
+                self._argo_events()
             self._kubelet()
             self._chart()
+            if self.events:
+                self._events_running()
         except BaseException:
             self.down()
             raise
@@ -459,6 +488,8 @@ class Cluster:
     def _chart(self) -> None:
         self.kubectl("create", "namespace", NAMESPACE)
         self.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+        if self.events:
+            self._event_bus()
         proc = subprocess.run(
             [
                 str(TOOLS / "helm"),
@@ -468,6 +499,7 @@ class Cluster:
                 "-n",
                 NAMESPACE,
                 *CHART_VALUES,
+                *(EVENTS_VALUES if self.events else []),
             ],
             capture_output=True,
             text=True,
@@ -475,6 +507,108 @@ class Cluster:
         )
         if proc.returncode != 0:
             raise RuntimeError(f"helm install: {proc.stderr.strip()}")
+
+    # ------------------------------------------------------------------------------ Argo Events
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://{self.gateway}:{self.state.nats_port}"
+
+    def _nats(self) -> None:
+        """The EventBus's JetStream server, a host process on the bridge's address.
+
+        Why an exotic bus and not Argo Events' own ``jetstream`` one: for that the controller makes a
+        StatefulSet of nats pods behind a Service and hands the pods the URL
+        ``nats://<service>.<namespace>.svc:4222`` (argo-events v1.9.11
+        ``pkg/reconciler/eventbus/installer/jetstream.go:120``), which needs cluster DNS and a Service
+        proxy this tier has neither of; ``jetstreamExotic`` takes a URL as given and deploys nothing
+        (``pkg/reconciler/eventbus/installer/exotic_jetstream.go:32``, "Skip deployment because of using
+        exotic config"). TLS, because every JetStream client of Argo Events connects with
+        ``nats.Secure`` (``pkg/eventbus/jetstream/base/jetstream.go:80``: a server without TLS is refused,
+        nats.go's "secure connection not available"), as its own bus serves it with a self-signed
+        certificate (``jetstream.go:560``); the clients skip verification, as there.
+        """
+        sign_server(self.pki, "nats", "dsx-e2e-nats", [self.gateway])
+        self.state.nats_port = _free_port()
+        self.state.nats_monitor_port = _free_port()
+        self.state.save(self.state_path)
+        config = self.dir / "nats.conf"
+        store = self.dir / "nats"
+        config.write_text(
+            "\n".join(
+                [
+                    f'listen: "{self.gateway}:{self.state.nats_port}"',
+                    f'http: "127.0.0.1:{self.state.nats_monitor_port}"',
+                    'server_name: "dsx-e2e"',
+                    f'jetstream {{ store_dir: "{store}", max_memory_store: 256MB, max_file_store: 1GB }}',
+                    f'tls {{ cert_file: "{self.pki / "nats.crt"}", key_file: "{self.pki / "nats.key"}" }}',
+                    "",
+                ]
+            )
+        )
+        self._start("nats-server", [str(self.bin / "nats-server"), "-c", str(config)])
+        self._wait("nats-server", lambda: bool(self.jetstream().get("config")))
+
+    def jetstream(self, query: str = "") -> dict[str, Any]:
+        """The JetStream server's report (``/jsz``): streams and consumers with ``query`` (e.g.
+        ``streams=true&consumers=true``)."""
+        url = f"http://127.0.0.1:{self.state.nats_monitor_port}/jsz" + (f"?{query}" if query else "")
+        with urllib.request.urlopen(url, timeout=3) as response:
+            report: dict[str, Any] = json.loads(response.read())
+        return report
+
+    def _argo_events(self) -> None:
+        """Argo Events as its release installs it: its own ``manifests/install.yaml`` (CRDs, the
+        controller's account, cluster role and config, the controller Deployment) applied into
+        ``argo-events``; the process kubelet runs the controller's pod, and those of the EventSource and
+        Sensor Deployments it makes, from the built ``argo-events`` (the image's entrypoint)."""
+        install = build.module_dir("ARGO_EVENTS", ARGO_EVENTS_MODULE) / "manifests" / "install.yaml"
+        self.kubectl("create", "namespace", ARGO_EVENTS_NAMESPACE)
+        self.kubectl("apply", "--server-side", "-f", str(install))
+        self.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            *(f"crd/{n}.argoproj.io" for n in ("eventbus", "eventsources", "sensors")),
+        )
+
+    def _event_bus(self) -> None:
+        bus = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "EventBus",
+            "metadata": {"name": EVENT_BUS, "namespace": NAMESPACE},
+            "spec": {
+                "jetstreamExotic": {
+                    "url": self.nats_url,
+                    # One server: one replica (Argo Events' default stream config asks for three).
+                    "streamConfig": "maxAge: 1h\nreplicas: 1\nduplicates: 300s\n",
+                }
+            },
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(bus))
+
+    def _events_running(self) -> None:
+        """Wait for the Argo Events controller and the pods of the chart's EventSource and Sensor."""
+
+        def running(namespace: str, selector: str) -> bool:
+            pods = json.loads(self.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))
+            return any(p["status"].get("phase") == "Running" for p in pods["items"])
+
+        for namespace, selector in (
+            (ARGO_EVENTS_NAMESPACE, "app=controller-manager"),
+            (NAMESPACE, "eventsource-name=dsx-nodes"),
+            (NAMESPACE, "sensor-name=dsx-remediate"),
+        ):
+            self._wait("kubelet", lambda n=namespace, s=selector: running(n, s), timeout=180)
+
+        def subscribed() -> bool:
+            """The Sensor reads the bus: its durable consumer exists on the stream of the events (it reads
+            only what arrives after it subscribed)."""
+            report = self.jetstream("streams=true&consumers=true")
+            streams = [s for a in report.get("account_details") or [] for s in a.get("stream_detail") or []]
+            return any(s["name"] == EVENT_STREAM and s.get("consumer_detail") for s in streams)
+
+        self._wait("nats-server", subscribed, timeout=120)
 
     # ---------------------------------------------------------------------------------------- down
 
@@ -525,8 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.cluster", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--dir", type=Path, required=True, help="where the cluster keeps everything")
+    parser.add_argument(
+        "--no-events",
+        action="store_true",
+        help="without the Events tier (Argo Events, its JetStream bus, the chart's EventSource and Sensor)",
+    )
     args = parser.parse_args(argv)
-    cluster = Cluster(args.dir, log=lambda line: print(line, file=sys.stderr))
+    cluster = Cluster(args.dir, events=not args.no_events, log=lambda line: print(line, file=sys.stderr))
     if args.action == "down":
         cluster.down()
         return 0

@@ -81,7 +81,12 @@ def audit_events(own: Cluster) -> list[dict[str, Any]]:
     events = []
     for line in own.audit_log.read_text().splitlines():
         event = json.loads(line)
-        if event.get("stage") == "ResponseComplete" and event["user"]["username"].startswith(ACCOUNTS):
+        # A watch is logged complete only when it ends (minutes later, maybe after the session): its
+        # ResponseStarted entry, with the same decision, counts too.
+        answered = event.get("stage") == "ResponseComplete" or (
+            event.get("stage") == "ResponseStarted" and event.get("verb") == "watch"
+        )
+        if answered and event["user"]["username"].startswith(ACCOUNTS):
             events.append(event)
     return events
 

@@ -26,7 +26,9 @@ What it does, as the real kubelet does it (``pkg/kubelet``):
 - **Deletion.** A pod being deleted gets SIGTERM on every container's process group, SIGKILL once its
   grace period is over, then the kubelet's final delete (grace 0, uid precondition).
 - **Images** map to host programs: Argo's executor image to the built ``argoexec``, dsx's control and GPU
-  images to this interpreter's environment (``HOME=/tmp``, as the Dockerfile sets), ``pause`` images to a
+  images to this interpreter's environment running this checkout's code (``HOME=/tmp``, as the Dockerfile
+  sets), Argo Events' image to the built ``argo-events`` with the built ``argo`` on ``PATH`` (the image
+  has it in ``/usr/local/bin``: its sensor's argoWorkflow trigger runs ``argo submit``), ``pause`` images to a
   process that sleeps until stopped. Any other image ends ``ErrImagePull``.
 
 Control of the fake hardware, for tests: ``DIR/nodes/NODE/reboot`` (a file) reboots the node as a real one
@@ -60,6 +62,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 HERE = Path(__file__).resolve().parent
+CHECKOUT = HERE.parents[1]
 CONTAINER_HELPER = HERE / "container.py"
 #: GPUs a fake node reports unless told (``--gpus``): what an H100 node has.
 GPUS = 8
@@ -97,6 +100,9 @@ def image_for(name: str, bin_dir: Path) -> Image | None:
     if "dsx-dev/dsx" in name:
         env = {
             "PATH": f"{Path(sys.executable).parent}:{bin_dir}:{SYSTEM_PATH}",
+            # This checkout's dsx, ahead of whichever one the environment has installed (an editable
+            # install of another checkout would otherwise be what the pods run).
+            "PYTHONPATH": str(CHECKOUT),
             "HOME": "/tmp",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
@@ -198,6 +204,7 @@ class PodWorker:
     pod: dict[str, Any]
     thread: threading.Thread | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    launching: threading.Lock = field(default_factory=threading.Lock)
     running: dict[str, Running] = field(default_factory=dict)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     init_statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -296,8 +303,10 @@ class PodWorker:
     ) -> int:
         while True:
             self._launch(container, statuses)
+            running = self.running.get(container["name"])
+            if running is None:  # stopping: not started
+                return -1
             self._report()
-            running = self.running[container["name"]]
             while running.process.poll() is None:
                 if self.stopping.wait(0.2):
                     return -1
@@ -308,7 +317,8 @@ class PodWorker:
             self._report()
             if code == 0 or restart == "Never":
                 return code
-            time.sleep(1)
+            if self.stopping.wait(1):
+                return -1
 
     def _supervise(self, restart: str) -> None:
         containers = {c["name"]: c for c in self.spec.get("containers") or []}
@@ -321,7 +331,8 @@ class PodWorker:
                 code = self._ended(c, self.statuses)
                 changed = True
                 if restart == "Always" or (restart == "OnFailure" and code != 0):
-                    time.sleep(1)
+                    if self.stopping.wait(1):
+                        break
                     self._launch(c, self.statuses, restarts=running.restarts + 1)
             if changed:
                 self._report()
@@ -407,16 +418,20 @@ class PodWorker:
         if self.netns:
             wrapper = ["ip", "netns", "exec", self.netns, *wrapper]
         log = cdir.with_suffix(".log")
-        with open(log, "ab") as out:
-            process = subprocess.Popen(
-                [*wrapper, sys.executable, "-I", str(CONTAINER_HELPER), str(spec_path)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        started = now()
-        self.running[c["name"]] = Running(c["name"], process, started, log, cdir, restarts)
+        # No container starts once the pod is stopping: a restart racing the stop would outlive the pod.
+        with self.launching:
+            if self.stopping.is_set():
+                return
+            with open(log, "ab") as out:
+                process = subprocess.Popen(
+                    [*wrapper, sys.executable, "-I", str(CONTAINER_HELPER), str(spec_path)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            started = now()
+            self.running[c["name"]] = Running(c["name"], process, started, log, cdir, restarts)
         statuses[c["name"]] = _container_status(
             c, {"running": {"startedAt": started}}, ready=True, restarts=restarts, pid=process.pid
         )
@@ -461,7 +476,8 @@ class PodWorker:
 
     def stop(self, grace: float) -> None:
         """SIGTERM every container, SIGKILL once ``grace`` is over; report them terminated."""
-        self.stopping.set()
+        with self.launching:
+            self.stopping.set()
         self._kill_all(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(r.process.poll() is None for r in self.running.values()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ["Client", "make_pki"]
+__all__ = ["Client", "make_pki", "sign_server"]
 
 #: (file stem, common name, organisation) of each client certificate.
 Client = tuple[str, str, str]
@@ -107,3 +107,18 @@ def make_pki(pki: Path, addresses: list[str]) -> None:
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
     (pki / "complete").write_text("")
+
+
+def sign_server(pki: Path, stem: str, common_name: str, addresses: list[str]) -> None:
+    """A serving certificate ``STEM.crt``/``STEM.key`` signed by the CA of :func:`make_pki`, for
+    ``addresses`` (IPs). Kept when present."""
+    if (pki / f"{stem}.crt").exists():
+        return
+    san = ",".join(f"IP:{a}" for a in addresses)
+    _sign(
+        pki,
+        stem,
+        _subject(common_name, ""),
+        f"basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage=serverAuth\nsubjectAltName={san}\n",
+    )

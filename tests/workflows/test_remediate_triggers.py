@@ -77,13 +77,35 @@ def test_a_degraded_reading_then_a_fatal_one_on_the_same_check_starts_a_remediat
 
 
 def test_one_event_passing_two_dependencies_fires_the_trigger_once_for_each() -> None:
-    sensor = _sensor()
+    """JetStream's way, on a Sensor whose dependencies are not exclusive (each check's own filter only)."""
+    doc = copy.deepcopy(_sensor().doc)
+    for dep in doc["spec"]["dependencies"]:
+        dep["filters"]["exprs"] = dep["filters"]["exprs"][:1]
+    sensor = SensorPlay(doc)
     before = _node()
     after = _node(_condition(XID, "FatalReboot"), _condition(ECC, "FatalResetGpu"))
     fired = sensor.handle("dsx-nodes", "node-health", _update(before, after)).submissions
     assert sorted(s.parameters["check"] for s in fired) == ["ecc", "xid"]
     assert {s.parameters["node"] for s in fired} == {"node-02"}
     assert {json.loads(s.parameters["event"])["type"] for s in fired} == {XID, ECC}
+
+
+def test_one_event_turning_two_checks_fatal_starts_one_workflow_for_the_first_check() -> None:
+    sensor = _sensor()
+    before = _node()
+    after = _node(_condition(XID, "FatalReboot"), _condition(ECC, "FatalResetGpu"))
+    firing = sensor.handle("dsx-nodes", "node-health", _update(before, after))
+    assert firing.matched == ("dsx_ecc",)
+    (submission,) = firing.submissions
+    assert submission.parameters["node"] == "node-02" and submission.parameters["check"] == "ecc"
+    assert json.loads(submission.parameters["event"])["type"] == ECC
+    # An earlier check that was fatal already, or that cleared in the update, does not hold a later one back.
+    was_fatal = _node(_condition(ECC, "FatalResetGpu"))
+    fired = sensor.handle("dsx-nodes", "node-health", _update(was_fatal, after)).submissions
+    assert [s.parameters["check"] for s in fired] == ["xid"]
+    cleared = _node(_condition(ECC, "NoProblem", status="False"), _condition(XID, "FatalReboot"))
+    fired = sensor.handle("dsx-nodes", "node-health", _update(was_fatal, cleared)).submissions
+    assert [s.parameters["check"] for s in fired] == ["xid"]
 
 
 def _player(trigger: dict[str, Any], outcomes: list[Exception | None]) -> tuple[Player, list[str]]:

@@ -14,7 +14,9 @@ conditions) never reaches a trigger:
 - **Sensor** ``dsx-remediate``: one dependency per sentinel check, each passing only when that check's
   condition became *fatal* in this update (an ``exprs`` filter comparing the count of
   ``type==<condition>, status==True, reason~Fatal*`` conditions in ``body`` and ``oldBody``: the counts
-  always exist, so no filter fails on a node that never had the condition). Severity, not status: a
+  always exist, so no filter fails on a node that never had the condition) and no check before it (in
+  name order) did: the dependencies are exclusive, so one update that turns several checks fatal at once
+  passes one of them (see Delivery). Severity, not status: a
   degraded reading sets the condition ``True`` without the taint, and the fatal reading after it only
   changes the reason (``DegradedReboot`` to ``FatalReboot``); a trigger on "newly True" never fires for
   it. One ``argoWorkflow`` trigger, fired by any of them (``conditions``), submits a Workflow from the
@@ -32,8 +34,13 @@ conditions) never reaches a trigger:
   is logged and lost). Retries end too, and a condition that turned fatal while the EventSource was
   down is never an update it sees: the ``dsx-reconcile`` CronWorkflow (:mod:`steps.sentinel.reconcile`)
   starts what the edges missed. With a JetStream bus one event that passes several dependencies fires
-  the trigger once per dependency (``pkg/eventbus/jetstream/sensor/trigger_conn.go``): the Workflows
-  queue on the node's mutex, and ``guard`` ends the later ones as superseded.
+  the trigger once per dependency (``pkg/eventbus/jetstream/sensor/trigger_conn.go``, ``processMsg``: each
+  dependency of the event's source is filtered and, with no ``&`` in ``conditions``, triggered on its
+  own): an XID and an ECC error read in one pass would start two Workflows for one node. So no two
+  dependencies pass the same event: each asks too that the checks before it did not turn fatal in it
+  (``now <= before``), and the first check in name order names the run. One event, one Workflow per
+  node; the run remediates the node whatever its other conditions say (the repair and the agent's
+  next readings clear them).
 
 How the Sensor knows the check: from which condition turned True, by a dependency per check. The
 condition type to check name map is :data:`steps.cluster.vocabulary.CONDITION_SENTINEL`, the agent's own;
@@ -135,6 +142,19 @@ def _fatal_count(body: str, condition: str) -> str:
     return f'{body}.status.conditions.#(type=="{condition}")#|#(status=="True")#|#(reason%"{_FATAL}*")#|#'
 
 
+def _turned_fatal(check: str, expr: str) -> ExprFilter:
+    """A filter on how many fatal ``check`` conditions the node has now and had before the update:
+    ``now > before`` it turned fatal in this update, ``now <= before`` it did not."""
+    condition = vocab.CONDITION_SENTINEL[check]
+    return ExprFilter(
+        expr=expr,
+        fields=[
+            PayloadField(name="now", path=_fatal_count("body", condition)),
+            PayloadField(name="before", path=_fatal_count("oldBody", condition)),
+        ],
+    )
+
+
 @dataclass(frozen=True)
 class EventsObject:
     """A hera.events model as the compiler renders it: ``to_dict``, the manifest Argo Events reads."""
@@ -202,17 +222,12 @@ def sensor() -> EventsObject:
             event_name=EVENT_NAME,
             filters=EventDependencyFilter(
                 exprs=[
-                    ExprFilter(
-                        expr="now > before",
-                        fields=[
-                            PayloadField(name="now", path=_fatal_count("body", condition)),
-                            PayloadField(name="before", path=_fatal_count("oldBody", condition)),
-                        ],
-                    )
+                    _turned_fatal(check, "now > before"),
+                    *(_turned_fatal(earlier, "now <= before") for earlier in checks[:index]),
                 ]
             ),
         )
-        for check, condition in ((c, vocab.CONDITION_SENTINEL[c]) for c in checks)
+        for index, check in enumerate(checks)
     ]
     nodes = [
         TriggerParameter(
