@@ -99,7 +99,6 @@ def main() -> None:
                         noise=NOISE,
                         free=args.free,
                         failed=test(names),
-                        pass_s=model.healthy_s(names),
                     )
                     found = {s.node for s in result.suspects}
                     rows[strategy].append(
