@@ -29,7 +29,16 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["Evidence", "caught", "screening_runs"]
+__all__ = ["ALPHA", "DELTA", "P_MIN", "SPURIOUS", "Evidence", "caught", "screening_runs"]
+
+ALPHA = 0.01
+"""Accuse a node at probability ``1 - ALPHA``, clear it under ``ALPHA``."""
+DELTA = 0.01
+"""A screening misses a fault of the least intermittence with at most this probability."""
+P_MIN = 0.2
+"""The least intermittence reckoned with: a faulty node fails at least this share of the tests holding it."""
+SPURIOUS = 0.005
+"""The rate at which a healthy test fails anyway."""
 
 _GRID = 9
 _TINY = 1e-12

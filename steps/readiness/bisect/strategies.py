@@ -27,12 +27,12 @@ confidence.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from steps.errors import InputError
-from steps.readiness.bisect.evidence import Evidence, caught, screening_runs
+from steps.readiness.bisect.evidence import ALPHA, DELTA, P_MIN, SPURIOUS, Evidence, caught, screening_runs
 from steps.readiness.bisect.models import (
     STRATEGIES,
     BisectResult,
@@ -41,6 +41,7 @@ from steps.readiness.bisect.models import (
     GroupTest,
     Strategy,
     Suspect,
+    TestRun,
     Unresolved,
 )
 from steps.readiness.bisect.session import Kind, Reading, Session, reading
@@ -92,13 +93,15 @@ class Search:
         strategy: Strategy = "auto",
         free: int | None = None,
         partners: Sequence[str] = (),
-        alpha: float = 0.01,
-        delta: float = 0.01,
-        p_min: float = 0.2,
+        alpha: float = ALPHA,
+        delta: float = DELTA,
+        p_min: float = P_MIN,
         p_max: float = 1.0,
-        spurious: float = 0.005,
+        spurious: float = SPURIOUS,
         budget: int = 600,
+        on_accuse: Callable[[Suspect], None] | None = None,
     ) -> None:
+        self.on_accuse = on_accuse
         self.members = list(members)
         self.strategy = strategy
         self.free = max(2, free or len(self.members))
@@ -112,6 +115,7 @@ class Search:
         self.stuck = False
         self.observed = 0
         self._rest: list[list[str]] = []
+        self._seen = 0  # results observed, the caller's own included (their order)
 
     def in_service(self) -> list[str]:
         """The members not accused."""
@@ -121,6 +125,7 @@ class Search:
         """One counted result of a test of ``members``, as :func:`~steps.readiness.bisect.session.reading`
         reads it."""
         self.observed += 1
+        self._seen += 1
         self.evidence.observe(members, read.failed)
         if read.timed:
             slow = set(read.stragglers)
@@ -131,11 +136,11 @@ class Search:
             partner = members[-1] if len(members) == 2 else None
             for node in members:
                 other = partner if partner != node else members[0]
-                self.failures.setdefault(node, []).append((len(members), self.observed, read.fault, other))
+                self.failures.setdefault(node, []).append((len(members), self._seen, read.fault, other))
         # a straggler's fault: under the threshold, or only behind its peers
         behind: Fault = "slow" if read.fault == "slow" else "slow-relative"
         for node in read.stragglers:
-            self.failures.setdefault(node, []).append((1, self.observed, behind, None))
+            self.failures.setdefault(node, []).append((1, self._seen, behind, None))
 
     def _fault(self, node: str) -> tuple[Fault, str | None]:
         seen = self.failures.get(node, [])
@@ -169,6 +174,8 @@ class Search:
             )
             self.evidence.accuse(node)
             self.screened = False
+            if self.on_accuse is not None:
+                self.on_accuse(self.suspects[node])
             found = True
 
     def _corroborated(self, index: int) -> bool:
@@ -317,18 +324,19 @@ def bisect(
     free: int | None = None,
     partners: Sequence[str] = (),
     failed: GroupResult | None = None,
-    alpha: float = 0.01,
-    delta: float = 0.01,
-    p_min: float = 0.2,
+    alpha: float = ALPHA,
+    delta: float = DELTA,
+    p_min: float = P_MIN,
     p_max: float = 1.0,
-    spurious: float = 0.005,
+    spurious: float = SPURIOUS,
     share: float = 0.1,
     budget: int = 600,
+    on_accuse: Callable[[Suspect, list[TestRun]], None] | None = None,
 ) -> BisectResult:
     """Find the faulty members of a group, or screen it healthy, with a stated confidence.
 
     Args:
-        members: the group's nodes (two or more, distinct); tested in sorted order.
+        members: the group's nodes (two or more, distinct; or one, screened beside a lent partner).
         test: the group test.
         strategy: ``halving``, ``pairs`` or ``auto``.
         noise: the measurement noise (a fraction): a figure within it of its threshold is run again.
@@ -344,22 +352,32 @@ def bisect(
         spurious: the rate at which a healthy test fails anyway.
         share: how far below its peers a figure may lie beyond the noise band before it is slow.
         budget: the most tests run.
+        on_accuse: called the moment a node is accused, with the runs so far (a workflow labels it then).
 
     Raises:
         InputError: fewer than two distinct members, an unknown strategy, or a setting out of range.
     """
     nodes = sorted(set(members))
-    if len(nodes) < 2 or len(nodes) != len(members):
+    lent = [p for p in partners if p not in set(nodes)]
+    if len(nodes) + min(1, len(lent)) < 2 or len(nodes) != len(members):
         raise InputError(
-            f"bisection needs two or more distinct nodes, got {len(members)} ({len(nodes)} distinct)"
+            f"bisection needs two or more distinct nodes (or one and a partner), got {len(members)} "
+            f"({len(nodes)} distinct)"
         )
     if strategy not in STRATEGIES:
         raise InputError(f"unknown bisection strategy {strategy!r}: choose {', '.join(STRATEGIES)}")
     _check_settings(alpha=alpha, delta=delta, p_min=p_min, p_max=p_max, spurious=spurious, share=share)
     if budget < 1:
         raise InputError(f"bisection budget {budget}: give at least 1 test")
+    runs: list[TestRun] = []
+
+    def accused(suspect: Suspect) -> None:
+        if on_accuse is not None:
+            on_accuse(suspect, runs)
+
     search = Search(
         nodes,
+        on_accuse=accused,
         strategy=strategy,
         free=free,
         partners=partners,
@@ -371,6 +389,7 @@ def bisect(
         budget=budget,
     )
     session = Session(test, nodes, noise=noise, share=share, repeats=repeats, free=search.free)
+    session.runs = runs
     if failed is not None:
         search.observe(nodes, reading(failed, noise, share))
         search.observed = 0  # the caller's test: the budget counts the bisection's own
