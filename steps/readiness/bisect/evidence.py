@@ -11,8 +11,10 @@ Two channels, kept apart because a fault shows in one or the other:
 - **failures** (a failed, hung or slow group test): hypotheses "node ``i`` is faulty with intermittence ``P``"
   for every candidate node and every ``P`` on a grid over the range, and ``H0``, "no fault among the
   candidates", each ``P`` equally likely a priori and ``H0`` as likely as a fault. One fault is sought at a
-  time: once a node is accused it leaves the candidates, the failed tests that held it are explained by it and
-  drop out, its passes still count, and the search looks for another (the prior starts again). When two
+  time: once a node is accused it leaves the candidates, and a failed test that held it counts against the
+  others in it only as far as the accused node, at its own estimated intermittence, leaves it unexplained (a
+  hard fault explains it all; one failing a fifth of its tests, little); its passes still count, and the
+  search looks for another (the prior starts again). When two
   disjoint tests fail at once, two faults are there: the search follows one (its *focus*, the smaller failing
   test) and sets aside the failures outside it until that one is found.
 - **speed** (per-rank timings, where a test gives them): each node on its own is slow with ``P`` (its rank
@@ -101,6 +103,7 @@ class Evidence:
         self.speed = np.zeros(size)
         self.timed = False
         self.accused: set[int] = set()
+        self.intermittence: dict[int, float] = {}
         self.focus: np.ndarray | None = None
         self.tests: list[tuple[np.ndarray, bool]] = []
         self.passes = np.zeros(len(self.nodes), dtype=int)
@@ -109,11 +112,24 @@ class Evidence:
         return np.array([self.index[m] for m in members if m in self.index], dtype=int)
 
     def _apply(self, held: np.ndarray, failed: bool) -> None:
-        if failed and any(int(i) in self.accused for i in held):
-            return  # explained by a node already accused
         if failed and self.focus is not None and not self.focus[held].any():
             return  # another fault's: set aside until the one in focus is found
-        self.failures[held] += self._fail if failed else self._pass
+        if not failed:
+            self.failures[held] += self._pass
+            return
+        explained = 1.0
+        for i in held:
+            explained *= 1.0 - self.intermittence.get(int(i), 0.0)
+        if explained >= 1.0:
+            self.failures[held] += self._fail
+            return
+        # the accused members fail it with 1 - explained: the others are blamed only for the rest
+        base = 1.0 - (1.0 - self.q) * explained
+        if base >= 1.0 - _TINY:
+            return
+        others = np.array([i for i in held if int(i) not in self.accused], dtype=int)
+        delta = np.log(1.0 - (1.0 - base) * (1.0 - self.p)) - math.log(base)
+        self.failures[others] += delta
 
     def _replay(self) -> None:
         self.failures[:] = 0.0
@@ -147,7 +163,10 @@ class Evidence:
 
     def accuse(self, node: str) -> None:
         """Take ``node`` out of the candidates: the failed tests that held it are explained by it."""
-        self.accused.add(self.index[node])
+        i = self.index[node]
+        weights = self.failures[i] - np.max(self.failures[i])
+        self.intermittence[i] = float(np.sum(np.exp(weights) * self.p) / np.sum(np.exp(weights)))
+        self.accused.add(i)
         self.focus = None
         self._replay()
 
@@ -161,7 +180,7 @@ class Evidence:
         next to nothing)."""
         found = np.zeros(len(self.nodes))
         for held, failed in self.tests:
-            if failed and not any(int(i) in self.accused for i in held):
+            if failed and not any(self.intermittence.get(int(i), 0.0) >= 0.99 for i in held):
                 found[held] += 1.0 / len(held)
         return found
 
