@@ -51,6 +51,9 @@ class FabricSettings(BaseModel):
         hang_grace_s: a test that has not finished this long after it should have is declared hung.
         pass_fraction: a group passes when its bus bandwidth is at least this fraction of what a healthy
             group of its size reaches.
+        spurious: the probability that a test no fault touches fails anyway: half of such tests fail
+            outright (a transient error), half are slowed by a congestion factor drawn from 0.3 to 0.8 (the
+            heavy tail of real fabrics' noise).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -64,6 +67,7 @@ class FabricSettings(BaseModel):
     launch_s: float = Field(30.0, ge=0.0)
     hang_grace_s: float = Field(60.0, gt=0.0)
     pass_fraction: float = Field(0.8, gt=0.0, le=1.0)
+    spurious: float = Field(0.0, ge=0.0, lt=1.0)
 
 
 class GroupMeasurement(BaseModel):
@@ -74,6 +78,9 @@ class GroupMeasurement(BaseModel):
             ``hang`` (it never completed; the test ended at its timeout).
         figure: bus bandwidth in GB/s (``None`` when the collective failed or hung).
         threshold: the least bus bandwidth a group of this size passes with, in GB/s.
+        expected: what a healthy group of this size reaches, in GB/s (what its peers reach).
+        ranks: each member's own link throughput as its rank timed it, in GB/s (``None`` when the collective
+            failed or hung: nothing was timed).
         duration_s: how long the test held its nodes, launch included.
         reason: one line on what was seen.
     """
@@ -83,6 +90,8 @@ class GroupMeasurement(BaseModel):
     outcome: Literal["pass", "fail", "hang"]
     figure: float | None
     threshold: float
+    expected: float | None = None
+    ranks: dict[str, float] | None = None
     duration_s: float
     reason: str
 
@@ -108,6 +117,7 @@ class FabricModel:
         self.reports = dict(reports)
         self.settings = settings or FabricSettings()
         self._random = random.Random(self.settings.seed)
+        self._extra = random.Random(f"{self.settings.seed}-ranks")  # ranks and spurious draws, kept apart
 
     def _step_s(self, gbps: float) -> float:
         """One ring step: latency plus one node's share of the message over links of ``gbps`` Gbit/s."""
@@ -156,31 +166,43 @@ class FabricModel:
         ]
         factor = 1.0 + self._random.uniform(-s.noise, s.noise) if s.noise else 1.0
         hung = [r.node for r in reports if r.link_hangs]
+        expected = self.busbw(size, nominal)
+        spurious = not hung and not failed and s.spurious > 0 and self._extra.random() < s.spurious
+        broken = None
         if hung:
             timeout = s.launch_s + 2 * measure_s + s.hang_grace_s
+            reason = f"the all-reduce did not complete within {timeout - s.launch_s:.0f}s"
+            broken = ("hang", timeout, reason)
+        elif failed:
+            broken = ("fail", s.launch_s + measure_s / 2, "the all-reduce failed (a link dropped out)")
+        elif spurious and self._extra.random() < 0.5:
+            broken = ("fail", s.launch_s + measure_s / 2, "the all-reduce failed (a transient error)")
+        if broken is not None:
+            outcome, duration_s, reason = broken
             return GroupMeasurement(
-                outcome="hang",
+                outcome="hang" if outcome == "hang" else "fail",
                 figure=None,
                 threshold=threshold,
-                duration_s=timeout,
-                reason=f"the all-reduce did not complete within {timeout - s.launch_s:.0f}s",
+                expected=expected,
+                duration_s=duration_s,
+                reason=reason,
             )
-        if failed:
-            return GroupMeasurement(
-                outcome="fail",
-                figure=None,
-                threshold=threshold,
-                duration_s=s.launch_s + measure_s / 2,
-                reason="the all-reduce failed (a link dropped out)",
-            )
+        congestion = self._extra.uniform(0.3, 0.8) if spurious else 1.0
+        factor *= congestion
         figure = self.busbw(size, slowest.link_gbps) * factor
         # a figure measured high is a collective timed short: the time is the figure's noise inverted
         duration = s.launch_s + s.iters * self._collective_s(size, slowest.link_gbps) / factor
         ok = figure >= threshold
+        ranks = {
+            r.node: r.link_gbps / 8 * (1.0 + self._extra.uniform(-s.noise, s.noise) if s.noise else 1.0)
+            for r in reports
+        }
         return GroupMeasurement(
             outcome="pass" if ok else "fail",
             figure=figure,
             threshold=threshold,
+            expected=expected,
+            ranks=ranks,
             duration_s=duration,
             reason=f"busbw {figure:.1f} GB/s {'>=' if ok else '<'} {threshold:.1f} GB/s for {size} nodes",
         )

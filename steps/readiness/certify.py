@@ -38,7 +38,8 @@ from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import input_error
-from steps.readiness.bisect.records import with_bisection
+from steps.readiness.bisect.evidence import DELTA, P_MIN, caught, screening_runs
+from steps.readiness.bisect.records import Records, with_bisection
 from steps.readiness.checks import (
     SMOKE_TEST,
     GroupRun,
@@ -78,6 +79,7 @@ from steps.readiness.planning import (
 from steps.readiness.report import (
     INCOMPLETE_TEST,
     ReportRequest,
+    Screening,
     build_report,
     node_results,
     render_markdown,
@@ -370,6 +372,30 @@ def sweep_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> Sw
     return _certify_group(group, plan, recipe)
 
 
+def screening(groups: list[SweepOutcome], store: OutcomeStore) -> list[Screening]:
+    """How long each group was screened: one pass of its group check, or its bisection's screening.
+
+    A certification tests each group once; a fault failing one test in five goes unseen four times in five.
+    The report says so for each group: the passes and the least intermittence they would have caught.
+    """
+    needed = screening_runs(P_MIN, DELTA)
+    searched = {r.group: r for r in Records(store).summaries()}
+    found: list[Screening] = []
+    for outcome in sorted(groups, key=lambda o: o.subject.name):
+        summary = searched.get(outcome.subject.name)
+        passes = (summary.screening or 0) if summary is not None else int(outcome.status == "pass")
+        found.append(
+            Screening(
+                group=outcome.subject.name,
+                passes=passes,
+                needed=needed,
+                caught=round(caught(passes, DELTA), 4),
+                bisected=summary is not None,
+            )
+        )
+    return found
+
+
 def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
     """The node and group outcomes the checks stored; a planned check that stored none is an error.
 
@@ -515,6 +541,7 @@ def report(run: RunRef) -> CertifySummary:
             sweeps=nodes + groups,
             smoke=[smoke] if smoke is not None else [],
             verdicts=excluded + _relative(groups, recipe),
+            screening=screening(groups, store),
             recipe_digest=digest if isinstance(digest, str) else None,
             started_at=plan.started_at,
             thresholds=recipe.get("thresholds"),

@@ -310,6 +310,9 @@ class Verdict(Model):
     rank: int | None = Field(default=None, description="the rank named by the verdict, if one is")
     node: str | None = Field(default=None, description="the node named by the verdict, if one is")
     injected: bool = Field(default=False, description="the verdict is about a fault injected on purpose")
+    probability: float | None = Field(
+        default=None, description="the posterior probability of a bisection's accusation, if it is one"
+    )
 
 
 def worst(statuses: list[str]) -> VerdictStatus:

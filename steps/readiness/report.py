@@ -54,6 +54,26 @@ class NodeResult(Model):
     reasons: list[str] = Field(default_factory=list)
 
 
+class Screening(Model):
+    """How long a group was screened: a group is called healthy only after enough passes to have seen an
+    intermittent fault of the least intermittence reckoned with (``ceil(ln delta / ln(1 - P_min))``).
+
+    Attributes:
+        group: the group.
+        passes: passing tests of its members left in service (the fewest any of them took part in).
+        needed: the passes that would see a fault failing ``P_min`` of tests with 99%.
+        caught: the least intermittence (share of tests a faulty node fails) these passes would have
+            caught with 99%.
+        bisected: whether its failure was bisected (the passes are then the search's screening).
+    """
+
+    group: str
+    passes: int
+    needed: int
+    caught: float
+    bisected: bool = False
+
+
 class CertificationReport(Model):
     """Everything a certification run found, with its evidence."""
 
@@ -70,6 +90,7 @@ class CertificationReport(Model):
     sweeps: list[SweepOutcome] = Field(default_factory=list)
     smoke: list[SmokeOutcome] = Field(default_factory=list)
     thresholds: dict[str, Any] | None = None
+    screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     injected: list[str] = Field(default_factory=list, description="faults injected on purpose")
     files: list[str] = Field(default_factory=list, description="report files, relative to the report folder")
 
@@ -82,6 +103,7 @@ class ReportRequest(Model):
     sweeps: list[SweepOutcome] = Field(default_factory=list)
     smoke: list[SmokeOutcome] = Field(default_factory=list)
     verdicts: list[Verdict] = Field(default_factory=list, description="further verdicts (relative mode...)")
+    screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     recipe_digest: str | None = None
     started_at: str | None = None
     finished_at: str | None = Field(default=None, description="default: now")
@@ -144,12 +166,28 @@ def render_markdown(report: CertificationReport) -> str:
     ]
     for verdict in report.verdicts:
         measured = "" if verdict.measured is None else f"{verdict.measured:g} {verdict.unit or ''}".strip()
+        if verdict.probability is not None:
+            measured = f"{measured} (probability {verdict.probability:.4f})".strip()
         threshold = "" if verdict.threshold is None else f"{verdict.threshold:g} {verdict.unit or ''}".strip()
         out.append(
             f"| {verdict.status} | {_cell(verdict.subject.kind + ' ' + verdict.subject.name)} "
             f"| {verdict.test} "
             f"| {_cell(measured)} | {_cell(threshold)} | {_cell(verdict.message)} |"
         )
+    if report.screening:
+        out += [
+            "",
+            "## Screening",
+            "",
+            "| group | passes | needed | would have caught, with 99% | bisected |",
+            "|---|---|---|---|---|",
+        ]
+        for screen in report.screening:
+            bisected = "yes" if screen.bisected else "no"
+            out.append(
+                f"| {_cell(screen.group)} | {screen.passes} | {screen.needed} "
+                f"| a fault failing {screen.caught:.0%} of tests or more | {bisected} |"
+            )
     if report.sweeps:
         out += ["", "## All-reduce sweeps", ""]
         if "busbw.png" in report.files:
@@ -258,6 +296,7 @@ def build_report(request: ReportRequest) -> CertificationReport:
         verdicts=verdicts,
         sweeps=request.sweeps,
         smoke=request.smoke,
+        screening=request.screening,
         thresholds=request.thresholds,
         injected=injected,
         files=sorted(files),

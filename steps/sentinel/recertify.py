@@ -6,7 +6,7 @@ workflow cannot compute from its ``node`` parameter; ``dsx-remediate`` therefore
 while the recertify DAG holds the fleet-wide mutex ``dsx-recertify``. A label left behind by a run that was
 killed mid-way is taken off other nodes first, so certification never reaches a node it was not asked for.
 
-The pair test that follows (:func:`pair_partner`, then ``dsx-bisect``'s ``prepare``, ``confirm-members``
+The pair test that follows (:func:`pair_partner`, then ``dsx-bisect``'s ``prepare``, ``search-group``
 and ``finish`` through ``templateRef``, then :func:`pair_verdict`) tests the node beside a known-good node:
 a node labelled ``dsx.dev/certification=passed``, not cordoned, Ready, managed, with GPUs, not under
 remediation itself, and whose GPUs no pod holds (the first by name). Both carry ``dsx.dev/recertify=pair``
@@ -244,7 +244,7 @@ def pair_verdict(
     node: str, partner: str = "", status: str = "", workflow_name: str = "", workflow_uid: str = ""
 ) -> str:
     """After the pair test (``status``: how ``dsx-bisect``'s ``finish`` ended): unmark both nodes and
-    write the verdict. The test names the node failed by labelling it (``confirm-members`` does, with
+    write the verdict. The test names the node failed by labelling it (``search-group`` does, with
     its reason, when the node failed beside the partner); a test that ended otherwise without naming it
     gave no verdict (its pods could not all be scheduled, or a step stopped): the node goes back to
     ``pending``, and ``conclude`` keeps it recertifying. The partner's hold is given back first."""

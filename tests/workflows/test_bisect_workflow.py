@@ -19,21 +19,15 @@ def _templates(name: str) -> dict[str, dict[str, object]]:
     return {t["name"]: t for t in doc["spec"]["templates"]}
 
 
-def test_bisect_group_calls_itself_on_both_halves_and_defaults_what_a_skipped_child_leaves() -> None:
-    group = _templates("dsx-bisect")["bisect-group"]
-    tasks = {t["name"]: t for t in group["dag"]["tasks"]}  # type: ignore[index]
-    for half in ("left", "right"):
-        assert tasks[half]["template"] == "bisect-group"
-        assert tasks[half]["when"] == "{{tasks.test-group.outputs.parameters.action}} == split"
-        assert tasks[half]["arguments"]["parameters"][1]["value"] == (
-            f"{{{{tasks.test-group.outputs.parameters.{half}}}}}"
-        )
-    # confirm-members is skipped unless the part is small: the output read from it has defaults
-    assert tasks["confirm-members"]["when"] == "{{tasks.test-group.outputs.parameters.action}} == confirm"
-    (suspects,) = group["outputs"]["parameters"]  # type: ignore[index]
-    assert suspects["valueFrom"]["default"] == "[]"
-    confirm = _templates("dsx-bisect")["confirm-members"]
-    assert confirm["outputs"]["parameters"][0]["valueFrom"]["default"] == "[]"  # type: ignore[index]
+def test_bisect_runs_one_search_step_per_group_and_defaults_what_a_skipped_one_leaves() -> None:
+    templates = _templates("dsx-bisect")
+    search = templates["search-group"]
+    assert search["outputs"]["parameters"][0]["valueFrom"]["default"] == "[]"  # type: ignore[index]
+    (group,) = templates["bisect-groups"]["dag"]["tasks"]  # type: ignore[index]
+    assert (group["name"], group["template"]) == ("search-group", "search-group")
+    assert "left" not in templates and "confirm-members" not in templates
+    entry = {t["name"]: t["template"] for t in templates["bisect"]["dag"]["tasks"]}  # type: ignore[index]
+    assert entry == {"prepare": "prepare", "search-group": "search-group", "finish": "finish"}
 
 
 def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None:
@@ -60,13 +54,10 @@ def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Pa
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     nodes = json.loads((out / "workflow.json").read_text())["status"]["nodes"].values()
     phases = {n["name"].split(".", 1)[-1]: n["phase"] for n in nodes}
-    # 8 -> 4 + 4 -> (0-1, 2-3) -> node-02 and node-03 each beside a known-good partner
-    assert phases["bisect-group.left.right.confirm-members"] == "Succeeded"
-    assert phases["bisect-group.right.left"] == "Skipped"  # node-04..07 passed: not split
-    assert phases["finish"] == "Failed"
+    # one search step: it names node-02 and screens the others
+    assert phases["search-group"] == "Succeeded" and phases["finish"] == "Failed"
     port = connect(f"state:{out / 'fleet.json'}")
     labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
     assert labels == {f"node-{i:02d}": ("failed" if i == 2 else None) for i in range(8)}
     reason = port.get_node("node-02").annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
-    assert reason.startswith("node-02: slow in multi-node tests:")
-    assert "beside known-good node-" in reason
+    assert reason.startswith("node-02: slow in multi-node tests:") and "probability 0.99" in reason

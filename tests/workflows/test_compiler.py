@@ -146,7 +146,7 @@ def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None
 def test_every_step_template_and_task_is_named_after_its_step_function() -> None:
     """What the Argo UI and ``argo get`` show is the step function's own name; a template called twice in
     one DAG (the group check, on the whole set) names its second task for what it checks; a template
-    calling itself (``bisect-group``) names its tasks for the half they take."""
+    calling itself names its tasks for what they take."""
     for compiled in compiler.compile_objects():
         if compiled.manifest["kind"] in ("EventSource", "Sensor"):
             continue  # Argo Events objects: no templates

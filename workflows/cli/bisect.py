@@ -37,20 +37,37 @@ class Measure(enum.StrEnum):
 
 def _table(result: BisectResult) -> None:
     out = console()
-    verdict = "healthy" if result.healthy else f"{len(result.suspects)} suspect(s)"
+    if result.healthy:
+        verdict = "healthy"
+    elif result.suspects:
+        verdict = f"{len(result.suspects)} suspect(s)"
+    else:
+        verdict = "not healthy"
     out.print(
         f"{result.nodes} nodes, strategy {result.strategy} ({result.chosen}): {verdict}; "
         f"{result.tests} tests in {result.rounds} rounds, {result.wall_clock_s:.0f} s, "
         f"{result.node_seconds:.0f} node-seconds"
     )
+    out.print(
+        f"screening: {result.screening} passes of the nodes left in service ({result.screening_needed} "
+        f"needed): would have caught a fault failing {result.caught:.0%} of tests or more; probability a "
+        f"fault is left {result.fault_left:.4f} (alpha {result.alpha})"
+    )
     if result.suspects:
         print_table(
             "suspects",
-            ["node", "fault", "confidence", "confirmed with"],
-            [[s.node, s.fault, f"{s.confidence:.2f}", s.confirmed_with or "-"] for s in result.suspects],
+            ["node", "fault", "probability", "confirmed with"],
+            [
+                [s.node, _fault_words(s.fault), f"{s.probability:.4f}", s.confirmed_with or "-"]
+                for s in result.suspects
+            ],
         )
-    for group in result.unresolved:
-        out.print(f"unresolved: {len(group)} nodes failed together, yet each part passed: {', '.join(group)}")
+    if result.unresolved:
+        print_table(
+            "unresolved",
+            ["node", "probability", "tests still needed"],
+            [[u.node, f"{u.probability:.4f}", u.tests_needed] for u in result.unresolved[:_TABLE_RUNS]],
+        )
     shown = [r for r in result.runs if r.outcome != "pass"][:_TABLE_RUNS]
     if not shown:
         return
@@ -62,6 +79,10 @@ def _table(result: BisectResult) -> None:
             for r in shown
         ],
     )
+
+
+def _fault_words(fault: str) -> str:
+    return "slow relative to its peers" if fault == "slow-relative" else fault
 
 
 def _members(members: list[str]) -> str:
@@ -79,8 +100,8 @@ def _group_test(
     measure: Measure,
     seed: int | None,
     out_dir: Path | None,
-) -> tuple[GroupTest, float, float | None]:
-    """The group test for ``nodes``, the noise it measures with, and how long a healthy test lasts.
+) -> tuple[GroupTest, float]:
+    """The group test for ``nodes`` and the noise it measures with.
 
     Raises:
         InputError: the cluster has no fabric model, is too large for local ranks, or a seed is given
@@ -114,8 +135,8 @@ def _group_test(
 
         # dsx's default thresholds, as the workflow's steps judge a dsx-bisect of its own
         noise = Thresholds().nccl.noise_band
-        return local_test(port, output_dir(str(out_dir) if out_dir else None)), noise, None
-    return fabric_test(model), model.settings.noise, model.healthy_s(nodes)
+        return local_test(port, output_dir(str(out_dir) if out_dir else None)), noise
+    return fabric_test(model), model.settings.noise
 
 
 def register(app: typer.Typer) -> None:
@@ -141,12 +162,23 @@ def register(app: typer.Typer) -> None:
         free: int | None = typer.Option(
             None, "--free", min=2, help="Nodes that may be under test at once (default: the whole group)."
         ),
+        alpha: float = typer.Option(
+            0.01, "--alpha", help="Accuse a node at probability 1-ALPHA, clear it under ALPHA."
+        ),
+        p_min: float = typer.Option(
+            0.2, "--p-min", help="The least share of tests a faulty node fails (its intermittence)."
+        ),
+        spurious: float = typer.Option(
+            0.005, "--spurious", help="The rate at which a healthy test fails anyway."
+        ),
+        budget: int = typer.Option(600, "--budget", min=1, help="The most tests to run."),
         out_dir: Path | None = typer.Option(None, "--out", help="Where local tests keep their evidence."),
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
-        """Test the group, and if it fails, find the nodes at fault; exit 1 when it is not healthy.
+        """Screen the group, and if it fails, find the nodes at fault; exit 1 when it is not healthy.
 
-        Each suspect is confirmed beside a node known to be good: a node's own test never crosses its NICs.
+        Every result is evidence: a node is accused at probability 1-ALPHA, and the group is called
+        healthy only once a fault failing P-MIN of its tests would have shown with 99%.
         """
         from steps.cluster import connect
         from steps.errors import InputError
@@ -159,8 +191,18 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 f"dsx bisect: {where} selects {len(nodes)} node(s); a group test needs two or more"
             )
-        test, noise, pass_s = _group_test(port, cluster, nodes, measure, seed, out_dir)
-        result = bisect(nodes, test, strategy.value, noise=noise, free=free, pass_s=pass_s)
+        test, noise = _group_test(port, cluster, nodes, measure, seed, out_dir)
+        result = bisect(
+            nodes,
+            test,
+            strategy.value,
+            noise=noise,
+            free=free,
+            alpha=alpha,
+            p_min=p_min,
+            spurious=spurious,
+            budget=budget,
+        )
         emit(result, output, _table)
         if not result.healthy:
             raise typer.Exit(1)

@@ -1,17 +1,16 @@
-"""``dsx-bisect``: the nodes that slow or break a group while each passes alone, found by recursion.
+"""``dsx-bisect``: the nodes that slow or break a group while each passes alone, found by the search of
+``dsx bisect``.
 
-``bisect-group`` tests its node list (``test-group``); when the test fails it splits the list in halves and
-calls itself on both at once (``left``, ``right``: their ``when`` is the test's ``split``), until a failing
-part has fewer than four members, which ``confirm-members`` tests one by one beside a known-good partner,
-labelling each that fails ``dsx.dev/certification=failed`` with the reason the moment it is confirmed. Its
-output ``suspects`` is what its own confirmation labelled: a skipped ``confirm-members`` has no outputs, so
-its output declares a default, as Argo v4 requires of a skipped task's output that anything reads.
+``search-group`` runs the search: every test's result is evidence, the next test is
+chosen from the posterior, a node whose probability of being faulty reaches 0.99 is labelled
+``dsx.dev/certification=failed`` with the reason and the probability the moment it is accused, and the nodes
+left in service are screened until a fault failing a fifth of its tests would have shown with 99%. Its
+output ``suspects`` is what it labelled.
 
 Entry ``bisect`` (a run of its own): ``prepare`` (the nodes of the ``nodes`` selector, dsx's default
-thresholds) -> ``bisect-group`` -> ``finish`` (Failed when it named a node, or when a test failed and it
-could name none). ``bisect-groups`` is what ``dsx-certify`` calls (templateRef) with the groups that
-failed while their members passed alone, at most :data:`PARALLELISM` of them at once; the workflow's
-``parallelism`` bounds the tests run at once.
+thresholds) -> ``search-group`` -> ``finish`` (Failed when it named a node, or when the search could not
+clear the group). ``bisect-groups`` is what ``dsx-certify`` calls (templateRef) with the groups that
+failed while their members passed alone, at most :data:`PARALLELISM` of them at once.
 """
 
 from typing import Any
@@ -54,63 +53,11 @@ def _param_outputs(*names: str, default: str | None = None) -> list[Parameter]:
     ]
 
 
-def _group_dag(test_group: Script, confirm: Script) -> DAG:
-    """``bisect-group``: test, then split and recurse, or confirm the members of a small failing part."""
-    # Inputs of inner templates carry no description: Hera copies a parameter passed on as an argument,
-    # description and all, and an argument has none in Argo's schema.
-    inputs = [
-        Parameter(name="run"),  # the run whose plan and thresholds the tests use (JSON)
-        Parameter(name="members"),  # the nodes to test together (JSON list)
-        Parameter(name="partners", default="[]"),  # known-good nodes lent as partners (JSON list)
-        Parameter(name="group", default="bisect"),  # the group being narrowed, for the records
-        Parameter(name="tested", default=""),  # 'fail': the caller's own test of these nodes failed
-    ]
-    with DAG(name="bisect-group", inputs=inputs) as dag:
-        run, members, partners, group = (
-            dag.get_parameter(name) for name in ("run", "members", "partners", "group")
-        )
-        tested = test_group(
-            arguments={"run": run, "members": members, "group": group, "tested": dag.get_parameter("tested")}
-        )
-        action = tested.get_parameter("action").value
-        for half in ("left", "right"):
-            Task(
-                name=half,
-                template=dag,
-                when=f"{action} == {flow.SPLIT}",
-                arguments={
-                    "run": run,
-                    "members": tested.get_parameter(half),
-                    "partners": partners,
-                    "group": group,
-                },
-                depends=tested.name,
-            )
-        confirmed = confirm(
-            when=f"{action} == {flow.CONFIRM}",
-            arguments={"run": run, "members": members, "partners": partners, "group": group},
-        )
-        tested >> confirmed
-    dag.outputs = [
-        Parameter(
-            name="suspects",
-            value_from=ValueFrom(parameter=confirmed.get_parameter("suspects").value, default="[]"),
-        )
-    ]
-    return dag
-
-
 def templates() -> list[Any]:
     """The bisection WorkflowTemplate."""
     prepare = step(flow.prepare, timeout="10m", retries=2, outputs=_param_outputs("run", "members"))
-    test_group = step(
-        flow.test_group,
-        timeout=_TEST_TIMEOUT,
-        env=dict(_JOB_ENV),
-        outputs=_param_outputs("action", "left", "right"),
-    )
-    confirm = step(
-        flow.confirm_members,
+    search = step(
+        flow.search_group,
         timeout=_TEST_TIMEOUT,
         env=dict(_JOB_ENV),
         outputs=_param_outputs("suspects", default="[]"),
@@ -118,24 +65,23 @@ def templates() -> list[Any]:
     finish = step(flow.finish, timeout="5m", env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with workflow_template(
         NAME,
-        "Find the nodes that slow or break a group while each passes its own test: test the group, split a "
-        "failing one in halves and test both at once, recursively, and test each member of a small failing "
-        "part beside a known-good node. A node that fails beside one is labelled "
-        "dsx.dev/certification=failed with the reason at once. The workflow fails when it named a node, "
-        "and when a test failed that no node could be named for.",
+        "Find the nodes that slow or break a group while each passes its own test, every result taken as "
+        "evidence: the next test is chosen from each node's probability of being faulty, a node is "
+        "labelled dsx.dev/certification=failed with the reason and its probability once that reaches 0.99, "
+        "and the nodes left are screened until a fault failing a fifth of its tests would have shown with "
+        "99%. The workflow fails when it named a node, and when it could not clear the group.",
         "bisect",
         [param("nodes", "Label selector of the nodes to bisect; empty: every managed node with GPUs.", "")],
         parallelism=PARALLELISM,
     ) as wt:
-        group_dag = _group_dag(test_group, confirm)
         with DAG(
             name="bisect-groups",
             parallelism=PARALLELISM,
             inputs=[Parameter(name="run"), Parameter(name="targets")],  # the run; its BisectTargets (JSON)
         ) as groups:
             Task(
-                name="bisect-group",
-                template=group_dag,
+                name="search-group",
+                template=search,
                 with_param=groups.get_parameter("targets"),
                 arguments={
                     "run": groups.get_parameter("run"),
@@ -155,9 +101,9 @@ def templates() -> list[Any]:
             )
             run = prepared.get_parameter("run")
             bisected = Task(
-                name="bisect-group",
-                template=group_dag,
-                arguments={"run": run, "members": prepared.get_parameter("members")},
+                name="search-group",
+                template=search,
+                arguments={"run": run, "members": prepared.get_parameter("members"), "partners": "[]"},
             )
             ended = finish(arguments={"run": run})
             prepared >> bisected

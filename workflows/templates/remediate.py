@@ -6,7 +6,7 @@ id, Ready, the check's condition cleared by a reading of the new boot) or, with 
 repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx resume RUN_DIR``), either
 bounded by ``repair-timeout`` -> repaired (the same judgement; else escalated) -> recertify
 (``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
-through ``dsx-bisect``'s ``prepare``, ``confirm-members`` and ``finish``) -> conclude (a pass of both:
+through ``dsx-bisect``'s ``prepare``, ``search-group`` and ``finish``) -> conclude (a pass of both:
 uncordon and clear the state; a pair test that gave no verdict: the node stays recertifying and cordoned,
 the workflow Failed saying so; else ``state=escalated``, ``dsx.dev/replace=requested``, a Warning
 Event). The exit handler: record-outcome writes how the workflow ended to the ledger, and release gives
@@ -125,9 +125,10 @@ def _parameters() -> list[Parameter]:
 
 def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
     """``dsx-bisect``'s own steps on the node and its partner: a run over the pair (``prepare``), the node
-    tested beside the partner (``confirm-members``, which labels it failed with the reason), and
-    ``finish`` (Failed when it named the node). Skipped when there is no partner. Returns the first and
-    the last task."""
+    searched beside the partner (``search-group``: screened until a fault failing a fifth of its tests
+    would have shown with 99%, labelled failed with the reason and its probability if accused), and
+    ``finish`` (Failed when it named the node, or could not clear it). Skipped when there is no partner.
+    Returns the first and the last task."""
     has_partner = f"'{partner}' != ''"
     prepared = Task(
         name="pair-prepare",
@@ -148,7 +149,7 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
     run = "{{tasks.pair-prepare.outputs.parameters.run}}"
     confirmed = Task(
         name="pair-test",
-        template_ref=TemplateRef(name=_BISECT, template="confirm-members"),
+        template_ref=TemplateRef(name=_BISECT, template="search-group"),
         when=has_partner,
         arguments={"run": run, "members": f'["{node}"]', "partners": f'["{partner}"]', "group": "pair"},
     )

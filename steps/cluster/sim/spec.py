@@ -23,7 +23,8 @@ reboot's new boot id, how long until ``Ready`` and then until the sentinel's con
 ``40s``; default 0, all in one write), ``blocking-pdb`` (true: the sample gateway's budget
 allows no eviction, see below), ``forbid`` (``VERB RESOURCE`` pairs,
 ``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
-of modelled group tests, ``0.03`` for 3%) and ``seed`` (seeds every random draw of those tests, so a run
+of modelled group tests, ``0.03`` for 3%), ``spurious`` (the probability that a modelled group test no fault
+touches fails anyway, ``0.005`` for 0.5%) and ``seed`` (seeds every random draw of those tests, so a run
 repeats exactly; see :mod:`steps.cluster.fabric`).
 
 The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
@@ -99,6 +100,7 @@ class FleetSpec(BaseModel):
     api_latency_ms: int = Field(0, ge=0, alias="api-latency-ms")
     forbid: list[str] = Field(default_factory=list)
     noise: float = Field(0.0, ge=0.0, lt=0.5)
+    spurious: float = Field(0.0, ge=0.0, lt=1.0)
     seed: int = 0
     repair: Literal["ok", "fail", "never"] = "ok"
     repair_delay: float = Field(2.0, ge=0.0, alias="repair-delay")
@@ -367,7 +369,7 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     names = spec.node_names()
     fleet = Fleet(
         spec=text or spec.model_dump_json(exclude_defaults=True),
-        fabric=FabricSettings(noise=spec.noise, seed=spec.seed),
+        fabric=FabricSettings(noise=spec.noise, seed=spec.seed, spurious=spec.spurious),
     )
     for i, name in enumerate(names):
         fleet.nodes[name] = _node(

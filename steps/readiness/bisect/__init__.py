@@ -1,8 +1,11 @@
 """Bisection: from a group that fails while its members pass alone, to the nodes at fault.
 
 - :mod:`~steps.readiness.bisect.models`: a group test's result, every test run, suspects, the result;
-- :mod:`~steps.readiness.bisect.session`: rounds, repeats within the noise band, the clock, node time;
-- :mod:`~steps.readiness.bisect.strategies`: ``halving``, ``pairs`` and ``auto`` over any group test;
+- :mod:`~steps.readiness.bisect.evidence`: the posterior every test updates, and the screening rule;
+- :mod:`~steps.readiness.bisect.session`: rounds, repeats within the noise band, how a result reads, the
+  clock, node time;
+- :mod:`~steps.readiness.bisect.strategies`: the search over any group test (``halving``, ``pairs``,
+  ``auto``), with its stopping rule;
 - :mod:`~steps.readiness.bisect.probes`: the group tests: the fabric model of a simulated fleet, and real
   local gloo measurements for small ones.
 """
@@ -15,17 +18,19 @@ from steps.readiness.bisect.models import (
     Strategy,
     Suspect,
     TestRun,
+    Unresolved,
 )
-from steps.readiness.bisect.strategies import bisect, choose
+from steps.readiness.bisect.strategies import Search, bisect
 
 __all__ = [
     "STRATEGIES",
     "BisectResult",
     "GroupResult",
     "GroupTest",
+    "Search",
     "Strategy",
     "Suspect",
     "TestRun",
+    "Unresolved",
     "bisect",
-    "choose",
 ]

@@ -1,16 +1,14 @@
-"""The steps of ``dsx-bisect``, the recursive workflow, and of the bisection stages of ``dsx-certify``.
+"""The steps of ``dsx-bisect`` and of the bisection stages of ``dsx-certify``: the search of ``dsx bisect``.
 
-``dsx-bisect``'s ``bisect-group`` tests a list of nodes (:func:`test_group`); when the test fails it splits
-the list in halves and calls itself on both at once, until a failing part has fewer than four members,
-which are then each tested beside a known-good partner (:func:`confirm_members`). A member that fails
-beside a good partner is labelled ``dsx.dev/certification=failed`` at once, with the reason, so nothing is
-lost if the workflow stops; the test that clears a member makes it a partner for later confirmations.
-
-The group test is the certification's own (:func:`steps.readiness.certify.sweep_group`): real gloo ranks
-on this machine for a simulated fleet, Indexed Jobs with NCCL on a cluster. A certification lends its run
-(the plan and the recipe's thresholds); a ``dsx-bisect`` of its own makes one with :func:`prepare` (dsx's
-default thresholds, no Leases, no ``pending`` labels: it names the faulty, it certifies nobody). Every test
-is kept as a :class:`~steps.readiness.bisect.records.Record` of the run.
+``search-group`` runs :func:`search_group`: the search of :func:`steps.readiness.bisect.bisect` over the
+certification's own group test (:func:`steps.readiness.certify.sweep_group`: real gloo ranks on this machine
+for a simulated fleet, Indexed Jobs with NCCL on a cluster), one test after another. Every result is evidence;
+a node whose probability of being faulty reaches ``1 - alpha`` is labelled ``dsx.dev/certification=failed`` at
+once, with the reason and the probability, so nothing is lost if the workflow stops; the group is screened
+healthy only after enough passes. A certification lends its run (the plan and the recipe's thresholds); a
+``dsx-bisect`` of its own makes one with :func:`prepare` (dsx's default thresholds, no Leases, no ``pending``
+labels: it names the faulty, it certifies nobody). Every test, accusation and end of a search is kept as a
+:class:`~steps.readiness.bisect.records.Record` of the run.
 
 Hera's runner calls these with pydantic inputs: no ``from __future__ import annotations`` here.
 """
@@ -30,10 +28,9 @@ from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import Frozen, input_error
 from steps.readiness import certify
-from steps.readiness.bisect.models import GroupResult
+from steps.readiness.bisect.models import BisectResult, GroupResult, Suspect, TestRun
 from steps.readiness.bisect.records import Record, Records, suspect_reason
-from steps.readiness.bisect.session import judged
-from steps.readiness.bisect.strategies import halves
+from steps.readiness.bisect.strategies import bisect
 from steps.readiness.checks import SweepOutcome
 from steps.readiness.evidence import output_dir
 from steps.readiness.judge import only_slow
@@ -44,25 +41,14 @@ from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
-    "ACTIONS",
-    "CONFIRM",
-    "PASS",
-    "SPLIT",
     "BisectStart",
     "BisectSummary",
     "BisectTarget",
-    "GroupStep",
     "bisect_targets",
-    "confirm_members",
     "finish",
     "prepare",
-    "test_group",
+    "search_group",
 ]
-
-PASS, SPLIT, CONFIRM = "pass", "split", "confirm"
-ACTIONS = (PASS, SPLIT, CONFIRM)
-"""What ``bisect-group`` does after its test: nothing (it passed), split it, or confirm its members
-(the ``action`` output the template's ``when`` conditions compare with)."""
 
 STANDALONE = "bisect"
 """The group name of a ``dsx-bisect`` of its own."""
@@ -74,24 +60,6 @@ class BisectStart(Frozen):
     run: RunRef
     members: list[str]
     launcher: str
-
-
-class GroupStep(Frozen):
-    """What one ``bisect-group`` test gave, and what comes next (also its output parameters).
-
-    Attributes:
-        action: ``pass``, ``split`` (``left`` and ``right`` are tested next) or ``confirm``.
-        left: the first half when splitting, else empty.
-        right: the second half when splitting, else empty.
-        outcome: the test's outcome (``fail`` without a test when the caller had tested the group).
-        reason: what the test said.
-    """
-
-    action: Literal["pass", "split", "confirm"]
-    left: list[str] = Field(default_factory=list)
-    right: list[str] = Field(default_factory=list)
-    outcome: str
-    reason: str = ""
 
 
 class BisectTarget(Frozen):
@@ -108,6 +76,8 @@ class BisectSummary(Frozen):
     suspects: dict[str, str] = Field(description="node -> the reason it was labelled with")
     tests: int
     cleared: int
+    screening: int = Field(0, description="passes of the nodes left in service (the fewest of any)")
+    caught: float = Field(1.0, description="the least intermittence that screening catches with 99%")
 
 
 def _run_ref(text: RunRef | str) -> RunRef:
@@ -224,38 +194,23 @@ def _group_result(outcome: SweepOutcome) -> GroupResult:
 
 
 class _Test:
-    """The certification's group test over a plan, judged as ``dsx bisect`` judges it: a figure within the
-    recipe's noise band of its threshold is measured again and the median counts; a hang (past the
-    recipe's ``timeoutFactor`` times a healthy run) counts at once, as its own outcome."""
+    """The certification's group test over a plan, with the recipe's noise band (the search measures a
+    figure within it again and counts the median; a hang, past the recipe's ``timeoutFactor`` times a
+    healthy run, counts at once, as its own outcome)."""
 
     def __init__(self, plan: certify.CertifyPlan, recipe: dict[str, object]) -> None:
         self.plan = plan
         self.recipe = recipe
         self.noise = load_thresholds(_mapping(recipe.get("thresholds"))).nccl.noise_band
+        self.count = 0
 
     def once(self, members: Sequence[str]) -> GroupResult:
-        """One sweep of ``members`` together."""
-        name = "bisect-" + "-".join(members) if len(members) <= 3 else f"bisect-{members[0]}-{len(members)}"
+        """One sweep of ``members`` together (numbered: the search tests the same nodes again)."""
+        self.count += 1
+        which = "-".join(members) if len(members) <= 3 else f"{members[0]}-{len(members)}"
+        name = f"bisect-{self.count}-{which}"
         subject = Subject(kind="group", name=name, members=list(members))
         return _group_result(certify.sweep_group(subject, self.plan, dict(self.recipe)))
-
-    def record(self, group: str, kind: Literal["split", "partner"], members: list[str]) -> Record:
-        """Test ``members`` (again, inside the noise band) and keep what counted as a record (outcome
-        ``none`` when the test gave no verdict)."""
-        try:
-            counted, runs = judged(self.once, members, self.noise)
-        except NoVerdict as exc:
-            return Record(group=group, kind=kind, members=members, outcome="none", reason=str(exc))
-        return Record(
-            group=group,
-            kind=kind,
-            members=members,
-            outcome=counted.outcome,
-            figure=counted.figure,
-            threshold=counted.threshold,
-            attempts=len(runs),
-            reason=counted.reason,
-        )
 
 
 def _mapping(value: object) -> dict[str, object] | None:
@@ -268,47 +223,132 @@ def _tester(run: RunRef) -> tuple[OutcomeStore, _Test]:
     return OutcomeStore(port, plan.run), _Test(plan, recipe)
 
 
-def test_group(run: RunRef, members: list[str], group: str = STANDALONE, tested: str = "") -> GroupStep:
-    """Test ``members`` together; on a failure, say whether to split them or confirm each one.
+class _NoVerdict(Exception):
+    """A test of the search gave no verdict: the search stops, its nodes left in doubt."""
+
+
+def search_group(
+    run: RunRef, members: list[str], partners: list[str], group: str = STANDALONE, tested: str = ""
+) -> list[str]:
+    """Search ``members`` for their faulty nodes, as ``dsx bisect`` does; label each accused node at once.
 
     ``tested="fail"`` says the caller's own test of the group failed already (a certification's group
-    check): it is not run again. Output parameters: ``action``, ``left``, ``right`` (JSON lists).
+    check): it counts as evidence and is not run again. ``partners`` are nodes outside the group taken as
+    good. Every test is kept as a record; so is each accusation (with its probability) and the end (the
+    nodes left in service, their screening, the nodes left unresolved). A test that gives no verdict (its
+    pods not all running in time) stops the search: nothing more is named or cleared. Output parameter
+    ``suspects``: the nodes labelled failed (JSON list).
 
     Raises:
-        InputError: fewer than two distinct members.
+        InputError: fewer than two distinct members (one, with no partner lent).
     """
     nodes = sorted(set(members))
-    if len(nodes) < 2 or len(nodes) != len(members):
-        raise InputError(f"bisect-group needs two or more distinct nodes, got {members}")
-    run = _run_ref(run)
-    if tested == "fail":
-        result = GroupResult(outcome="fail", reason=f"group {group} failed its own test")
-    else:
-        store, test = _tester(run)
-        record = test.record(group, "split", nodes)
-        Records(store).put(record)
-        if record.outcome == "none":
-            # No verdict: nothing to narrow. The members stay uncleared, so in doubt (pending).
-            print(f"warning: {group}: {', '.join(nodes)} gave no verdict: {record.reason}", file=sys.stderr)
-            step = GroupStep(action=PASS, outcome=record.outcome, reason=record.reason)
-            _params(action=step.action, left="[]", right="[]")
-            return step
-        result = GroupResult(outcome=record.outcome, figure=record.figure, reason=record.reason)
-    parts = halves(nodes) if result.outcome != "pass" else None
-    if result.outcome == "pass":
-        step = GroupStep(action=PASS, outcome=result.outcome, reason=result.reason)
-    elif parts is None:
-        step = GroupStep(action=CONFIRM, outcome=result.outcome, reason=result.reason)
-    else:
-        step = GroupStep(
-            action=SPLIT, left=parts[0], right=parts[1], outcome=result.outcome, reason=result.reason
+    if len(nodes) + min(1, len([p for p in partners if p not in nodes])) < 2 or len(nodes) != len(members):
+        raise InputError(
+            f"search-group needs two or more distinct nodes, or one and a partner, got {members}"
         )
-    _params(action=step.action, left=json.dumps(step.left), right=json.dumps(step.right))
-    return step
+    run = _run_ref(run)
+    store, test = _tester(run)
+    records = Records(store)
+    digest = str(test.recipe.get("digest") or "")
+    labelled: list[str] = []
+
+    def once(tested_members: Sequence[str]) -> GroupResult:
+        try:
+            result = test.once(tested_members)
+        except NoVerdict as exc:
+            records.put(
+                Record(
+                    group=group, kind="split", members=list(tested_members), outcome="none", reason=str(exc)
+                )
+            )
+            raise _NoVerdict(str(exc)) from None
+        records.put(
+            Record(
+                group=group,
+                kind="split",
+                members=list(tested_members),
+                outcome=result.outcome,
+                figure=result.figure,
+                threshold=result.threshold,
+                reason=result.reason,
+            )
+        )
+        return result
+
+    def accused(suspect: Suspect, runs: list[TestRun]) -> None:
+        record = _verdict(group, suspect, runs)
+        records.put(record)
+        _label_failed(record, digest)
+        labelled.append(suspect.node)
+
+    failed = (
+        GroupResult(outcome="fail", reason=f"group {group} failed its own test") if tested == "fail" else None
+    )
+    try:
+        result = bisect(
+            nodes, once, "auto", noise=test.noise, partners=partners, failed=failed, on_accuse=accused
+        )
+    except _NoVerdict as exc:
+        print(f"warning: {group}: a test gave no verdict; the search stopped: {exc}", file=sys.stderr)
+        left = [n for n in nodes if n not in labelled]
+        records.put(Record(group=group, kind="summary", members=left, outcome="none", reason=str(exc)))
+        _params(suspects=json.dumps(labelled))
+        return labelled
+    left = [n for n in nodes if n not in labelled]
+    records.put(
+        Record(
+            group=group,
+            kind="summary",
+            members=left,
+            outcome="pass" if _settled(result) else "fail",
+            probability=result.fault_left,
+            screening=result.screening,
+            caught=result.caught,
+            unresolved={u.node: u.probability for u in result.unresolved},
+            reason=_summary_reason(result.screening, result.screening_needed, result.caught),
+        )
+    )
+    _params(suspects=json.dumps(labelled))
+    return labelled
+
+
+def _settled(result: BisectResult) -> bool:
+    """Whether a search left the nodes in service screened, none unresolved, no fault left above alpha."""
+    return (
+        not result.unresolved
+        and result.fault_left < result.alpha
+        and result.screening >= result.screening_needed
+    )
+
+
+def _summary_reason(screening: int, needed: int, caught: float) -> str:
+    return (
+        f"screened {screening} passes ({needed} needed): would have caught a fault failing "
+        f"{caught:.0%} of tests or more with 99%"
+    )
+
+
+def _verdict(group: str, suspect: Suspect, runs: list[TestRun]) -> Record:
+    """The record of an accusation: the most telling failed run that held the node gives its figure."""
+    failing = [r for r in runs if suspect.node in r.members and r.outcome != "pass" and r.attempt >= 1]
+    telling = min(failing, key=lambda r: (len(r.members), -r.round), default=None)
+    return Record(
+        group=group,
+        kind="verdict",
+        members=[suspect.node],
+        outcome="hang" if suspect.fault == "hang" else "fail",
+        figure=telling.figure if telling is not None else None,
+        threshold=telling.threshold if telling is not None else None,
+        reason=telling.reason if telling is not None else "its rank fell behind its peers",
+        probability=suspect.probability,
+        kind_of_fault=suspect.fault,
+        partner=suspect.confirmed_with,
+    )
 
 
 def _label_failed(record: Record, digest: str) -> None:
-    """Label a confirmed suspect failed with its reason, in one patch; an Event says so (best-effort)."""
+    """Label an accused node failed with its reason, in one patch; an Event says so (best-effort)."""
     port = connect()
     node, reason = record.members[0], suspect_reason(record)
     port.set_node_metadata(
@@ -321,58 +361,6 @@ def _label_failed(record: Record, digest: str) -> None:
         },
     )
     port.record_event(node, "DsxCertificationFailed", f"dsx certification failed: {reason[:200]}", "Warning")
-
-
-def confirm_members(
-    run: RunRef, members: list[str], partners: list[str], group: str = STANDALONE
-) -> list[str]:
-    """Test each member of a small failing part beside a known-good partner; label who fails at once.
-
-    Known good: the ``partners`` lent by the caller, then every node a passing test of the run cleared
-    (members of this part too, once cleared; never the member itself or a node named at fault). With no
-    known-good node outside the part, pairs of its members are tested first until one passes. One member
-    at a time, so a partner is in one test at a time. A member with no partner to test beside stays
-    unconfirmed and unlabelled (said on stderr). Output parameter ``suspects``: the members labelled
-    failed (JSON list).
-    """
-    run = _run_ref(run)
-    store, test = _tester(run)
-    records = Records(store)
-    digest = str(test.recipe.get("digest") or "")
-    suspects: list[str] = []
-    if not [p for p in [*partners, *records.cleared()] if p not in members]:
-        _clear_one_pair(sorted(members), test, records, group)
-    for member in sorted(members):
-        suspects_now = records.suspects()
-        good = [p for p in [*partners, *records.cleared()] if p != member and p not in suspects_now]
-        if not good:
-            print(
-                f"warning: {member}: no known-good partner to confirm it beside; not labelled",
-                file=sys.stderr,
-            )
-            continue
-        record = test.record(group, "partner", [member, good[0]])
-        records.put(record)
-        if record.suspect is not None:
-            _label_failed(record, digest)
-            suspects.append(member)
-        elif record.outcome == "none":
-            print(
-                f"warning: {member}: no verdict beside {good[0]}; not labelled: {record.reason}",
-                file=sys.stderr,
-            )
-    _params(suspects=json.dumps(suspects))
-    return suspects
-
-
-def _clear_one_pair(members: list[str], test: _Test, records: Records, group: str) -> None:
-    """With no known-good node anywhere, test pairs of the members until one passes: both are cleared."""
-    for index, first in enumerate(members):
-        for second in members[index + 1 :]:
-            record = test.record(group, "split", [first, second])
-            records.put(record)
-            if record.outcome == "pass":
-                return
 
 
 def bisect_targets(run: RunRef, stage: Literal["groups", "whole"]) -> list[BisectTarget]:
@@ -406,33 +394,41 @@ def bisect_targets(run: RunRef, stage: Literal["groups", "whole"]) -> list[Bisec
 def finish(run: RunRef) -> BisectSummary:
     """End a ``dsx-bisect`` of its own: what it found; its records go; Failed unless the group is healthy.
 
-    The group is not healthy when a node was named, and also when a test failed yet no node could be
-    named (no known-good partner to confirm a member beside, or a fault outside the nodes): as
-    ``dsx bisect`` exits 1 on such an unresolved failure, the workflow does not end Succeeded.
+    The group is healthy when no node was accused and the search screened the nodes left in service: as
+    ``dsx bisect`` exits 1 otherwise (a node accused, nodes left unresolved, a fault left above alpha, too
+    few passes, or a test with no verdict), the workflow does not end Succeeded.
 
     Raises:
-        DsxError: suspects were found (named, with their reasons), or a test failed with no node named.
+        DsxError: nodes were accused (named, with their reasons), or the search could not settle.
     """
     run = _run_ref(run)
     store = OutcomeStore(connect(), run)
     records = Records(store)
-    found = records.all()
     suspects = {node: suspect_reason(r) for node, r in sorted(records.suspects().items())}
-    failing = sorted((r for r in found if r.outcome != "pass"), key=lambda r: (len(r.members), r.members))
-    summary = BisectSummary(suspects=suspects, tests=len(found), cleared=len(records.cleared()))
+    summaries = records.summaries()
+    screening = min((r.screening or 0 for r in summaries), default=0)
+    summary = BisectSummary(
+        suspects=suspects,
+        tests=len(records.tests()),
+        cleared=len(records.cleared()),
+        screening=screening,
+        caught=max((r.caught or 1.0 for r in summaries), default=1.0),
+    )
     store.delete()
     if suspects:
         raise DsxError("bisection found the nodes at fault: " + "; ".join(suspects.values()))
-    if failing and all(r.outcome == "none" for r in failing):
-        raise DsxError(
-            f"bisection named no node: {len(failing)} test(s) gave no verdict (their pods were not all "
-            f"scheduled in time), e.g. of {', '.join(failing[0].members)}: {failing[0].reason}"
+    if not summaries:
+        raise DsxError("bisection named no node and did not finish its search (no summary was kept)")
+    unsettled = [r for r in summaries if r.outcome != "pass"]
+    if unsettled:
+        first = unsettled[0]
+        if first.outcome == "none":
+            raise DsxError(f"bisection named no node: a test gave no verdict: {first.reason}")
+        doubt = ", ".join(
+            f"{node} ({p:.3f})" for node, p in sorted(first.unresolved.items(), key=lambda i: -i[1])
         )
-    if failing:
-        smallest = failing[0]
         raise DsxError(
-            f"bisection named no node, yet {len(failing)} test(s) failed, the smallest of "
-            f"{', '.join(smallest.members)} ({smallest.outcome}: {smallest.reason or 'no reason given'}); "
-            "no known-good node was found to confirm a member beside, or the fault is outside the nodes"
+            f"bisection named no node, yet could not clear the group: {first.reason}; probability a "
+            f"fault is left {first.probability or 0.0:.4f}" + (f"; unresolved: {doubt}" if doubt else "")
         )
     return summary

@@ -19,10 +19,11 @@ __all__ = [
     "Strategy",
     "Suspect",
     "TestRun",
+    "Unresolved",
 ]
 
 Outcome = Literal["pass", "fail", "hang"]
-Fault = Literal["slow", "fail", "hang"]
+Fault = Literal["slow", "slow-relative", "fail", "hang"]
 Strategy = Literal["halving", "pairs", "auto"]
 STRATEGIES: tuple[str, ...] = ("halving", "pairs", "auto")
 """Every strategy, as ``--strategy`` takes it."""
@@ -37,6 +38,11 @@ class GroupResult(Frozen):
         figure: the measured bus bandwidth in GB/s (``None`` when nothing was measured).
         threshold: the least figure a group of this size passes with (the test keys it to the size: a
             group is as fast as its slowest member, and small groups reach less).
+        expected: what a healthy group of this shape reaches (same accelerator, same size), in GB/s, when
+            the test knows it: a figure further below it than the stated share beyond the noise band is slow
+            relative to its peers, even above ``threshold``.
+        ranks: per-rank figures of the run (each member's own link throughput, GB/s), when the test gives
+            them: a rank below its peers names a straggler within one run.
         duration_s: how long the test held its nodes, launch included.
         reason: one line on what was seen.
     """
@@ -44,6 +50,8 @@ class GroupResult(Frozen):
     outcome: Outcome
     figure: float | None = None
     threshold: float | None = None
+    expected: float | None = None
+    ranks: dict[str, float] | None = None
     duration_s: float = Field(0.0, ge=0.0)
     reason: str = ""
 
@@ -57,10 +65,12 @@ class TestRun(Frozen):
 
     Attributes:
         round: the round it ran in (tests of a round run at once; round 0 is the group's own test).
-        kind: ``group`` (the whole group), ``split`` (part of a failing group), ``pair`` (a pair of members)
-            or ``partner`` (a member beside a node known to be good: the test that names or clears it).
+        kind: ``group`` (the whole group, or all of it left in service, in parts within ``free``),
+            ``split`` (part of where the fault is likeliest), ``pair`` (a pair of members) or ``partner``
+            (one member beside the node likeliest to be good).
         members: the nodes tested, the partner last.
-        outcome: as the test said, after repeats (see ``attempt``).
+        outcome: as the test said, after repeats (see ``attempt``); ``fail`` also when its figure was slow
+            relative to its peers (``relative``).
         figure: the measured bus bandwidth in GB/s, if any.
         threshold: the threshold the test judged against.
         attempt: 1 for the first run; a result within the noise band of its threshold is run again.
@@ -79,24 +89,42 @@ class TestRun(Frozen):
     attempt: int = 1
     duration_s: float = 0.0
     reason: str = ""
+    relative: bool = False
+    stragglers: list[str] = Field(default_factory=list)
 
 
 class Suspect(Frozen):
-    """A node named at fault.
+    """A node accused: its probability of being faulty reached ``1 - alpha``.
 
     Attributes:
         node: the node.
-        fault: what its test beside a known-good partner showed: ``slow`` (under the threshold), ``fail``
-            (the collective failed) or ``hang``.
-        confidence: the share of the tests that held it that failed, halved when no known-good partner
-            was found to confirm it (0 to 1).
-        confirmed_with: the known-good partner it failed beside (``None``: unconfirmed).
+        fault: what the most telling failed test that held it showed: ``slow`` (under the threshold),
+            ``slow-relative`` (above it, but slower than its peers by more than the stated share beyond the
+            noise band, or its rank behind theirs), ``fail`` (the collective failed) or ``hang``.
+        probability: the posterior probability that it is faulty, when it was accused.
+        confirmed_with: the partner of the last failed test that held it and one other node, if any.
     """
 
     node: str
     fault: Fault
-    confidence: float = Field(ge=0.0, le=1.0)
+    probability: float = Field(ge=0.0, le=1.0)
     confirmed_with: str | None = None
+
+
+class Unresolved(Frozen):
+    """A node neither accused nor cleared when the search stopped (its budget spent, or no test left that
+    could tell it apart from the others).
+
+    Attributes:
+        node: the node.
+        probability: its posterior probability of being faulty.
+        tests_needed: passing tests holding it that would clear it at the least intermittence reckoned with
+            (fewer failing ones would accuse it).
+    """
+
+    node: str
+    probability: float = Field(ge=0.0, le=1.0)
+    tests_needed: int = Field(ge=0)
 
 
 class BisectResult(Frozen):
@@ -106,9 +134,15 @@ class BisectResult(Frozen):
         strategy: the strategy asked for.
         chosen: the strategy that ran (``auto`` picks one of the others).
         nodes: how many nodes the group has.
-        suspects: the nodes at fault, by name.
-        unresolved: failing tests whose members were all cleared later (an intermittent fault, or one
-            outside the nodes, such as a switch): the group is not healthy, but no node is to blame.
+        suspects: the nodes accused, by name.
+        unresolved: the nodes left between accused and cleared, likeliest first.
+        alpha: a node is accused at probability ``1 - alpha`` and cleared under ``alpha``.
+        fault_left: the probability that a fault is left among the nodes in service when the search ended.
+        screening: passes of the nodes left in service: the fewest passing tests any of them took part in.
+        screening_needed: the passes that see a fault of the least intermittence reckoned with at
+            ``1 - delta``.
+        caught: the least intermittence ``P`` the screening would have caught with probability
+            ``1 - delta``.
         runs: every test run, in order.
         rounds: rounds of tests run (a round's tests run at once).
         tests: test runs, repeats included.
@@ -122,7 +156,12 @@ class BisectResult(Frozen):
     chosen: Literal["halving", "pairs"]
     nodes: int
     suspects: list[Suspect]
-    unresolved: list[list[str]] = Field(default_factory=list)
+    unresolved: list[Unresolved] = Field(default_factory=list)
+    alpha: float = 0.01
+    fault_left: float = 0.0
+    screening: int = 0
+    screening_needed: int = 1
+    caught: float = 1.0
     runs: list[TestRun]
     rounds: int
     tests: int
@@ -131,5 +170,10 @@ class BisectResult(Frozen):
 
     @property
     def healthy(self) -> bool:
-        """No suspect and nothing unresolved."""
-        return not self.suspects and not self.unresolved
+        """No suspect, nothing unresolved, no fault left above ``alpha``, and screened enough."""
+        return (
+            not self.suspects
+            and not self.unresolved
+            and self.fault_left < self.alpha
+            and self.screening >= self.screening_needed
+        )

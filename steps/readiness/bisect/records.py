@@ -1,10 +1,12 @@
 """What the bisection steps of a workflow leave for each other and for the report: one record per test.
 
-The recursive ``dsx-bisect`` runs each group test in its own step, so the tests of one bisection meet only
-through the cluster: every test is kept in a small ConfigMap of the run, labelled like the certification
-run's outcomes (:mod:`steps.readiness.outcomes`), so the report step reads them and deleting the run's
-outcomes deletes them too. From the records come the nodes a passing test cleared (known-good partners for
-later confirmations), the suspects, and the attribution a failed group gets once it was bisected
+A bisection's search runs in one step per group, and later steps (the next stage, the report, ``finish``)
+read what it found through the cluster: every test is kept in a small ConfigMap of the run, labelled like
+the certification run's outcomes (:mod:`steps.readiness.outcomes`), so the report step reads them and
+deleting the run's outcomes deletes them too; so is each accusation (a ``verdict`` record, with its
+probability) and the end of each search (a ``summary`` record: the nodes left in service, how long they were
+screened, the nodes left unresolved). From the records come the nodes a search cleared (partners for later
+bisections), the suspects, and the attribution a failed group gets once it was bisected
 (:func:`with_bisection`).
 """
 
@@ -34,60 +36,83 @@ BISECT_TEST = "multi-node-bisect"
 """The test of the verdict that names a node confirmed at fault beside a known-good partner."""
 
 _DATA_KEY = "record.json"
-_FAULT_WORDS: dict[str, str] = {"slow": "slow", "fail": "fails", "hang": "hangs"}
+_FAULT_WORDS: dict[str, str] = {
+    "slow": "slow",
+    "slow-relative": "slow relative to its peers",
+    "fail": "fails",
+    "hang": "hangs",
+}
 
 
 class Record(Frozen):
-    """One group test a bisection ran.
+    """One test a bisection ran, one accusation, or the end of one search.
 
     Attributes:
         group: the group the bisection narrows (a certification group such as ``rack-01``, or ``bisect``).
-        kind: ``split`` (part of the failing group) or ``partner`` (a member beside a known-good node,
-            the partner last).
-        members: the nodes tested.
+        kind: a test (``group``, ``split``, ``pair``, ``partner``, as the search's runs say); ``verdict``
+            (a node accused: ``members`` is the node, ``probability`` its posterior, ``fault`` what showed,
+            ``partner`` the node of its last failed pair test); ``summary`` (the search ended: ``members``
+            the nodes left in service, ``outcome`` ``pass`` when it screened them healthy, ``fail`` when it
+            could not, ``none`` when a test gave no verdict).
+        members: the nodes tested (for a verdict, the node; for a summary, the nodes left in service).
         outcome: ``pass``, ``fail``, ``hang``, or ``none``: no verdict (the test's pods were not all
             running within the scheduling budget, so nothing was measured: it names and clears no one).
         figure: the measured bus bandwidth in GB/s, if any.
         threshold: the threshold it was judged against, in GB/s.
-        attempts: runs of the test: a figure within the noise band of its threshold is measured again
-            and the median counts (``figure``).
+        attempts: runs of the test.
         reason: what the test said.
+        probability: a verdict's posterior probability; a summary's probability that a fault is left.
+        kind_of_fault: a verdict's fault (``slow``, ``slow-relative``, ``fail``, ``hang``).
+        partner: a verdict's partner, if any.
+        screening: a summary's passes of the nodes left in service (the fewest any of them took part in).
+        caught: a summary's least intermittence the screening would have caught with 99%.
+        unresolved: a summary's nodes left between accused and cleared, with their probability.
     """
 
     group: str
-    kind: Literal["split", "partner"]
+    kind: Literal["group", "split", "pair", "partner", "verdict", "summary"]
     members: list[str]
     outcome: Outcome | Literal["none"]
     figure: float | None = None
     threshold: float | None = None
     attempts: int = Field(1, ge=1)
     reason: str = ""
+    probability: float | None = None
+    kind_of_fault: Fault | None = None
+    partner: str | None = None
+    screening: int | None = None
+    caught: float | None = None
+    unresolved: dict[str, float] = Field(default_factory=dict)
 
     @property
     def suspect(self) -> str | None:
-        """The node a failing partner test names (its first member), else ``None`` (a pass, or no
-        verdict)."""
-        return self.members[0] if self.kind == "partner" and self.outcome in ("fail", "hang") else None
+        """The node a verdict record accuses, else ``None``."""
+        return self.members[0] if self.kind == "verdict" else None
 
     @property
     def fault(self) -> Fault:
-        """What a failing test showed: ``hang``, ``slow`` (a figure under the threshold) or ``fail``."""
+        """What a failing test showed: ``hang``, ``slow`` (a figure under the threshold) or ``fail`` (a
+        verdict's own fault when it has one)."""
+        if self.kind_of_fault is not None:
+            return self.kind_of_fault
         if self.outcome == "hang":
             return "hang"
         return "slow" if self.figure is not None else "fail"
 
 
 def suspect_reason(record: Record) -> str:
-    """The one line a confirmed suspect is labelled with (``dsx.dev/certification-reason``)."""
-    node, partner = record.members[0], record.members[-1]
+    """The one line an accused node is labelled with (``dsx.dev/certification-reason``)."""
+    node = record.members[0]
     seen = (
         f"{record.figure:.3g} GB/s < {record.threshold:.3g} GB/s"
-        if record.figure is not None and record.threshold is not None
+        if record.figure is not None and record.threshold is not None and record.fault == "slow"
         else record.reason
     )
+    beside = f" beside {record.partner}" if record.partner else ""
+    probability = f"probability {record.probability:.4f}, " if record.probability is not None else ""
     return (
-        f"{node}: {_FAULT_WORDS[record.fault]} in multi-node tests: {seen} beside known-good {partner} "
-        f"(bisection of {record.group})"
+        f"{node}: {_FAULT_WORDS[record.fault]} in multi-node tests: {seen}{beside} "
+        f"({probability}bisection of {record.group})"
     )
 
 
@@ -127,12 +152,20 @@ class Records:
         return sorted(records, key=lambda r: (r.group, r.kind, r.members, r.outcome))
 
     def cleared(self) -> list[str]:
-        """Nodes a passing test took part in (for a partner test, the member: the partner was known good)."""
-        return sorted({n for r in self.all() if r.outcome == "pass" for n in r.members})
+        """Nodes a search screened healthy (the nodes left in service of a summary that passed)."""
+        return sorted({n for r in self.summaries() if r.outcome == "pass" for n in r.members})
 
     def suspects(self) -> dict[str, Record]:
-        """Each node a failing partner test named, with that test."""
+        """Each node accused, with its verdict record."""
         return {r.suspect: r for r in self.all() if r.suspect is not None}
+
+    def summaries(self) -> list[Record]:
+        """How each search ended."""
+        return [r for r in self.all() if r.kind == "summary"]
+
+    def tests(self) -> list[Record]:
+        """Every test run."""
+        return [r for r in self.all() if r.kind not in ("verdict", "summary")]
 
 
 def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[SweepOutcome]:
@@ -146,7 +179,7 @@ def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[
     records = Records(store).all()
     if not records:
         return list(groups)
-    cleared = {n for r in records if r.outcome == "pass" for n in r.members}
+    cleared = {n for r in records if r.kind == "summary" and r.outcome == "pass" for n in r.members}
     suspects = {r.suspect: r for r in records if r.suspect is not None}
     result: list[SweepOutcome] = []
     for outcome in groups:
@@ -174,6 +207,7 @@ def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[
                     unit="GB/s" if record.figure is not None else None,
                     message=suspect_reason(record),
                     node=node,
+                    probability=record.probability,
                 )
             )
         result.append(outcome.model_copy(update={"verdicts": verdicts}))

@@ -2,9 +2,13 @@
 
 A round's tests run at once, on disjoint nodes, packed into waves of at most ``free`` nodes (the nodes that
 may be under test together); a round lasts as long as its waves. A member of the group is held from the
-start until a test it took part in passes (it is cleared, and known good from then on) or until the end; a
-partner lent to a test is held for that test. A result within the noise band of its threshold says
-nothing yet: the test is run again, up to ``repeats`` more times, and the median figure counts.
+start until the end of the last test it took part in (no pass clears a node at once, so it is needed until
+then); a partner lent from outside is held for its tests. A result within the noise band of its threshold
+says little yet: the test is run again, up to ``repeats`` more times, and the median figure counts.
+
+How a counted result reads (:func:`reading`): failed, hung, or slow under its threshold; slow relative to its
+peers when its figure lies further below what a healthy group of its shape reaches than the stated share
+beyond the noise band; and its ranks that fell behind the run's median rank by as much (stragglers).
 """
 
 from __future__ import annotations
@@ -13,11 +17,52 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from steps.readiness.bisect.models import GroupResult, GroupTest, TestRun
+from pydantic import Field
 
-__all__ = ["Kind", "Session", "in_band", "judged"]
+from steps.models import Frozen
+from steps.readiness.bisect.models import Fault, GroupResult, GroupTest, TestRun
+
+__all__ = ["Kind", "Reading", "Session", "in_band", "judged", "reading"]
 
 Kind = Literal["group", "split", "pair", "partner"]
+
+
+class Reading(Frozen):
+    """What one counted result says to the search.
+
+    Attributes:
+        failed: the test failed, hung, or was slow (under its threshold, or relative to its peers).
+        fault: what it showed, when failed.
+        relative: slow relative to its peers while above the absolute threshold.
+        stragglers: members whose rank fell behind the run's median rank.
+        timed: members with a rank figure (those not in ``stragglers`` kept pace).
+    """
+
+    failed: bool
+    fault: Fault | None = None
+    relative: bool = False
+    stragglers: list[str] = Field(default_factory=list)
+    timed: list[str] = Field(default_factory=list)
+
+
+def reading(result: GroupResult, noise: float, share: float) -> Reading:
+    """Read a counted result (see the module docstring): ``share`` is how far below its peers a figure may
+    lie beyond the noise band before it counts as slow."""
+    cut = (1.0 - share) * (1.0 - noise)
+    stragglers: list[str] = []
+    timed: list[str] = []
+    if result.ranks:
+        middle = statistics.median(result.ranks.values())
+        timed = sorted(result.ranks)
+        stragglers = sorted(n for n, figure in result.ranks.items() if figure < cut * middle)
+    if result.outcome == "hang":
+        return Reading(failed=True, fault="hang", stragglers=stragglers, timed=timed)
+    if result.outcome == "fail":
+        fault: Fault = "slow" if result.figure is not None else "fail"
+        return Reading(failed=True, fault=fault, stragglers=stragglers, timed=timed)
+    if result.figure is not None and result.expected is not None and result.figure < cut * result.expected:
+        return Reading(failed=True, fault="slow-relative", relative=True, stragglers=stragglers, timed=timed)
+    return Reading(failed=False, stragglers=stragglers, timed=timed)
 
 
 def in_band(result: GroupResult, noise: float) -> bool:
@@ -62,9 +107,9 @@ class Session:
         test: the group test.
         members: the group's nodes.
         noise: the measurement noise, as a fraction of a figure (the band around a threshold).
+        share: how far below its peers a figure may lie beyond the noise band before it is slow.
         repeats: further runs of a test whose figure fell within the band.
         free: how many nodes may be under test at once (default: the whole group).
-        partners: nodes outside the group known to be good, lent as partners.
     """
 
     def __init__(
@@ -73,71 +118,83 @@ class Session:
         members: Sequence[str],
         *,
         noise: float = 0.0,
+        share: float = 0.1,
         repeats: int = 2,
         free: int | None = None,
-        partners: Sequence[str] = (),
     ) -> None:
         self.test = test
         self.members = list(members)
         self.noise = noise
+        self.share = share
         self.repeats = repeats
         self.free = max(2, free or len(self.members))
-        self.outside = [p for p in partners if p not in set(self.members)]
-        self.cleared: dict[str, float] = {}
+        self.held_until: dict[str, float] = {}
         self.runs: list[TestRun] = []
         self.rounds = 0
         self.round_no = 0
         self.clock = 0.0
         self.partner_seconds = 0.0
 
-    def known_good(self, busy: set[str]) -> list[str]:
-        """Nodes that may partner a suspect now: members cleared so far, then the lent ones; none busy."""
-        return [n for n in (*sorted(self.cleared), *self.outside) if n not in busy]
-
-    def _judged(self, kind: Kind, members: list[str]) -> tuple[GroupResult, float]:
+    def _judged(self, kind: Kind, members: list[str]) -> tuple[GroupResult, Reading, float]:
         """Run one test, again while its figure is within the noise band; what counts and the time."""
         counted, results = judged(self.test, members, self.noise, self.repeats)
+        read = reading(counted, self.noise, self.share)
         for attempt, result in enumerate(results, start=1):
             last = attempt == len(results)
+            shown = counted if last else result
             self.runs.append(
                 TestRun(
                     round=self.round_no,
                     kind=kind,
                     members=list(members),
-                    outcome=(counted if last else result).outcome,
+                    outcome="fail" if last and read.relative else shown.outcome,
                     figure=_round(result.figure),
                     threshold=_round(result.threshold),
                     attempt=attempt,
                     duration_s=_round(result.duration_s) or 0.0,
-                    reason=(counted if last else result).reason,
+                    reason=_relative_reason(shown, self.noise, self.share)
+                    if last and read.relative
+                    else shown.reason,
+                    relative=last and read.relative,
+                    stragglers=read.stragglers if last else [],
                 )
             )
-        return counted, sum(r.duration_s for r in results)
+        return counted, read, sum(r.duration_s for r in results)
 
-    def run_round(self, tests: Sequence[tuple[Kind, list[str]]], *, first: bool = False) -> list[GroupResult]:
-        """Run one round of tests on disjoint nodes, in waves within ``free``; clear who passed."""
-        self.round_no = 0 if first else self.round_no + 1
+    def run_round(self, tests: Sequence[tuple[Kind, list[str]]]) -> list[tuple[GroupResult, Reading]]:
+        """Run one round of tests on disjoint nodes, in waves within ``free``."""
+        self.round_no = self.rounds
         self.rounds += 1
-        results: list[GroupResult] = []
+        results: list[tuple[GroupResult, Reading]] = []
+        inside = set(self.members)
         wave_start, wave_nodes, wave_end = self.clock, 0, self.clock
         for kind, members in tests:
             if wave_nodes and wave_nodes + len(members) > self.free:
                 wave_start, wave_nodes = wave_end, 0
-            result, duration = self._judged(kind, members)
+            result, read, duration = self._judged(kind, members)
             wave_nodes += len(members)
             wave_end = max(wave_end, wave_start + duration)
-            if kind == "partner":
-                self.partner_seconds += duration
-            if result.outcome == "pass":
-                for node in members[:-1] if kind == "partner" else members:
-                    self.cleared.setdefault(node, wave_start + duration)
-            results.append(result)
+            for node in members:
+                if node in inside:
+                    self.held_until[node] = max(self.held_until.get(node, 0.0), wave_start + duration)
+                else:
+                    self.partner_seconds += duration
+            results.append((result, read))
         self.clock = wave_end
         return results
 
     def node_seconds(self) -> float:
-        """Node time held so far: members until cleared (or now), partners for their tests."""
-        return sum(self.cleared.get(m, self.clock) for m in self.members) + self.partner_seconds
+        """Node time held so far: members until the end of their last test, lent partners for theirs."""
+        return sum(self.held_until.values()) + self.partner_seconds
+
+
+def _relative_reason(result: GroupResult, noise: float, share: float) -> str:
+    expected = result.expected or 0.0
+    return (
+        f"busbw {result.figure or 0.0:.1f} GB/s is slow relative to its peers: under "
+        f"{(1.0 - share) * (1.0 - noise) * expected:.1f} GB/s ({share:.0%} below a healthy group's "
+        f"{expected:.1f} GB/s, beyond the {noise:.0%} noise band)"
+    )
 
 
 def _round(value: float | None) -> float | None:

@@ -80,3 +80,24 @@ def test_a_noisy_figure_and_the_time_it_took_agree_a_higher_bandwidth_taking_les
     work = [(r.figure or 0.0) * (r.duration_s - launch) for r in runs]
     assert len({r.figure for r in runs}) > 1
     assert work == pytest.approx([work[0]] * len(work), rel=1e-9)  # bandwidth times time: the work, fixed
+
+
+def test_each_rank_times_its_own_links_so_a_straggler_shows_beside_its_peers() -> None:
+    model = _model("noise=0.03,seed=2,faults=node-05:slow-nic=2720", 8)  # 85%: above the floor
+    names = [f"node-{i:02d}" for i in range(8)]
+    result = model.allreduce(names)
+    assert result.outcome == "pass" and result.ranks is not None and result.expected is not None
+    assert result.expected == pytest.approx(model.busbw(8, 3200))
+    slowest = min(result.ranks, key=lambda n: result.ranks[n] if result.ranks else 0.0)
+    assert slowest == "node-05" and result.ranks["node-05"] == pytest.approx(340.0, rel=0.031)
+
+
+def test_spurious_failures_strike_healthy_tests_at_the_stated_rate() -> None:
+    model = _model("noise=0.03,seed=4,spurious=0.1", 4)
+    names = [f"node-{i:02d}" for i in range(4)]
+    results = [model.allreduce(names) for _ in range(2000)]
+    failed = [r for r in results if r.outcome != "pass"]
+    assert 0.07 < len(failed) / len(results) < 0.13
+    # a transient error fails outright; congestion slows the figure under the threshold
+    assert {r.figure is None for r in failed} == {True, False}
+    assert _model("noise=0.03,seed=4", 4).allreduce(names).outcome == "pass"

@@ -1,5 +1,5 @@
 """The workflow's bisection steps on their own: the groups a certification bisects, the attribution a
-bisected group gets in the report, and each test judged as ``dsx bisect`` judges it."""
+bisected group gets in the report, and the search of ``dsx bisect`` run over the certification's test."""
 
 import json
 from collections.abc import Sequence
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError
 from steps.readiness import certify
 from steps.readiness.bisect import GroupResult, flow
@@ -61,7 +62,7 @@ def test_the_groups_that_failed_or_hung_are_bisected_each_with_partners_of_its_o
     assert [t["group"] for t in json.loads((params / "targets").read_text())] == ["rack-00", "rack-01"]
     # the whole set: partners are nodes bisection cleared outside it (none here: it holds every node)
     Records(store).put(
-        Record(group="rack-00", kind="partner", members=["node-01", "node-06"], outcome="pass")
+        Record(group="rack-00", kind="summary", members=["node-01", "node-02"], outcome="pass")
     )
     (whole,) = flow.bisect_targets(run, "whole")
     assert (whole.group, len(whole.members), whole.partners) == ("all", 9, [])
@@ -92,48 +93,71 @@ def test_a_bisected_group_blames_only_its_members_not_cleared_and_names_the_conf
     records.put(
         Record(
             group="rack-00",
-            kind="partner",
-            members=["node-00", "node-06"],
+            kind="verdict",
+            members=["node-00"],
             outcome="hang",
             reason="the all-reduce did not complete within 50s",
+            probability=0.9987,
+            kind_of_fault="hang",
+            partner="node-06",
         )
     )
-    records.put(Record(group="rack-00", kind="partner", members=["node-01", "node-06"], outcome="pass"))
+    # the search ended with node-01 screened; node-02 left unresolved (not cleared)
+    records.put(
+        Record(
+            group="rack-00",
+            kind="summary",
+            members=["node-01", "node-02"],
+            outcome="fail",
+            unresolved={"node-02": 0.4},
+        )
+    )
     bisected, untouched, passed = with_bisection(groups, store)
     assert (untouched, passed) == (groups[1], groups[2])
     first, confirmed = bisected.verdicts
-    # node-02 was never cleared: still in doubt; node-01 passed beside a good partner; node-00 named
-    assert (first.subject.members, first.node) == (["node-00", "node-02"], None)
+    # nobody was cleared (the search could not settle): every member stays in doubt; node-00 is named
+    assert (first.subject.members, first.node) == (_rack(0), None)
     assert (confirmed.test, confirmed.node, confirmed.status) == (BISECT_TEST, "node-00", "hang")
+    assert confirmed.probability == 0.9987
     assert confirmed.message == (
-        "node-00: hangs in multi-node tests: the all-reduce did not complete within 50s beside known-good "
-        "node-06 (bisection of rack-00)"
+        "node-00: hangs in multi-node tests: the all-reduce did not complete within 50s beside node-06 "
+        "(probability 0.9987, bisection of rack-00)"
     )
 
 
 class _Scripted(flow._Test):
-    """The workflow's test, its sweeps replaced by figures in turn (threshold 80 GB/s), or hangs."""
+    """The workflow's test, its sweeps answered by a rule of the members (threshold 80 GB/s)."""
 
-    def __init__(self, run: RunRef, figures: Sequence[float | None]) -> None:
+    def __init__(self, run: RunRef, slow: str) -> None:
         super().__init__(*certify.load_plan(run))
-        self.figures = iter(figures)
+        self.slow = slow
 
     def once(self, members: Sequence[str]) -> GroupResult:
-        figure = next(self.figures)
-        if figure is None:
-            return GroupResult(outcome="hang", threshold=80.0, reason="did not finish within 50s")
+        self.count += 1
+        figure = 50.0 if self.slow in members else 100.0
         return GroupResult(outcome="pass" if figure >= 80 else "fail", figure=figure, threshold=80.0)
 
 
-def test_the_workflow_runs_a_figure_in_the_noise_band_again_and_counts_a_hang_at_once(run: RunRef) -> None:
-    members = ["node-00", "node-06"]
-    near = _Scripted(run, [79.0, 83.0, 81.0]).record("rack-00", "partner", members)  # band 76..84 (5%)
-    assert (near.outcome, near.figure, near.attempts, near.suspect) == ("pass", 81.0, 3, None)
-    assert near.reason.startswith("median of 3 runs within the noise band")
-    slow = _Scripted(run, [70.0]).record("rack-00", "partner", members)  # outside the band: at once
-    assert (slow.outcome, slow.attempts, slow.fault, slow.suspect) == ("fail", 1, "slow", "node-00")
-    hung = _Scripted(run, [None]).record("rack-00", "partner", members)
-    assert (hung.outcome, hung.attempts, hung.fault) == ("hang", 1, "hang")
+def test_the_workflow_runs_the_search_of_dsx_bisect_and_labels_the_accused_node_at_once(
+    run: RunRef, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(flow, "_Test", lambda plan, recipe: _Scripted(run, "node-04"))
+    members = _rack(1)
+    suspects = flow.search_group(run, members, ["node-00", "node-01"], "rack-01", tested="fail")
+    assert suspects == ["node-04"]
+    assert json.loads((tmp_path / "out" / "params" / "suspects").read_text()) == ["node-04"]
+    records = Records(OutcomeStore(connect(), run))
+    (verdict_record,) = records.suspects().values()
+    assert verdict_record.probability is not None and verdict_record.probability >= 0.99
+    assert verdict_record.fault == "slow" and verdict_record.figure == 50.0
+    (summary,) = records.summaries()
+    assert summary.outcome == "pass" and summary.members == ["node-03", "node-05"]
+    assert summary.screening is not None and summary.screening >= 21
+    node = connect().get_node("node-04")
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "failed"
+    assert "probability" in node.annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
+    with pytest.raises(DsxError, match="bisection found the nodes at fault: node-04: slow"):
+        flow.finish(run)
 
 
 def test_a_hung_sweep_is_a_hang_to_bisection_with_no_figure() -> None:
@@ -142,15 +166,24 @@ def test_a_hung_sweep_is_a_hang_to_bisection_with_no_figure() -> None:
     assert (result.outcome, result.figure) == ("hang", None)
 
 
-def test_a_bisection_that_names_no_node_yet_saw_a_failure_does_not_end_healthy(run: RunRef) -> None:
+def test_a_bisection_that_names_no_node_yet_could_not_clear_the_group_does_not_end_healthy(
+    run: RunRef,
+) -> None:
     records = Records(OutcomeStore(connect(), run))
-    records.put(Record(group="bisect", kind="split", members=["node-00", "node-01"], outcome="pass"))
-    assert flow.finish(run).suspects == {}  # every test passed: healthy
-    records.put(Record(group="bisect", kind="split", members=["node-03", "node-04"], outcome="hang"))
-    # two members, no known-good partner to confirm either beside: nothing named, the group still failed
-    with pytest.raises(
-        DsxError, match=r"named no node, yet 1 test\(s\) failed, the smallest of node-03, node-04"
-    ):
+    records.put(Record(group="bisect", kind="summary", members=["node-00", "node-01"], outcome="pass"))
+    assert flow.finish(run).suspects == {}  # screened: healthy
+    records.put(
+        Record(
+            group="bisect",
+            kind="summary",
+            members=["node-03", "node-04"],
+            outcome="fail",
+            probability=0.5,
+            unresolved={"node-03": 0.5, "node-04": 0.5},
+            reason="screened 0 passes (21 needed)",
+        )
+    )
+    with pytest.raises(DsxError, match=r"named no node, yet could not clear the group.*node-03 \(0.500\)"):
         flow.finish(run)
 
 
@@ -182,12 +215,14 @@ class _Unschedulable(flow._Test):
         return flow._group_result(_group("bisect-x", list(members), "unschedulable"))
 
 
-def test_an_unschedulable_test_gives_no_verdict_names_and_clears_no_one(run: RunRef) -> None:
-    record = _Unschedulable(run).record("rack-00", "partner", ["node-00", "node-06"])
-    assert (record.outcome, record.suspect, record.attempts) == ("none", None, 1)
-    assert "unschedulable" in record.reason
+def test_an_unschedulable_test_gives_no_verdict_stops_the_search_names_and_clears_no_one(
+    run: RunRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flow, "_Test", lambda plan, recipe: _Unschedulable(run))
+    assert flow.search_group(run, _rack(0), [], "rack-00") == []
     records = Records(OutcomeStore(connect(), run))
-    records.put(record)
     assert records.cleared() == [] and records.suspects() == {}
-    with pytest.raises(DsxError, match=r"named no node: 1 test\(s\) gave no verdict"):
+    (summary,) = records.summaries()
+    assert summary.outcome == "none" and "unschedulable" in summary.reason
+    with pytest.raises(DsxError, match=r"named no node: a test gave no verdict"):
         flow.finish(run)
