@@ -46,7 +46,7 @@ def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None
 
 def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic"
+    spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"
     cmd = [sys.executable, "-m", "workflows.cli", "run", "bisect", "--local", "--cluster", spec]
     result = subprocess.run(
         [*cmd, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False

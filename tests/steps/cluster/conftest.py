@@ -18,7 +18,8 @@ from steps.cluster.sim import MemoryStore, SimCluster
 from steps.cluster.sim.model import Fleet
 from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
 
-FLEET = "sim:nodes=6,gpu=h100,racks=2,blocking-pdb=true"  # the gateway budget blocks every eviction
+# the gateway budget blocks every eviction; no node certified before
+FLEET = "sim:nodes=6,gpu=h100,racks=2,blocking-pdb=true,certified=none"
 KUBECTL = "kubectl-cordon"  # the field manager kubectl cordon and uncordon write as
 FAST = RetryPolicy(attempts=6, base_delay=0.0, max_delay=0.0, jitter=0.0)
 

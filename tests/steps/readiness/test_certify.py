@@ -254,14 +254,14 @@ def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(fleet,
     ],
 )
 def test_a_malformed_drill_is_refused_before_anything_is_marked(fleet, inject: str, message: str) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+    fleet("sim:nodes=2,gpu=h100,certified=none")
     with pytest.raises(InputError, match=message):
         certify.plan(inject=inject)
     assert not any(vocab.LABEL_CERTIFICATION in n.labels for n in connect().list_nodes())
 
 
 def test_a_drill_names_only_nodes_the_run_certifies_and_none_the_fleet_already_plays(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100,faults=node-01:slow-nic")
+    fleet("sim:nodes=2,gpu=h100,faults=node-01:slow-nic,certified=none")
     with pytest.raises(
         InputError, match=r"node 'node-09' is not among the nodes to certify \(node-00, node-01\)"
     ):
