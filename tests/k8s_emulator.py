@@ -71,6 +71,9 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   disruptedPods: ``pkg/registry/core/pod/storage/eviction.go``. With the controllers running, the
   status is brought up to date before each eviction (a controller that has seen every change).
   Seeded outside controllers have the scale of their seeded pods.
+- Events live ``event_ttl`` seconds (1 h, the API server's default ``--event-ttl``) from their last
+  write, as each write leases them in etcd: ``pkg/registry/core/event/storage/storage.go`` (TTLFunc), the
+  lease a little longer by ``k8s.io/apiserver`` ``pkg/storage/etcd3/lease_manager.go`` (at most 5%).
 - Not modelled: namespaces need not exist; no watch; no server-side apply; no priorities or preemption.
 - Seeded pods whose owners are not seeded (a simulated fleet's ReplicaSets, DaemonSets and Jobs) belong
   to controllers outside the store: the garbage collector keeps them, and one that goes away is replaced
@@ -89,6 +92,7 @@ import base64
 import copy
 import datetime as dt
 import functools
+import heapq
 import json
 import re
 import threading
@@ -706,6 +710,10 @@ class Emulator:
     _loop: threading.Thread | None = None
     #: Set by a kubelet double: whether it runs a node (its pods then get graceful deletion).
     kubelet: Callable[[str], bool] | None = None
+    #: How long an Event lives after its last write, in seconds: the API server's ``--event-ttl`` (1 h by
+    #: default), which gives every Event write an etcd lease of that length.
+    event_ttl: float = 3600.0
+    _event_expiry: list[tuple[float, int, Key]] = field(default_factory=list)  # a heap: (when, revision, key)
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self._lock)
@@ -983,6 +991,10 @@ class Emulator:
     def _bump(self, obj: dict[str, Any]) -> None:
         self._revision += 1
         obj["metadata"]["resourceVersion"] = str(self._revision)
+        if obj.get("kind") == "Event":
+            meta = obj["metadata"]
+            key = (str(obj.get("apiVersion")), "events", meta.get("namespace", ""), meta["name"])
+            heapq.heappush(self._event_expiry, (self.clock() + self.event_ttl, self._revision, key))
         self.generation += 1
         self.changed.notify_all()
 
@@ -1025,9 +1037,20 @@ class Emulator:
                 {"name": route.name, "group": route.group, "kind": route.plural},
             )
 
+    def _expire_events(self) -> None:
+        """Drop the Events whose last write is older than :attr:`event_ttl`, as their etcd lease runs out
+        (kubernetes ``pkg/registry/core/event/storage/storage.go``: a TTL on create and on update)."""
+        now = self.clock()
+        while self._event_expiry and self._event_expiry[0][0] <= now:
+            _, revision, key = heapq.heappop(self._event_expiry)
+            event = self._objects.get(key)
+            if event is not None and event["metadata"].get("resourceVersion") == str(revision):
+                del self._objects[key]  # written since: a later entry of the heap expires it
+
     def _serve(
         self, method: str, route: _Route, query: dict[str, str], headers: dict[str, str], body: Any
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        self._expire_events()
         if method == "GET" and not route.name:
             return 200, self._list(route, query), {}
         if method == "POST" and route.sub == "eviction" and route.plural == "pods":

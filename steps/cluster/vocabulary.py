@@ -88,6 +88,7 @@ __all__ = [
     "CONDITION_NOT_CERTIFIED",
     "CONDITION_SENTINEL",
     "CORDON_ANNOTATIONS",
+    "ENV_API_OUTAGE_S",
     "ENV_CLUSTER",
     "ENV_DEBUG",
     "ENV_FAIL_FILE",
@@ -289,6 +290,9 @@ ENV_RANK_POD: Final = "DSX_RANK_POD"
 """The operator's rank pod profile, JSON (the chart value ``rankPods``)."""
 ENV_JOB_POLL_S: Final = "DSX_JOB_POLL_S"
 """Seconds between two looks at a group test's Job."""
+ENV_API_OUTAGE_S: Final = "DSX_API_OUTAGE_S"
+"""Seconds a group test's wait goes on looking while the API server cannot be reached (each look already
+retried), before the step gives up with an error."""
 ENV_SCHEDULE_BUDGET_S: Final = "DSX_SCHEDULE_BUDGET_S"
 """Seconds a group test's pods may take to be scheduled before the test fails."""
 ENV_STALE_WAIT_S: Final = "DSX_STALE_WAIT_S"

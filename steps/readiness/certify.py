@@ -155,6 +155,7 @@ def plan(
     namespace: str = "",
     image: str = "",
     inject: str = "",
+    p_min: float = P_MIN,
     workflow_name: str = "",
     workflow_uid: str = "",
 ) -> CertifyPlan:
@@ -372,13 +373,14 @@ def sweep_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> Sw
     return _certify_group(group, plan, recipe)
 
 
-def screening(groups: list[SweepOutcome], store: OutcomeStore) -> list[Screening]:
+def screening(groups: list[SweepOutcome], store: OutcomeStore, p_min: float = P_MIN) -> list[Screening]:
     """How long each group was screened: one pass of its group check, or its bisection's screening.
 
     A certification tests each group once; a fault failing one test in five goes unseen four times in five.
-    The report says so for each group: the passes and the least intermittence they would have caught.
+    The report says so for each group: the passes, the passes that would catch a fault failing ``p_min``
+    of its tests with 99%, and the least intermittence they would have caught.
     """
-    needed = screening_runs(P_MIN, DELTA)
+    needed = screening_runs(p_min, DELTA)
     searched = {r.group: r for r in Records(store).summaries()}
     found: list[Screening] = []
     for outcome in sorted(groups, key=lambda o: o.subject.name):
@@ -541,7 +543,7 @@ def report(run: RunRef) -> CertifySummary:
             sweeps=nodes + groups,
             smoke=[smoke] if smoke is not None else [],
             verdicts=excluded + _relative(groups, recipe),
-            screening=screening(groups, store),
+            screening=screening(groups, store, plan.options.p_min),
             recipe_digest=digest if isinstance(digest, str) else None,
             started_at=plan.started_at,
             thresholds=recipe.get("thresholds"),

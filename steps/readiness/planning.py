@@ -21,6 +21,7 @@ from steps.cluster.health import health_source
 from steps.cluster.selectors import parse_selector
 from steps.errors import InputError
 from steps.models import input_error
+from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject
 from steps.readiness.outcomes import RunRef
@@ -107,6 +108,13 @@ class CertifyOptions(Model):
     inject: str = Field(
         default="",
         description="a fault drill: NODE:KIND[=VALUE] faults every rank on NODE plays, comma-separated",
+    )
+    p_min: float = Field(
+        default=P_MIN,
+        gt=0.0,
+        le=1.0,
+        description="the least share of tests a faulty node fails (its intermittence) that bisection "
+        "screens for with 99%: a group is cleared after ceil(ln 0.01 / ln(1 - p_min)) passes",
     )
 
 

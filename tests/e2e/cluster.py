@@ -318,32 +318,10 @@ class Cluster:
         return path
 
     def _apiserver(self) -> None:
-        pki = self.pki
         self._start(
             "kube-apiserver",
             [
-                str(self.bin / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
-                f"--bind-address={self.gateway}",
-                f"--advertise-address={self.gateway}",
-                f"--secure-port={self.state.apiserver_port}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
-                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
-                f"--service-account-issuer={ISSUER}",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_RANGE}",
-                "--authorization-mode=Node,RBAC",
-                # The default plugins (NamespaceLifecycle, LimitRanger, ServiceAccount, PodSecurity,
-                # Priority, DefaultTolerationSeconds, ResourceQuota, the webhooks...) and NodeRestriction,
-                # as kubeadm has them.
-                "--enable-admission-plugins=NodeRestriction",
-                "--allow-privileged=true",
-                f"--cert-dir={self.dir / 'apiserver-certs'}",
-                "--profiling=false",
+                *self._apiserver_argv(self.state.apiserver_port, "apiserver-certs"),
                 # Every request of the service accounts in the namespaces dsx uses, with its verdict: the
                 # RBAC tests read what each account asked for and whether it was allowed.
                 f"--audit-policy-file={self._audit_policy()}",
@@ -353,6 +331,47 @@ class Cluster:
             ],
         )
         self._wait("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout=180)
+
+    @contextlib.contextmanager
+    def apiserver(self, name: str, *flags: str) -> Iterator[str]:
+        """A second API server on the same etcd, as an HA control plane has, with ``flags`` added (a short
+        ``--event-ttl``, say): its URL while the block runs; stopped when it ends. It keeps no audit log."""
+        port = _free_port()
+        self._start(name, [*self._apiserver_argv(port, f"{name}-certs"), *flags])
+        try:
+            url = f"https://{self.gateway}:{port}"
+            self._wait(name, lambda: self._https_ok(f"{url}/readyz"), timeout=180)
+            yield url
+        finally:
+            self._stop(self.state.processes.pop(name), grace=10)
+            self.state.save(self.state_path)
+
+    def _apiserver_argv(self, port: int, cert_dir: str) -> list[str]:
+        pki = self.pki
+        return [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
+            f"--bind-address={self.gateway}",
+            f"--advertise-address={self.gateway}",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--service-account-issuer={ISSUER}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_RANGE}",
+            "--authorization-mode=Node,RBAC",
+            # The default plugins (NamespaceLifecycle, LimitRanger, ServiceAccount, PodSecurity,
+            # Priority, DefaultTolerationSeconds, ResourceQuota, the webhooks...) and NodeRestriction,
+            # as kubeadm has them.
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--cert-dir={self.dir / cert_dir}",
+            "--profiling=false",
+        ]
 
     def _controllers(self) -> None:
         pki = self.pki

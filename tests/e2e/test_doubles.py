@@ -6,9 +6,11 @@ compares what each said. Where they differ, the double changes.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from steps.cluster import load_fleet
-from steps.cluster.kube import load_api_client
+from steps.cluster import holds, load_fleet
+from steps.cluster.kube import KubeCluster, load_api_client
+from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import RealCluster
-from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, write_kubeconfig
+from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
 from tests.pods import bare_pod, rank_pod
 
 pytestmark = pytest.mark.e2e
@@ -131,4 +134,155 @@ def test_a_node_whose_gpus_a_workload_holds_leaves_a_test_pod_unschedulable_alik
         emulated = _busy(client.CoreV1Api(fake_api), namespace, "node-03", gpus)
     assert real["status"] == "False" and real["reason"] == "Unschedulable", real
     assert "Insufficient nvidia.com/gpu" in real["message"], real
+    assert emulated == real
+
+
+#: A Workflow that waits (a ``suspend`` template: no pod) until ``argo resume``: a run that holds a node.
+_WAITING_RUN = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "Workflow",
+    "metadata": {"generateName": "dsx-certify-"},
+    "spec": {"entrypoint": "wait", "templates": [{"name": "wait", "suspend": {}}]},
+}
+_ARGO = ("argoproj.io", "v1alpha1", "workflows")
+
+
+def _phase(custom: client.CustomObjectsApi, namespace: str, name: str, phases: set[str]) -> str:
+    """The Workflow's phase once it is one of ``phases`` (the real controller takes a moment)."""
+    deadline = time.monotonic() + 60
+    phase = ""
+    while time.monotonic() < deadline:
+        workflow = custom.get_namespaced_custom_object(*_ARGO[:2], namespace, _ARGO[2], name)
+        phase = str((workflow.get("status") or {}).get("phase") or "")
+        if phase in phases:
+            return phase
+        time.sleep(0.5)
+    raise AssertionError(f"Workflow {namespace}/{name}: phase {phase!r}, not one of {sorted(phases)} in 60 s")
+
+
+def _holds(
+    api: Any, namespace: str, run: Callable[[str, str], None], finish: Callable[[str, str], None]
+) -> list[str]:
+    """A run's Workflow holds a node's Lease; another run tries to take the node while that Workflow runs,
+    once it finished, and once it is deleted. What dsx's holds decided each time."""
+    custom = client.CustomObjectsApi(api)
+    port = KubeCluster(api, namespace=namespace)
+    created = custom.create_namespaced_custom_object(*_ARGO[:2], namespace, _ARGO[2], _WAITING_RUN)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    run(namespace, name)
+    holder = holds.run_holder(namespace, name, uid)
+    holds.take(port, holder, ["node-03"], 3600, "the test")
+    said: list[str] = []
+
+    def another(attempt: int) -> None:
+        other = holds.run_holder(namespace, f"dsx-certify-other-{attempt}", f"uid-{attempt}")
+        try:
+            holds.take(port, other, ["node-03"], 3600, "another run")
+        except holds.NodeHeldError as exc:
+            said.append(f"refused ({exc.holder == holder})")
+            return
+        said.append(f"taken (holder {holds.lease_holder(port, 'node-03') == other})")
+        holds.release(port, other, ["node-03"])
+        holds.take(port, holder, ["node-03"], 3600, "the test")  # as it was, for the next attempt
+
+    another(1)
+    finish(namespace, name)
+    said.append(_phase(custom, namespace, name, {"Succeeded", "Failed", "Error"}))
+    another(2)
+    custom.delete_namespaced_custom_object(*_ARGO[:2], namespace, _ARGO[2], name)
+    another(3)
+    return said
+
+
+def test_a_hold_whose_workflow_finished_or_went_is_taken_over_alike(
+    real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    """The real workflow-controller runs a Workflow that waits; ``argo resume`` finishes it. The emulated
+    API server stores Workflows as any custom resource, and the test writes the phases Argo's controller
+    would. dsx's holds see a live holder refuse, and a finished or deleted one taken over, on both."""
+    namespace = f"holds-{uuid.uuid4().hex[:8]}"
+    real_api, _ = load_api_client(str(real_cluster.kubeconfig))
+    core = client.CoreV1Api(real_api)
+    core.create_namespace({"metadata": {"name": namespace}})
+
+    def running(namespace: str, name: str) -> None:
+        _phase(client.CustomObjectsApi(real_api), namespace, name, {"Running"})
+
+    def resume(namespace: str, name: str) -> None:
+        real_cluster.argo("resume", "-n", namespace, name)
+
+    try:
+        real = _holds(real_api, namespace, running, resume)
+    finally:
+        core.delete_namespace(namespace)
+    with Emulator() as emulator:
+        fake_api, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
+        custom = client.CustomObjectsApi(fake_api)
+
+        def write_phase(phase: str) -> Callable[[str, str], None]:
+            def write(namespace: str, name: str) -> None:
+                body = {"status": {"phase": phase}}
+                custom.patch_namespaced_custom_object(*_ARGO[:2], namespace, _ARGO[2], name, body)
+
+            return write
+
+        emulated = _holds(fake_api, namespace, write_phase("Running"), write_phase("Succeeded"))
+    assert real == ["refused (True)", "Succeeded", "taken (holder True)", "taken (holder True)"], real
+    assert emulated == real
+
+
+#: The Event TTL of the second API server the expiry test starts (the session's keeps the default hour).
+_EVENT_TTL_S = 20
+
+
+def _event_kept(core: client.CoreV1Api, name: str) -> bool:
+    try:
+        core.read_namespaced_event(name, "default")
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _recorded(port: KubeCluster, core: client.CoreV1Api) -> str:
+    """dsx records an Event about node-03 as its steps do; its name."""
+    before = {e.metadata.name for e in core.list_namespaced_event("default").items}
+    assert port.record_event("node-03", "DsxExpiryProbe", "an Event the test watches expire")
+    (name,) = {e.metadata.name for e in core.list_namespaced_event("default").items} - before
+    return name
+
+
+def test_an_event_outlives_its_ttl_on_neither_server(own_cluster: Cluster, tmp_path: Path) -> None:
+    """A second real API server on the same etcd, with ``--event-ttl`` of 20 s: the Event dsx records
+    through it is there a few seconds before its TTL and gone a few seconds after (its etcd lease, of the
+    TTL and at most 5% more). The emulated API server, given the same TTL, keeps and drops it at the same
+    times of its clock."""
+    ttl = _EVENT_TTL_S
+    admin, _ = load_api_client(str(own_cluster.kubeconfig))
+    with own_cluster.apiserver(
+        "kube-apiserver-event-ttl", f"--event-ttl={ttl}s", "--endpoint-reconciler-type=none"
+    ) as url:
+        short, _ = load_api_client(str(own_cluster.kubeconfig))
+        short.configuration.host = url
+        name = _recorded(KubeCluster(short), client.CoreV1Api(short))
+        written = time.monotonic()
+        core = client.CoreV1Api(admin)  # read through the session's API server: one store behind both
+        real = [_event_kept(core, name)]
+        time.sleep(max(0.0, written + ttl - 3 - time.monotonic()))
+        real.append(_event_kept(core, name))
+        time.sleep(max(0.0, written + ttl + 8 - time.monotonic()))
+        real.append(_event_kept(core, name))
+    clock = ManualClock()
+    with Emulator(clock=clock, event_ttl=ttl) as emulator:
+        fake, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
+        core = client.CoreV1Api(fake)
+        port = KubeCluster(fake, clock=lambda: dt.datetime.fromtimestamp(clock(), dt.UTC))
+        name = _recorded(port, core)
+        emulated = [_event_kept(core, name)]
+        clock.advance(ttl - 3)
+        emulated.append(_event_kept(core, name))
+        clock.advance(11)
+        emulated.append(_event_kept(core, name))
+    assert real == [True, True, False], real
     assert emulated == real

@@ -15,9 +15,9 @@ from tests.paths import REPO
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
 
 
-def _certify(tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _certify(tmp_path: Path, spec: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster", spec]
+    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster", spec, *extra]
     result = subprocess.run(
         [*cmd, *SMALL, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
     )
@@ -157,3 +157,23 @@ def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_pat
     # bisected, and node-03 screened beside a partner until a fault failing a fifth of tests would show
     assert (screening["rack-00"]["passes"], screening["rack-00"]["bisected"]) == (1, False)
     assert screening["rack-01"]["bisected"] and screening["rack-01"]["passes"] >= 21
+
+
+def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tmp_path: Path) -> None:
+    """``-p p-min=0.5``: the operator screens for faults failing half their tests or more, so node-03 is
+    cleared after 7 passes beside its partner (not 21), and the report says what that screening catches."""
+    result, out = _certify(
+        tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic", "-p", "p-min=0.5"
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert _labels(out) == {
+        "node-00": "passed",
+        "node-01": "passed",
+        "node-02": "failed",
+        "node-03": "passed",
+    }
+    report = json.loads(next(out.glob("nodes/report*/artifacts/report.json")).read_text())
+    screening = {s["group"]: s for s in report["screening"]}
+    assert screening["rack-01"]["bisected"] and screening["rack-01"]["needed"] == 7
+    assert 7 <= screening["rack-01"]["passes"] < 21
+    assert 0.48 <= screening["rack-01"]["caught"] <= 0.5

@@ -363,6 +363,7 @@ _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
             "min-bytes": "min_bytes",
             "max-bytes": "max_bytes",
             "iters": "iters",
+            "p-min": "p_min",
         },
     ),
 }

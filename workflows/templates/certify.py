@@ -18,6 +18,7 @@ from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
+from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.certify import AUTO, LAUNCHERS, PLAN_OUTPUTS, RECIPE_INTENT
 from steps.runtime import tasks as runtime
 from steps.runtime.criteria import ALLOWED, ANY
@@ -106,6 +107,13 @@ def _parameters() -> list[Parameter]:
             "the node, comma-separated; every verdict and the report label them injected. Empty: none.",
             "",
         ),
+        param(
+            "p-min",
+            "The least share of tests a faulty node fails (its intermittence) that bisection screens for "
+            "with 99%: a failed group's nodes left in service are cleared after "
+            "ceil(ln 0.01 / ln(1 - p-min)) passes (21 at 0.2, 7 at 0.5, 2 at 0.9).",
+            str(P_MIN),
+        ),
     ]
 
 
@@ -123,6 +131,7 @@ def _plan_arguments(wt: Any) -> dict[str, Any]:
         "max_bytes": wt.get_parameter("max-bytes"),
         "iters": wt.get_parameter("iters"),
         "inject": wt.get_parameter("inject"),
+        "p_min": wt.get_parameter("p-min"),
         "workflow_name": WORKFLOW_NAME,
         "workflow_uid": WORKFLOW_UID,
     }

@@ -28,6 +28,7 @@ from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import Frozen, input_error
 from steps.readiness import certify
+from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.bisect.models import BisectResult, GroupResult, Suspect, TestRun
 from steps.readiness.bisect.records import Record, Records, suspect_reason
 from steps.readiness.bisect.strategies import bisect
@@ -107,6 +108,7 @@ def prepare(
     min_bytes: str = certify.AUTO,
     max_bytes: str = certify.AUTO,
     iters: int = 20,
+    p_min: float = P_MIN,
 ) -> BisectStart:
     """Start a ``dsx-bisect`` of its own: the Ready managed nodes with GPUs that ``selector`` picks.
 
@@ -120,7 +122,12 @@ def prepare(
         InputError: an option is malformed, or the selector picks fewer than two nodes to test together.
     """
     options = certify.check_options(
-        selector=selector, accelerator=accelerator, min_bytes=min_bytes, max_bytes=max_bytes, iters=iters
+        selector=selector,
+        accelerator=accelerator,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        iters=iters,
+        p_min=p_min,
     )
     port = connect()
     try:
@@ -287,7 +294,14 @@ def search_group(
     )
     try:
         result = bisect(
-            nodes, once, "auto", noise=test.noise, partners=partners, failed=failed, on_accuse=accused
+            nodes,
+            once,
+            "auto",
+            noise=test.noise,
+            partners=partners,
+            failed=failed,
+            on_accuse=accused,
+            p_min=test.plan.options.p_min,
         )
     except _NoVerdict as exc:
         print(f"warning: {group}: a test gave no verdict; the search stopped: {exc}", file=sys.stderr)

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from steps.cluster import ClusterPort, ConflictError
+from steps.cluster import ApiUnavailableError, ClusterPort, ConflictError
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError
 from steps.readiness.judge import subject_name, verdict
@@ -304,19 +304,38 @@ def _not_running(pods: list[dict[str, Any]], group: GroupJob, nodes: int) -> lis
 def _wait(
     port: ClusterPort, group: GroupJob, settings: JobSettings, nodes: int, timeout_s: float
 ) -> _Outcome:
-    """Wait until rank 0 published, the Job ended, scheduling ran out of budget, or the run hung."""
+    """Wait until rank 0 published, the Job ended, scheduling ran out of budget, or the run hung.
+
+    A look that cannot reach the API server (after the port's own retries) is taken again at the next
+    poll: the ranks run on while the server is away, and what they published is read once it answers.
+    The clocks are read only after a look that succeeded, so an outage alone never ends a test as a hang.
+
+    Raises:
+        ApiUnavailableError: the API server stayed out of reach for ``api_outage_s``.
+    """
     created = time.monotonic()
     running_since: float | None = None
+    unreachable_since: float | None = None
     while True:
-        state = _state(port, group)
-        if STATE_EXIT_CODE in state:
-            return _Outcome(ending="published", state=state)
-        ended = _job_end(port.get_object("batch/v1", "Job", group.name, group.namespace))
-        if ended is not None:
-            return _Outcome(ending="ended", state=_state(port, group), detail=ended)
+        try:
+            state = _state(port, group)
+            if STATE_EXIT_CODE in state:
+                return _Outcome(ending="published", state=state)
+            ended = _job_end(port.get_object("batch/v1", "Job", group.name, group.namespace))
+            if ended is not None:
+                return _Outcome(ending="ended", state=_state(port, group), detail=ended)
+            waiting = _not_running(_pods(port, group), group, nodes) if running_since is None else []
+        except ApiUnavailableError as exc:
+            now = time.monotonic()
+            unreachable_since = now if unreachable_since is None else unreachable_since
+            if now - unreachable_since > settings.api_outage_s:
+                raise
+            print(f"warning: {group.name}: {exc}; looking again in {settings.poll_s:g}s", file=sys.stderr)
+            time.sleep(settings.poll_s)
+            continue
+        unreachable_since = None
         now = time.monotonic()
         if running_since is None:
-            waiting = _not_running(_pods(port, group), group, nodes)
             if not waiting:
                 running_since = now
             elif now - created > settings.schedule_budget_s:

@@ -96,6 +96,7 @@ class JobSettings(Model):
     poll_s: float = Field(default=5.0, gt=0)
     schedule_budget_s: float = Field(default=900.0, gt=0)
     stale_wait_s: float = Field(default=120.0, gt=0)
+    api_outage_s: float = Field(default=300.0, gt=0)
     shm_size: str = "16Gi"
 
 
@@ -143,6 +144,7 @@ def settings_for(plan: PlanLike, port: ClusterPort | None = None) -> JobSettings
         poll_s=_env_seconds(vocab.ENV_JOB_POLL_S, 5.0),
         schedule_budget_s=_env_seconds(vocab.ENV_SCHEDULE_BUDGET_S, 900.0),
         stale_wait_s=_env_seconds(vocab.ENV_STALE_WAIT_S, 120.0),
+        api_outage_s=_env_seconds(vocab.ENV_API_OUTAGE_S, 300.0),
         shm_size=os.environ.get(vocab.ENV_SHM_SIZE) or "16Gi",
     )
 

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from steps.cluster import ClusterError
 from steps.cluster.kube import KubeCluster, load_api_client
-from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock
+from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
 from tests.pods import bare_pod, rank_pod
 from tests.steps.cluster.conftest import group_job, job_pods
 
@@ -116,6 +116,26 @@ def test_events_k8s_io_v1_needs_event_time_and_keeps_node_events_out_of_other_na
     untimed = {k: v for k, v in event.items() if k != "eventTime"} | {"metadata": {"name": "node-03.17f2c"}}
     with pytest.raises(ClusterError, match=r"rejected \(422\).*eventTime: Required value"):
         KubeCluster(api).create_object(untimed)  # the typed client would not even send it
+
+
+def test_an_event_lives_its_ttl_from_its_last_write(tmp_path: Path) -> None:
+    """The API server's ``--event-ttl`` (1 h by default) leases every Event write: an Event is gone a TTL
+    after it was last written, an update starting its TTL again (compared with a real API server in the e2e
+    tier)."""
+    clock = ManualClock()
+    with Emulator(clock=clock, event_ttl=60) as emulator:
+        api_client, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
+        core = client.CoreV1Api(api_client)
+        core.create_namespaced_event("default", NODE_EVENT)
+        core.create_namespaced_event("default", {**NODE_EVENT, "metadata": {"name": "node-03.17f2b"}})
+        clock.advance(45)
+        core.patch_namespaced_event("node-03.17f2b", "default", {"count": 2})
+        clock.advance(30)  # 75 s after the first was written, 30 after the second was updated
+        kept = [e.metadata.name for e in core.list_namespaced_event("default").items]
+        assert kept == ["node-03.17f2b"]
+        assert _refusal(lambda: core.read_namespaced_event("node-03.17f2a", "default"))[0] == 404
+        clock.advance(31)
+        assert core.list_namespaced_event("default").items == []
 
 
 # ------------------------------------------------------------------------- name conflicts

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from steps.cluster import connect, load_fleet
+from steps.cluster import ApiUnavailableError, connect, load_fleet
 from steps.cluster import vocabulary as vocab
 from steps.cluster.kube import KubeCluster
 from steps.errors import DsxError, InputError
@@ -620,6 +620,43 @@ def test_a_large_groups_result_reaches_the_step(cluster: Cluster) -> None:
     outcome = _sweep(cluster.port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
     assert outcome.run is not None and len(outcome.run.ranks) == 8192
+
+
+def _flaky_port(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> KubeCluster:
+    """A port that tries each call twice, with no pause: a look at the state fails after two answers."""
+    monkeypatch.setenv("DSX_RETRY_ATTEMPTS", "2")
+    monkeypatch.setenv("DSX_RETRY_BASE_DELAY", "0")
+    port = connect("kube", kubeconfig=str(cluster.kubeconfig), namespace=NS)
+    assert isinstance(port, KubeCluster)
+    return port
+
+
+def test_an_api_server_out_of_reach_for_a_few_looks_does_not_end_the_test(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three looks at the state in a row get 503 past the port's retries: the wait looks again, and
+    reads what rank 0 published meanwhile."""
+    cluster.ranks(lambda index: Rank(run_s=0.5, publish=RESULT if index == 0 else None))
+    port = _flaky_port(cluster, monkeypatch)
+    cluster.emulator.fail(6, 503, method="GET", path="/configmaps/dsx-allreduce-sweep-")
+    outcome = _sweep(port)
+    assert outcome.status == "pass", [v.message for v in outcome.verdicts]
+    assert capsys.readouterr().err.count("looking again") == 3
+    assert _left(cluster.port) == NOTHING
+
+
+def test_an_api_server_out_of_reach_past_the_outage_budget_is_an_error_not_a_verdict(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``DSX_API_OUTAGE_S`` the wait gives up with the API's error: the step errors (an infrastructure
+    error), and no verdict is made of what nobody saw. (Its objects stay while the server is away; they
+    carry the run, and the next try recognises and replaces them.)"""
+    monkeypatch.setenv("DSX_API_OUTAGE_S", "0.3")
+    cluster.ranks(lambda index: Rank(run_s=None))
+    port = _flaky_port(cluster, monkeypatch)
+    cluster.emulator.fail(100_000, 503, method="GET", path="/configmaps/dsx-allreduce-sweep-")
+    with pytest.raises(ApiUnavailableError, match="503"):
+        _sweep(port, timeout_s=0.1)
 
 
 def test_a_run_that_never_publishes_after_all_pods_run_is_a_hang(cluster: Cluster) -> None:
