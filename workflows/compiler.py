@@ -124,6 +124,70 @@ def lint(manifest: dict[str, Any], source: str) -> list[str]:
     return problems
 
 
+def _spec(manifest: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = manifest.get("spec", {})
+    return spec.get("workflowSpec", {}) if manifest.get("kind") == "CronWorkflow" else spec
+
+
+def _calls(node: Any) -> Iterable[tuple[str | None, str]]:
+    """Every template a template calls: ``(None, name)`` in its own WorkflowTemplate, ``(owner, name)``
+    through a templateRef."""
+    if isinstance(node, dict):
+        ref = node.get("templateRef")
+        if isinstance(ref, dict) and ref.get("name") and ref.get("template"):
+            yield str(ref["name"]), str(ref["template"])
+        elif isinstance(node.get("template"), str) and ("name" in node or "arguments" in node):
+            yield None, node["template"]
+        for key, value in node.items():
+            if key != "templateRef":
+                yield from _calls(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _calls(value)
+
+
+def _read_parameters(
+    by_name: dict[str, dict[str, Any]], owner: str, template: str, seen: set[tuple[str, str]]
+) -> set[str]:
+    """The ``workflow.parameters`` a template of ``owner`` reads, and every template it calls, in
+    ``owner`` or through templateRef (a Workflow's own parameters answer them all)."""
+    if (owner, template) in seen or owner not in by_name:
+        return set()
+    seen.add((owner, template))
+    found = next((t for t in _spec(by_name[owner]).get("templates", []) if t.get("name") == template), None)
+    if found is None:
+        return set()
+    names = {n for _, text in _walk_strings(found, "") for n in _WORKFLOW_PARAMETER.findall(text)}
+    for other, called in _calls(found.get("dag") or found.get("steps") or []):
+        names |= _read_parameters(by_name, other or owner, called, seen)
+    return names
+
+
+def lint_references(manifests: Iterable[tuple[dict[str, Any], str]]) -> list[str]:
+    """Workflows that reach a template of another WorkflowTemplate (templateRef) whose tags read
+    ``workflow.parameters`` they do not declare: under a templateRef those are the calling Workflow's
+    parameters, and Argo fails the run on a tag it cannot resolve."""
+    listed = [(m, source) for m, source in manifests if m.get("kind") in _WORKFLOW_KINDS]
+    by_name = {str(m["metadata"]["name"]): m for m, _ in listed if m.get("kind") != "CronWorkflow"}
+    problems: list[str] = []
+    for manifest, source in listed:
+        spec = _spec(manifest)
+        known = {p.get("name") for p in spec.get("arguments", {}).get("parameters", [])}
+        where = f"{source}: {manifest['kind']} {manifest['metadata']['name']}"
+        refs = sorted({(o, t) for o, t in _calls(spec.get("templates", [])) if o is not None})
+        if spec.get("workflowTemplateRef"):
+            refs.append((str(spec["workflowTemplateRef"]["name"]), ""))
+        for owner, template in refs:
+            if not template:  # a Workflow of a WorkflowTemplate: its parameters are the template's
+                continue
+            for name in sorted(_read_parameters(by_name, owner, template, set()) - known):
+                problems.append(
+                    f"{where}: templateRef {owner}/{template} reads {{{{workflow.parameters.{name}}}}}, "
+                    "which this workflow does not declare (under a templateRef they are the caller's)"
+                )
+    return problems
+
+
 def render(obj: Any, source: str) -> CompiledFile:
     """Compile one Hera object to its file name and YAML text."""
     manifest = obj.to_dict()
@@ -155,6 +219,7 @@ def compile_objects(modules: Iterable[str] | None = None) -> list[CompiledFile]:
                     f"{files[compiled.filename].source}"
                 )
             files[compiled.filename] = compiled
+    problems.extend(lint_references((f.manifest, f.source) for f in files.values()))
     if problems:
         raise InputError("; ".join(problems))
     return [files[name] for name in sorted(files)]

@@ -18,7 +18,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from steps.cluster import holds, load_fleet
+from steps.cluster import ClusterPort, connect, holds, load_fleet
+from steps.cluster import vocabulary as vocab
 from steps.cluster.kube import KubeCluster, load_api_client
 from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import RealCluster
@@ -286,3 +287,67 @@ def test_an_event_outlives_its_ttl_on_neither_server(own_cluster: Cluster, tmp_p
         emulated.append(_event_kept(core, name))
     assert real == [True, True, False], real
     assert emulated == real
+
+
+#: How long the reboot comparison watches both nodes: the process kubelet's Ready after 20 s and cleared
+#: condition 40 s after that, with room to spare.
+_REBOOT_WATCH_S = 75.0
+
+
+def _marked(port: ClusterPort, node: str) -> None:
+    """The sentinel's fatal XID condition on ``node``, True, as the agent writes it."""
+    message = "fatal (reset-gpu): XID 79 on GPU 0: GPU has fallen off the bus"
+    port.set_condition(node, vocab.CONDITION_GPU_XID, True, "FatalResetGpu", message)
+
+
+def _seen(port: ClusterPort, node: str, boot: str) -> tuple[bool, bool, bool, tuple[str, ...]]:
+    """What dsx's repair wait reads of a rebooting node: a new boot id, Ready, its sentinel condition
+    still True; and the node's taints."""
+    current = port.get_node(node)
+    condition = current.condition(vocab.CONDITION_GPU_XID)
+    return (
+        current.node_info.boot_id != boot,
+        current.ready,
+        condition is not None and condition.status == "True",
+        tuple(sorted(f"{t.key}:{t.effect}" for t in current.taints)),
+    )
+
+
+def test_a_reboot_comes_back_in_the_same_stages_on_the_simulated_fleet_and_the_real_cluster(
+    own_cluster: Cluster,
+) -> None:
+    """node-03 carries the sentinel's fatal condition and reboots: on the real control plane through the
+    process kubelet, on the simulated fleet (``reboot-ready=20s,reboot-clear=40s``) through dsx's repair
+    request. Each is watched through dsx's port until the condition clears; the stages seen are the same:
+    the new boot id while NotReady, then Ready, then the condition cleared."""
+    real_api, _ = load_api_client(str(own_cluster.kubeconfig))
+    real = KubeCluster(real_api, namespace="gpu-ops")
+    sim = connect("sim:nodes=4,gpu=h100,repair-delay=0,reboot-ready=20s,reboot-clear=40s")
+    boots = {}
+    for port in (real, sim):
+        _marked(port, "node-03")
+        boots[id(port)] = port.get_node("node-03").node_info.boot_id
+    stages = {id(port): [_seen(port, "node-03", boots[id(port)])] for port in (real, sim)}
+    (own_cluster.dir / "kubelet" / "nodes" / "node-03" / "reboot").touch()
+    requested = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sim.set_annotations("node-03", {vocab.ANNOTATION_REPAIR_REQUESTED_AT: requested})
+    deadline = time.monotonic() + _REBOOT_WATCH_S
+    while time.monotonic() < deadline:
+        for port in (real, sim):
+            seen = _seen(port, "node-03", boots[id(port)])
+            if stages[id(port)][-1] != seen:
+                stages[id(port)].append(seen)
+        if all(not s[-1][2] for s in stages.values()):
+            break
+        time.sleep(0.5)
+    # the stages dsx's repair wait reads, (new boot id, Ready, condition True), each with the taints seen
+    read: dict[str, list[tuple[tuple[bool, bool, bool], set[str]]]] = {}
+    for name, port in (("real", real), ("sim", sim)):
+        read[name] = []
+        for *stage, taints in stages[id(port)]:
+            if not read[name] or read[name][-1][0] != tuple(stage):
+                read[name].append((tuple(stage), set()))  # type: ignore[arg-type]
+            read[name][-1][1].update(taints)
+    expected = [(False, True, True), (True, False, True), (True, True, True), (True, True, False)]
+    assert [stage for stage, _ in read["real"]] == expected, read
+    assert [stage for stage, _ in read["sim"]] == expected, read

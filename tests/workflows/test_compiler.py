@@ -224,3 +224,21 @@ def test_workflows_run_as_their_own_account_with_restricted_pods_and_collected()
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
     assert container["resources"]["limits"] == {"memory": "1Gi"}
+
+
+def test_a_template_reached_through_template_ref_reads_only_parameters_its_caller_declares() -> None:
+    """Under a templateRef, ``{{workflow.parameters.X}}`` is the calling Workflow's parameter: dsx-remediate
+    runs dsx-certify's ``certify`` DAG, so it must declare every parameter that DAG (and what it calls)
+    reads. Taking one away from dsx-remediate fails the check, naming it."""
+    manifests = [(f.manifest, f.source) for f in compiler.compile_objects()]
+    assert compiler.lint_references(manifests) == []
+    remediate = next(
+        m for m, _ in manifests if (m["kind"], m["metadata"]["name"]) == ("WorkflowTemplate", "dsx-remediate")
+    )
+    declared = remediate["spec"]["arguments"]["parameters"]
+    remediate["spec"]["arguments"]["parameters"] = [p for p in declared if p["name"] != "p-min"]
+    assert compiler.lint_references(manifests) == [
+        "workflows.templates.remediate: WorkflowTemplate dsx-remediate: templateRef dsx-certify/certify "
+        "reads {{workflow.parameters.p-min}}, which this workflow does not declare (under a templateRef "
+        "they are the caller's)"
+    ]

@@ -33,6 +33,7 @@ from hera.workflows.models import Mutex, Synchronization, TemplateRef, ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
+from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.certify import AUTO
 from steps.sentinel import ledger
 from steps.sentinel import recertify as recert
@@ -120,6 +121,12 @@ def _parameters() -> list[Parameter]:
         param("max-bytes", "Certification: largest all-reduce message.", AUTO),
         param("iters", "Certification: timed iterations per message size.", "20"),
         param("inject", "Certification: a fault drill (NODE:KIND[=VALUE]); empty: none.", ""),
+        param(
+            "p-min",
+            "Certification and the pair test: the least share of tests a faulty node fails that their "
+            "screening catches with 99% (21 passes at 0.2, 7 at 0.5, 2 at 0.9).",
+            str(P_MIN),
+        ),
     ]
 
 
@@ -142,7 +149,7 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
             # Sized and run as recertification was (gloo on a cluster without GPUs).
             **{
                 name.replace("-", "_"): f"{{{{workflow.parameters.{name}}}}}"
-                for name in ("accelerator", "min-bytes", "max-bytes", "iters")
+                for name in ("accelerator", "min-bytes", "max-bytes", "iters", "p-min")
             },
         },
     )
