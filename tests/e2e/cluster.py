@@ -157,6 +157,12 @@ class Cluster:
     # ------------------------------------------------------------------------------------------ up
 
     def up(self) -> None:
+        for what, path in (("the checkout", ROOT), ("its Python environment", Path(sys.prefix).resolve())):
+            if path.is_relative_to("/tmp"):
+                raise RuntimeError(
+                    f"{what} ({path}) is under /tmp, which every pod's containers get a private copy of "
+                    "(tests/e2e/container.py): the pods would not find dsx's code; clone it elsewhere"
+                )
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         if self.state.processes:

@@ -316,25 +316,35 @@ def _seen(port: ClusterPort, node: str, boot: str) -> tuple[bool, bool, bool, tu
 def test_a_reboot_comes_back_in_the_same_stages_on_the_simulated_fleet_and_the_real_cluster(
     own_cluster: Cluster,
 ) -> None:
-    """node-03 carries the sentinel's fatal condition and reboots: on the real control plane through the
+    """A node that runs no pod (node-03 when free) carries the sentinel's fatal condition and reboots: on
+    the real control plane through the
     process kubelet, on the simulated fleet (``reboot-ready=20s,reboot-clear=40s``) through dsx's repair
     request. Each is watched through dsx's port until the condition clears; the stages seen are the same:
     the new boot id while NotReady, then Ready, then the condition cleared."""
     real_api, _ = load_api_client(str(own_cluster.kubeconfig))
     real = KubeCluster(real_api, namespace="gpu-ops")
+    # A reboot kills the node's pods: reboot one that runs none (the Events tier's pods run somewhere).
+    running = {
+        p.spec.node_name
+        for p in client.CoreV1Api(real_api).list_pod_for_all_namespaces().items
+        if p.status.phase in ("Pending", "Running")
+    }
+    free = [n.name for n in real.list_nodes() if n.name not in running]
+    assert free, f"every node runs a pod: {sorted(map(str, running))}"
+    node = "node-03" if "node-03" in free else free[-1]
     sim = connect("sim:nodes=4,gpu=h100,repair-delay=0,reboot-ready=20s,reboot-clear=40s")
     boots = {}
     for port in (real, sim):
-        _marked(port, "node-03")
-        boots[id(port)] = port.get_node("node-03").node_info.boot_id
-    stages = {id(port): [_seen(port, "node-03", boots[id(port)])] for port in (real, sim)}
-    (own_cluster.dir / "kubelet" / "nodes" / "node-03" / "reboot").touch()
+        _marked(port, node)
+        boots[id(port)] = port.get_node(node).node_info.boot_id
+    stages = {id(port): [_seen(port, node, boots[id(port)])] for port in (real, sim)}
+    (own_cluster.dir / "kubelet" / "nodes" / node / "reboot").touch()
     requested = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sim.set_annotations("node-03", {vocab.ANNOTATION_REPAIR_REQUESTED_AT: requested})
+    sim.set_annotations(node, {vocab.ANNOTATION_REPAIR_REQUESTED_AT: requested})
     deadline = time.monotonic() + _REBOOT_WATCH_S
     while time.monotonic() < deadline:
         for port in (real, sim):
-            seen = _seen(port, "node-03", boots[id(port)])
+            seen = _seen(port, node, boots[id(port)])
             if stages[id(port)][-1] != seen:
                 stages[id(port)].append(seen)
         if all(not s[-1][2] for s in stages.values()):
