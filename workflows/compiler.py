@@ -175,11 +175,7 @@ def lint_references(manifests: Iterable[tuple[dict[str, Any], str]]) -> list[str
         known = {p.get("name") for p in spec.get("arguments", {}).get("parameters", [])}
         where = f"{source}: {manifest['kind']} {manifest['metadata']['name']}"
         refs = sorted({(o, t) for o, t in _calls(spec.get("templates", [])) if o is not None})
-        if spec.get("workflowTemplateRef"):
-            refs.append((str(spec["workflowTemplateRef"]["name"]), ""))
         for owner, template in refs:
-            if not template:  # a Workflow of a WorkflowTemplate: its parameters are the template's
-                continue
             for name in sorted(_read_parameters(by_name, owner, template, set()) - known):
                 problems.append(
                     f"{where}: templateRef {owner}/{template} reads {{{{workflow.parameters.{name}}}}}, "
