@@ -14,9 +14,12 @@ pods (static pods the kubelet runs from a file; the API cannot remove them; thei
 the Node) are skipped.
 
 An eviction the API refuses with 429 (a budget allows no disruption now) or 500 (two budgets select the
-pod) is tried again with an exponential backoff, never turned into a deletion. The whole drain has a
-deadline: when it passes with pods left, the report says ``escalate`` and the pods stay, unless the policy
-says ``force``, in which case what is left is deleted and recorded as such.
+pod) is tried again with an exponential backoff, never turned into a deletion. So is a request the API
+server did not take after the port's own retries (throttled by API Priority and Fairness, whose 429 the
+port waits out as its ``Retry-After`` says, or unavailable): throttling is not failure, and the drain goes
+on reading and evicting until its deadline. The whole drain has a deadline: when it passes with pods
+left, the report says ``escalate`` and the pods stay, unless the policy says ``force``, in which case
+what is left is deleted and recorded as such.
 
 The report (:class:`DrainReport`) records every pod with its mode, outcome, attempts and last message.
 """
@@ -30,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from steps.cluster.errors import NotFoundError
+from steps.cluster.errors import ApiUnavailableError, NotFoundError
 from steps.cluster.port import ClusterPort, Pod
 from steps.models import Frozen, Strict
 
@@ -212,7 +215,10 @@ class _Drain:
             and blocked_since is not None
             and now - blocked_since >= mode.timeout_s
         ):
-            self.port.delete_pod(pod, mode.grace_seconds)
+            try:
+                self.port.delete_pod(pod, mode.grace_seconds)
+            except ApiUnavailableError as exc:
+                return self.unanswered(pod, record, "deletion", exc, now)
             record.settle(
                 "deleted",
                 f"deleted after its budget blocked eviction for {mode.timeout_s:g}s (namespace mode)",
@@ -222,18 +228,35 @@ class _Drain:
 
     def evict(self, pod: Pod, record: PodOutcome, mode: NamespaceMode, now: float) -> bool:
         """Ask the Eviction API; a refusal waits its backoff. Whether the pod is still on the node."""
-        result = self.port.evict(pod, mode.grace_seconds)
+        try:
+            result = self.port.evict(pod, mode.grace_seconds)
+        except ApiUnavailableError as exc:
+            return self.unanswered(pod, record, "eviction", exc, now)
         record.attempts += 1
         record.message, record.at = result.message, _stamp()
         if result.outcome == "blocked":
             record.outcome = "blocked"
             self.first_blocked.setdefault(pod.ref, now)
-            wait = self.backoff.get(pod.ref, self.policy.backoff_s)
-            self.next_try[pod.ref] = now + wait
-            self.backoff[pod.ref] = min(wait * 2, self.policy.backoff_cap_s)
+            self.wait(pod, now)
             return True
         record.outcome = "evicted" if result.outcome == "evicted" else "gone"
         return result.outcome == "evicted"
+
+    def wait(self, pod: Pod, now: float) -> None:
+        """The pod is tried again after its backoff, doubled each time up to the cap."""
+        wait = self.backoff.get(pod.ref, self.policy.backoff_s)
+        self.next_try[pod.ref] = now + wait
+        self.backoff[pod.ref] = min(wait * 2, self.policy.backoff_cap_s)
+
+    def unanswered(
+        self, pod: Pod, record: PodOutcome, what: str, exc: ApiUnavailableError, now: float
+    ) -> bool:
+        """The API server did not take the pod's ``what`` (throttled or away, past the port's retries): the
+        pod is tried again after its backoff, as a refusal is. It is still on the node."""
+        record.attempts += 1
+        record.message, record.at = f"the API server did not take the {what}: {exc.detail}", _stamp()
+        self.wait(pod, now)
+        return True
 
     def past_deadline(self, left: list[Pod]) -> DrainReport:
         """Escalate with the pods left, or, when the policy says force, delete them and say so."""
@@ -246,7 +269,15 @@ class _Drain:
         for pod in left:
             record = self.records[pod.ref]
             if record.outcome in ("waiting", "blocked"):
-                self.port.delete_pod(pod, 0)
+                try:
+                    self.port.delete_pod(pod, 0)
+                except ApiUnavailableError as exc:
+                    return self.report(
+                        False,
+                        True,
+                        f"deadline of {self.policy.deadline_s:g}s passed and {pod.ref} could not be "
+                        f"deleted by force: the API server did not take it ({exc.detail})",
+                    )
                 record.settle("deleted", f"deleted by force after the drain's deadline ({record.message})")
         return self.report(True, False, "drained by force after the deadline")
 
@@ -278,6 +309,17 @@ def drain(
             pods = port.pods_on(node)
         except NotFoundError:
             return work.node_gone()
+        except ApiUnavailableError as exc:
+            # Throttled or away past the port's retries: read again after a poll, until the deadline.
+            if clock() - work.start >= policy.deadline_s:
+                return work.report(
+                    False,
+                    True,
+                    f"deadline of {policy.deadline_s:g}s passed: the API server did not answer the read of "
+                    f"the node's pods ({exc.detail})",
+                )
+            sleep(policy.poll_s)
+            continue
         left = work.round(pods, clock())
         if not left:
             return work.report(True, False, "drained")

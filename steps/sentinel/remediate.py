@@ -22,9 +22,12 @@ Step modules are read by Hera's runner in the pod, so this one keeps its annotat
 """
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
+import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,8 @@ __all__ = [
     "ACTIVE_STATES",
     "OWNER",
     "RemediationCancelled",
+    "Settings",
+    "check_parameters",
     "conclude",
     "drain",
     "guard",
@@ -67,6 +72,12 @@ REPAIR_POLL_S = 5.0
 """How often the repair wait reads the node (more often under a short timeout)."""
 REPAIR_WAIT_LIMIT_S = 7 * 24 * 3600
 """The longest repair wait (the step's own deadline is compiled from it)."""
+REPAIR_WAIT_MIN_S = 1.0
+"""The shortest repair wait: ``0s`` would judge the node at once and ask for its replacement."""
+MAX_ATTEMPTS_LIMIT = 100
+"""The most attempts ``max-attempts`` may allow."""
+# A node's name as the API server accepts it (a DNS subdomain: RFC 1123 labels, at most 253 characters).
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 _RECERTIFYING = vocab.NodeState.recertifying.value
 _PASSED = vocab.Certification.passed.value
@@ -226,6 +237,99 @@ def _reading(event: str, node: str, check: str) -> tuple[bool, HealthEvent | Non
         raise input_error(exc, "parameter event") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """``dsx-remediate``'s parameters, read and checked (:func:`check_parameters`)."""
+
+    reading: HealthEvent | None
+    triggered: bool
+    max_attempts: int
+    breaker: BreakerSettings
+    drain_policy: DrainPolicy
+    repair_timeout_s: float
+
+
+def _number(name: str, text: object, kind: type[int] | type[float]) -> float:
+    """A finite number of the parameter ``name``."""
+    try:
+        value = kind(str(text).strip())
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise InputError(f"parameter {name}: {text!r} is not {what}") from None
+    if not math.isfinite(value):
+        raise InputError(f"parameter {name}: {text!r} is not a finite number")
+    return value
+
+
+def _drain_policy(text: str) -> DrainPolicy:
+    """The ``drain-policy`` parameter, read."""
+    try:
+        return DrainPolicy.model_validate(json.loads(text or "{}"))
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            raise input_error(exc, "parameter drain-policy") from None
+        raise InputError(f"parameter drain-policy: not JSON ({exc})") from None
+
+
+def _repair_timeout(text: str) -> float:
+    """The ``repair-timeout`` parameter, in seconds."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise InputError(f"parameter repair-timeout: {exc}") from None
+    if not REPAIR_WAIT_MIN_S <= seconds <= REPAIR_WAIT_LIMIT_S:
+        raise InputError(
+            f"parameter repair-timeout: {text} is not between {REPAIR_WAIT_MIN_S:g}s and the repair "
+            f"wait's bound ({REPAIR_WAIT_LIMIT_S // 3600}h)"
+        )
+    return seconds
+
+
+def check_parameters(
+    node: str = "",
+    check: str = "xid",
+    event: str = "",
+    max_attempts: object = 3,
+    breaker_share: object = 0.1,
+    breaker_window_s: object = 3600.0,
+    drain_policy: str = "{}",
+    repair_timeout: str = "4h",
+) -> Settings:
+    """Read every parameter of ``dsx-remediate`` that a later step would read, before anything changes:
+    ``guard`` calls it first, and ``dsx run`` before a local run starts.
+
+    Raises:
+        InputError: a parameter is malformed or out of range (named as the workflow names it).
+    """
+    if not node:
+        raise InputError("parameter node: required (the node to remediate)")
+    if len(node) > 253 or not _NODE_NAME.fullmatch(node):
+        raise InputError(f"parameter node: {node!r} is not a node name (a DNS subdomain: a-z, 0-9, '-', '.')")
+    _condition(check)
+    triggered, reading = _reading(event, node, check)
+    attempts = _number("max-attempts", max_attempts, int)
+    if not 1 <= attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InputError(f"parameter max-attempts: {max_attempts} is not between 1 and {MAX_ATTEMPTS_LIMIT}")
+    share = _number("breaker-share", breaker_share, float)
+    if not 0 < share <= 1:
+        raise InputError(
+            f"parameter breaker-share: {breaker_share} is not a share of the fleet (0 < share <= 1)"
+        )
+    window = _number("breaker-window-s", breaker_window_s, float)
+    if window <= 0:
+        raise InputError(
+            f"parameter breaker-window-s: {breaker_window_s} is not a positive number of seconds"
+        )
+    return Settings(
+        reading=reading,
+        triggered=triggered,
+        max_attempts=int(attempts),
+        breaker=BreakerSettings(max_share=share, window_s=window),
+        drain_policy=_drain_policy(drain_policy),
+        repair_timeout_s=_repair_timeout(repair_timeout),
+    )
+
+
 def _observed(reading: HealthEvent | None) -> str:
     """What a ``requested`` entry's detail ends with when an event started it: ``; observed <RFC 3339>``,
     when the agent saw the fault (the goodput report's detection time, kept after the Event ages out)."""
@@ -262,9 +366,11 @@ def guard(
     event: str = "",
     workflow_name: str = "",
     dry_run: bool = False,
-    max_attempts: int = 3,
-    breaker_share: float = 0.1,
-    breaker_window_s: float = 3600.0,
+    max_attempts: str = "3",
+    breaker_share: str = "0.1",
+    breaker_window_s: str = "3600",
+    drain_policy: str = "{}",
+    repair_timeout: str = "4h",
 ) -> str:
     """Decide whether this remediation may go on; the output ``proceed`` is ``true`` or ``false``.
 
@@ -282,8 +388,10 @@ def guard(
     The ``requested`` entry's detail ends with ``; observed <RFC 3339>`` (when the condition turned
     True, or the HealthEvent's ``observed_at``) when an event started it.
     """
-    _condition(check)
-    triggered, reading = _reading(event, node, check)
+    settings = check_parameters(
+        node, check, event, max_attempts, breaker_share, breaker_window_s, drain_policy, repair_timeout
+    )
+    triggered, reading = settings.triggered, settings.reading
     port = connect()
     current = _node(port, node)
     history = ledger.entries(port, node)
@@ -314,14 +422,12 @@ def guard(
         )
     if state in ACTIVE_STATES:
         return _resume(port, current, workflow_name, check, done, _observed(reading))
-    policy = QuarantinePolicy(
-        breaker=BreakerSettings(max_share=breaker_share, window_s=breaker_window_s), dry_run=dry_run
-    )
+    policy = QuarantinePolicy(breaker=settings.breaker, dry_run=dry_run)
     if reading and (told := _by_event(port, current, reading, policy, workflow_name, check, done)):
         return told
-    if done >= max_attempts:
+    if done >= settings.max_attempts:
         _output("proceed", "false")
-        why = f"{done} remediation attempts since it was last in service (limit {max_attempts})"
+        why = f"{done} remediation attempts since it was last in service (limit {settings.max_attempts})"
         _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     if dry_run:
@@ -396,12 +502,7 @@ def drain(node: str, check: str, workflow_name: str = "", policy: str = "{}") ->
     Every pod and its outcome is the step's result and a ledger entry's detail. A drain past its
     deadline escalates the node; a node that disappeared ends the remediation.
     """
-    try:
-        settings = DrainPolicy.model_validate(json.loads(policy or "{}"))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            raise input_error(exc, "parameter drain-policy") from None
-        raise InputError(f"parameter drain-policy: not JSON ({exc})") from None
+    settings = _drain_policy(policy)
     port = connect()
     current = _held(port, node, workflow_name, check)
     if _past(current, vocab.NodeState.draining):
@@ -517,17 +618,10 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
     ran out, either way: the ``repaired`` step decides.
 
     Raises:
-        InputError: ``timeout`` is not a duration of at most :data:`REPAIR_WAIT_LIMIT_S`.
+        InputError: ``timeout`` is not a duration between :data:`REPAIR_WAIT_MIN_S` and
+            :data:`REPAIR_WAIT_LIMIT_S`.
     """
-    try:
-        seconds = parse_duration(timeout)
-    except ValueError as exc:
-        raise InputError(f"parameter repair-timeout: {exc}") from None
-    if seconds > REPAIR_WAIT_LIMIT_S:
-        raise InputError(
-            f"parameter repair-timeout: {timeout} is longer than the repair wait's bound "
-            f"({REPAIR_WAIT_LIMIT_S // 3600}h)"
-        )
+    seconds = _repair_timeout(timeout)
     port = connect()
     deadline = time.monotonic() + seconds
     interval = min(REPAIR_POLL_S, max(0.2, seconds / 30))

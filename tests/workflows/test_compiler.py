@@ -118,6 +118,16 @@ def test_a_parameter_whose_default_is_not_in_its_enum_is_refused() -> None:
     ]
 
 
+def test_a_parameter_without_a_default_has_no_value_so_argo_asks_for_one() -> None:
+    """Hera writes a value of None as the text 'null': a submission without -p node would remediate a
+    node named "null". Without a value, Argo refuses the submission until one is given."""
+    remediate = yaml.safe_load((CHART / "files" / "workflow-template-dsx-remediate.yaml").read_text())
+    node = next(p for p in remediate["spec"]["arguments"]["parameters"] if p["name"] == "node")
+    assert "value" not in node
+    for path in sorted((CHART / "files").glob("*.yaml")):
+        assert "'null'" not in path.read_text(), path.name
+
+
 def test_step_modules_with_postponed_annotations_are_refused() -> None:
     namespace: dict[str, object] = {}
     exec("from __future__ import annotations\ndef f(x: int) -> int:\n    return x\n", namespace)

@@ -145,6 +145,26 @@ def test_the_repair_never_comes(tmp_path: Path) -> None:
     _lost_nothing(port, {"node-03"})
 
 
+def test_a_repair_wait_that_errors_never_escalates_the_node(tmp_path: Path) -> None:
+    """The repair check runs after a wait that ended, never after one that failed: a wait that could not
+    run (here its timeout unreadable, as a wait the API server refused to the end would be) leaves the node
+    awaiting its repair, cordoned with its state, for a resubmission; no escalation, no replacement."""
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
+    entry, library = _templates()
+    tasks = next(t for t in entry["spec"]["templates"] if t["name"] == "remediate")["dag"]["tasks"]
+    wait = next(t for t in tasks if t["name"] == "repair-wait")
+    for argument in wait["arguments"]["parameters"]:
+        if argument["name"] == "timeout":
+            argument["value"] = "soon"
+    result = run(entry, library, _params(), RunOptions(out_dir=tmp_path / "run", cluster=state))
+    assert result.phase == Phase.Failed
+    node = port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == vocab.NodeState.awaiting_repair.value
+    assert vocab.LABEL_REPLACE not in node.labels
+    assert "escalated" not in _states(port)
+    _lost_nothing(port)
+
+
 def _marked(tmp_path: Path, reboot: str) -> tuple[str, SimCluster]:
     """A fleet whose node-01 the sentinel marked (its XID condition True), rebooting as ``reboot`` says."""
     state, port = _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5,{reboot}")

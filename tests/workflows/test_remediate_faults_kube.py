@@ -404,6 +404,24 @@ def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
     _lost_nothing(made)
 
 
+def test_a_throttled_eviction_api_is_waited_out_within_the_drain_deadline(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """API Priority and Fairness answers 429 with Retry-After (no disruption budget named): the port waits
+    as told, and when its retries run out the drain tries the pod again after its own backoff, as it does
+    a budget's refusal, until its deadline. It once failed the run with the node cordoned and
+    state=draining, which no Sensor edge would ever pick up again."""
+    monkeypatch.setenv(vocab.ENV_RETRY_ATTEMPTS, "2")
+    made = cluster()
+    made.emulator.fail(8, 429, method="POST", path="/eviction")
+    with Repairer(made.emulator):
+        assert _remediate(made, tmp_path / "run") == Phase.Succeeded
+    throttled = [r for r in made.emulator.requests if r.status == 429]
+    assert len(throttled) == 8  # four evictions the port gave up on after its two tries each
+    _in_service(made)
+    _lost_nothing(made)
+
+
 def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
     made = cluster(f"{FLEET},blocking-pdb=true")
     thread, phases = _in_background(made, tmp_path / "run")

@@ -366,6 +366,20 @@ _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
             "p-min": "p_min",
         },
     ),
+    "dsx-remediate": (
+        "steps.sentinel.remediate",
+        "check_parameters",
+        {
+            "node": "node",
+            "check": "check",
+            "event": "event",
+            "max-attempts": "max_attempts",
+            "breaker-share": "breaker_share",
+            "breaker-window-s": "breaker_window_s",
+            "drain-policy": "drain_policy",
+            "repair-timeout": "repair_timeout",
+        },
+    ),
 }
 
 

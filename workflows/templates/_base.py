@@ -213,11 +213,14 @@ def rank_env() -> dict[str, str]:
 
 
 def param(name: str, description: str, default: Any = None, enum: Sequence[str] | None = None) -> Parameter:
-    """A workflow parameter as the Argo UI's submit form shows it."""
-    value = None if default is None else str(default)
-    return Parameter(
-        name=name, description=description, value=value, enum=list(enum) if enum is not None else None
-    )
+    """A workflow parameter as the Argo UI's submit form shows it; without a default it has no value, so
+    Argo refuses a submission that does not give one (Hera would write ``None`` as the text ``null``)."""
+    fields: dict[str, Any] = {"name": name, "description": description}
+    if default is not None:
+        fields["value"] = str(default)
+    if enum is not None:
+        fields["enum"] = list(enum)
+    return Parameter(**fields)
 
 
 def _check_annotations(fn: Callable[..., Any]) -> None:

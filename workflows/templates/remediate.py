@@ -68,9 +68,9 @@ _BISECT = "dsx-bisect"
 _REPAIR_WAIT_BOUND = f"{steps.REPAIR_WAIT_LIMIT_S // 3600}h"
 
 
-def _ends(task: str) -> str:
-    """A task ended, however (ran and ended, or skipped by its ``when``)."""
-    return " || ".join(f"{task}.{result}" for result in ("Succeeded", "Failed", "Errored", "Skipped"))
+def _waited(task: str) -> str:
+    """A wait ended as a wait ends (its deadline included), or was skipped by its ``when``."""
+    return f"{task}.Succeeded || {task}.Skipped"
 
 
 def _out(name: str) -> list[Parameter]:
@@ -320,6 +320,9 @@ def templates() -> list[Any]:
                     "max_attempts": wt.get_parameter("max-attempts"),
                     "breaker_share": wt.get_parameter("breaker-share"),
                     "breaker_window_s": wt.get_parameter("breaker-window-s"),
+                    # Read here too, so that a malformed one fails the run before anything changes.
+                    "drain_policy": wt.get_parameter("drain-policy"),
+                    "repair_timeout": wt.get_parameter("repair-timeout"),
                 }
             )
             go = f"{guarded.get_parameter('proceed').value} == true"
@@ -339,7 +342,9 @@ def templates() -> list[Any]:
             recertified = recertify(arguments={"node": node}, when=go)
             concluded = conclude(arguments=common, when=go)
             guarded >> quarantined >> drained >> requested >> [waited, suspended]
-            checked.depends = " && ".join(f"({_ends(t.name)})" for t in (waited, suspended))
+            # The repair check runs after a wait that ended (or was skipped), never after one that failed
+            # or errored: a wait that could not run must not escalate a node it never waited for.
+            checked.depends = " && ".join(f"({_waited(t.name)})" for t in (waited, suspended))
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
     _exit_handler(wt)

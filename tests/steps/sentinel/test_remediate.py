@@ -16,7 +16,7 @@ from steps.sentinel import ledger
 from steps.sentinel.drain import DrainPolicy, NamespaceMode, drain
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
-from steps.sentinel.remediate import repair_problems, repair_wait
+from steps.sentinel.remediate import check_parameters, guard, repair_problems, repair_wait
 from tests.cli import dsx
 
 FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
@@ -85,6 +85,26 @@ def test_drain_force_and_delete_after_timeout_are_recorded() -> None:
     report = drain(port, "node-01", DrainPolicy(namespaces=modes, deadline_s=5, poll_s=0.05, backoff_s=0.05))
     gateway = next(p for p in report.pods if p.pod == "serving/gateway-7f6d5b-0")
     assert report.complete and gateway.outcome == "deleted" and gateway.attempts >= 1
+
+
+def test_a_drain_the_api_server_never_answers_ends_in_a_verdict_at_its_deadline() -> None:
+    """Past the port's retries the API server still fails: the drain keeps trying until its deadline and
+    then says so (escalate), never an error that leaves the node half drained with state=draining."""
+    from steps.cluster import RetryPolicy
+    from steps.cluster.sim import MemoryStore
+
+    fleet = connect("sim:nodes=4,gpu=h100,workloads=true")
+    port = SimCluster(MemoryStore(fleet.fleet()), retry=RetryPolicy(attempts=2, base_delay=0, max_delay=0))
+    port.cordon("node-01", "test", by="sentinel")
+    port.inject_api(errors=7)  # reads and evictions the port gives up on, more than once
+    report = drain(port, "node-01", DrainPolicy(deadline_s=5, poll_s=0.05, backoff_s=0.05))
+    assert report.complete and not report.escalate, report.message
+    assert len([c for c in port.calls() if c.method.startswith("api:")]) == 7
+    assert [p for p in port.pods_on("node-01") if not p.daemonset] == []
+    port.inject_api(errors=10**6)  # now nothing answers at all
+    report = drain(port, "node-02", DrainPolicy(deadline_s=0.3, poll_s=0.05, backoff_s=0.05))
+    assert report.escalate and not report.complete
+    assert report.message.startswith("deadline of 0.3s passed: the API server did not answer")
 
 
 def test_bad_drain_policy_is_an_input_error() -> None:
@@ -263,5 +283,79 @@ def test_repaired_means_a_new_boot_ready_and_the_condition_cleared_by_a_reading_
 def test_the_repair_wait_refuses_a_timeout_it_cannot_read_or_keep() -> None:
     with pytest.raises(InputError, match="parameter repair-timeout: invalid duration 'soon'"):
         repair_wait("node-01", "xid", "soon")
-    with pytest.raises(InputError, match="longer than the repair wait's bound"):
+    with pytest.raises(InputError, match=r"not between 1s and the repair wait's bound \(168h\)"):
         repair_wait("node-01", "xid", "200h")
+
+
+#: Each parameter dsx-remediate reads after guard, malformed, and the words its refusal names it with.
+BAD_PARAMETERS = [
+    ({"repair_timeout": "abc"}, "parameter repair-timeout: invalid duration 'abc'"),
+    ({"repair_timeout": "0s"}, "parameter repair-timeout: 0s is not between 1s"),
+    ({"repair_timeout": "14400h"}, "parameter repair-timeout: 14400h is not between"),
+    ({"drain_policy": "{bad"}, "parameter drain-policy: not JSON"),
+    ({"drain_policy": '{"deadline_s": -1}'}, "parameter drain-policy: deadline_s"),
+    ({"max_attempts": "abc"}, "parameter max-attempts: 'abc' is not a whole number"),
+    ({"max_attempts": "0"}, "parameter max-attempts: 0 is not between 1 and 100"),
+    ({"breaker_share": "5"}, "parameter breaker-share: 5 is not a share of the fleet"),
+    ({"breaker_window_s": "nan"}, "parameter breaker-window-s: 'nan' is not a finite number"),
+    ({"breaker_window_s": "-60"}, "parameter breaker-window-s: -60 is not a positive number"),
+    ({"event": '{"bad": 1}'}, "parameter event: node: Field required"),
+    ({"event": "{oops"}, "parameter event: not JSON"),
+    ({"node": ""}, "parameter node: required"),
+    ({"node": "Node_01"}, "parameter node: 'Node_01' is not a node name"),
+    ({"check": "disk"}, "check 'disk' is not a sentinel check"),
+]
+
+
+@pytest.mark.parametrize(("bad", "named"), BAD_PARAMETERS)
+def test_every_parameter_is_read_before_anything_changes(
+    bad: dict[str, str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """guard reads every parameter a later step reads: a malformed one fails the run at guard, naming it,
+    before the breaker admits the node or the ledger records anything (a repair-timeout of 'abc' once
+    escalated a healthy node and asked for its replacement)."""
+    spec = shareable("sim:nodes=4,gpu=h100,workloads=false", tmp_path)
+    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    port = connect(spec)
+    before = port.get_node("node-01")
+    arguments = {"node": "node-01", "check": "xid", **bad}
+    with pytest.raises(InputError, match=named):
+        check_parameters(**arguments)
+    with pytest.raises(InputError, match=named):
+        guard(workflow_name="dsx-remediate-bad", **arguments)
+    assert port.get_node("node-01") == before
+    assert ledger.entries(port, "node-01") == []
+    assert Breaker(port, BreakerSettings()).status().admitted == {}
+    assert not (tmp_path / "out" / "params" / "proceed").exists()
+
+
+def test_parameters_in_range_are_read_into_the_run_settings() -> None:
+    settings = check_parameters(
+        "node-01",
+        "xid",
+        "",
+        "5",
+        "0.25",
+        "600",
+        json.dumps({"deadline_s": 60, "force": True}),
+        "14400",  # bare seconds, as Argo's suspend reads them
+    )
+    assert (settings.triggered, settings.reading, settings.max_attempts) == (False, None, 5)
+    assert settings.breaker == BreakerSettings(max_share=0.25, window_s=600)
+    assert settings.drain_policy == DrainPolicy(deadline_s=60, force=True)
+    assert settings.repair_timeout_s == 14400
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["repair-timeout=abc", "max-attempts=abc", "breaker-share=5", "drain-policy={bad", "node=Node_01"],
+)
+def test_a_local_run_with_a_malformed_parameter_exits_2_before_it_starts(given: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = dsx("run", "remediate", "--local", "--out", str(out), "-p", "node=node-01", "-p", given)
+    assert result.returncode == 2, result.stdout + result.stderr
+    name = given.split("=", 1)[0]
+    assert f"error: parameter {name}: " in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
