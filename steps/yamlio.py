@@ -20,6 +20,8 @@ can still be reported as ``file:line`` (:func:`line_of`).
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from steps.errors import InputError
 
 __all__ = [
     "ALIAS_EXPANSION_LIMIT",
+    "MAX_INPUT_BYTES",
     "LineDict",
     "LineList",
     "line_of",
@@ -148,6 +151,10 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
 
+MAX_INPUT_BYTES = 64 * 2**20
+"""The largest file dsx reads as input (a recipe, a fleet, a rate table, a workflow): 64 MiB."""
+
+
 def read_text(path: Path, label: str | None = None, what: str = "") -> str:
     """A file's text, read as UTF-8.
 
@@ -157,16 +164,24 @@ def read_text(path: Path, label: str | None = None, what: str = "") -> str:
         what: what the file is, for the error (``"the fleet file"``: "cannot read the fleet file").
 
     Raises:
-        InputError: the file is missing, a folder, unreadable, or not UTF-8 text (naming the line).
+        InputError: the file is missing, a folder, not a regular file, larger than
+            :data:`MAX_INPUT_BYTES`, unreadable, or not UTF-8 text (naming the line).
     """
     name = label or str(path)
+    reading = f"cannot read {what}" if what else "cannot read"
     try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"{name}: is a folder, not a file") from None
+        kind = os.stat(path).st_mode
+        if stat.S_ISDIR(kind):
+            raise InputError(f"{name}: is a folder, not a file")
+        if not stat.S_ISREG(kind):
+            # A FIFO would block until a writer came, /dev/zero would never end: only files are read.
+            raise InputError(f"{name}: {reading}: not a regular file (a pipe, a device...)")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
-        reading = f"cannot read {what}" if what else "cannot read"
         raise InputError(f"{name}: {reading}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{name}: {reading}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

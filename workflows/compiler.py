@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from steps.errors import InputError
-from steps.files import write_text
+from steps.files import make_folder, write_text
 
 __all__ = [
     "CompiledFile",
@@ -228,7 +228,7 @@ def compiled_documents() -> dict[str, dict[str, Any]]:
 
 def write(files: list[CompiledFile], out: Path) -> list[Path]:
     """Write the files into ``out`` atomically each; remove stale ``.yaml`` files no object declares."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")
     written: list[Path] = []
     wanted = {f.filename for f in files}
     for compiled in files:

@@ -894,10 +894,19 @@ def serve(agent: Agent, host: str, port: int, interval: float) -> ThreadingHTTPS
 
 
 def serve_metrics(
-    host: str, port: int, exposition: Callable[[], bytes], healthy: Callable[[], bool]
+    host: str,
+    port: int,
+    exposition: Callable[[], bytes],
+    healthy: Callable[[], bool],
+    option: str = "--metrics-port",
 ) -> ThreadingHTTPServer:
     """Serve ``/metrics`` (``exposition()``, Prometheus' text format) and ``/healthz`` (200 while
-    ``healthy()``, else 503) on a daemon thread."""
+    ``healthy()``, else 503) on a daemon thread.
+
+    Raises:
+        InputError: ``port`` is no port, or it cannot be listened on (in use, say); named as
+            ``option``.
+    """
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -917,6 +926,11 @@ def serve_metrics(
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    if not 0 <= port < 65536:  # 0: any free port (tests)
+        raise InputError(f"{option} {port}: not a port (1 to 65535)")
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:  # in use, or a port below 1024 without the privilege
+        raise InputError(f"{option} {port}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     threading.Thread(target=server.serve_forever, daemon=True, name="sentinel-http").start()
     return server

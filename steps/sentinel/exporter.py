@@ -176,4 +176,4 @@ def serve(exporter: FleetExporter, host: str, port: int) -> ThreadingHTTPServer:
     """Serve ``/metrics`` for ``exporter`` and ``/healthz`` on a daemon thread."""
     registry = CollectorRegistry()
     registry.register(exporter)
-    return serve_metrics(host, port, lambda: generate_latest(registry), lambda: True)
+    return serve_metrics(host, port, lambda: generate_latest(registry), lambda: True, option="--port")

@@ -267,15 +267,38 @@ def _objects(port: ClusterPort, selector: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- reading
 
 
-def read_all(port: ClusterPort) -> dict[str, list[dict[str, Any]]]:
+def _checked(text: str | None, where: str, problems: list[str] | None) -> list[dict[str, Any]]:
+    """:func:`_decode`, saying in ``problems`` what it passed over: a value that is no JSON array, an
+    element that is no object."""
+    found = _decode(text)
+    if problems is not None and text:
+        try:
+            raw: Any = json.loads(text)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, list):
+            problems.append(f"{where}: not a JSON array of entries; skipped")
+        elif len(raw) != len(found):
+            problems.append(f"{where}: {len(raw) - len(found)} element(s) that are no entry; skipped")
+    return found
+
+
+def read_all(port: ClusterPort, problems: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every node's entries as stored (plain JSON objects, unchecked), oldest first, by node name: every
-    ledger object (one label selector) and the old single ConfigMap."""
+    ledger object (one label selector) and the old single ConfigMap. A value that is not a JSON array of
+    objects is passed over, and said in ``problems`` when given."""
     months: dict[str, list[list[dict[str, Any]]]] = {}
     for obj in _objects(port, f"{vocab.LABEL_LEDGER}=true"):
+        name = str((obj.get("metadata") or {}).get("name", ""))
         for node, text in sorted((obj.get("data") or {}).items()):
-            months.setdefault(node, []).append(_decode(text))
+            months.setdefault(node, []).append(_checked(text, f"ConfigMap {name}, node {node}", problems))
     legacy = port.get_state(LEGACY_CONFIGMAP)
-    return {n: _history(_decode(legacy.get(n)), months.get(n, [])) for n in sorted({*months, *legacy})}
+    return {
+        n: _history(
+            _checked(legacy.get(n), f"ConfigMap {LEGACY_CONFIGMAP}, node {n}", problems), months.get(n, [])
+        )
+        for n in sorted({*months, *legacy})
+    }
 
 
 def _raw(port: ClusterPort, node: str) -> list[dict[str, Any]]:

@@ -160,6 +160,94 @@ def test_an_output_folder_that_is_a_file_is_bad_input(
     assert file.read_text() == "mine"
 
 
+#: Places no file can be written, even by root: a folder of /proc cannot be made, /sys takes no new file.
+UNWRITABLE = ("/proc/dsx-test/out", "/sys/dsx-test")
+
+
+@pytest.mark.parametrize("place", UNWRITABLE)
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("run", "certify", "--local", "--cluster", "sim:nodes=2", "--out", "{place}"), "--out"),
+        (("compile", "--out", "{place}"), "--out"),
+        (("events", "play", "--cluster", "sim:nodes=2", "--for", "1s", "--out", "{place}"), "--out"),
+        (("goodput", "--cluster", "sim:nodes=2", "--metrics", "{place}/m.prom"), "--metrics"),
+        (("goodput", "--cluster", "sim:nodes=2", "--plot", "{place}/p.png"), "--plot"),
+        (("resume", "{run}", "--node", "x"), "cannot write"),
+    ],
+)
+def test_an_output_place_that_takes_no_file_is_bad_input_on_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    place: str,
+    args: tuple[str, ...],
+    option: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = "/sys" if place.startswith("/sys") else "/proc/self"  # an existing folder that is read-only
+    code, _, err = _dsx(capsys, *(a.format(place=place, run=run) for a in args))
+    assert code == 2, err
+    assert _one_line(err).startswith(f"error: {option}"), err
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere, no run folder started
+
+
+def test_a_goodput_whose_second_output_cannot_be_written_writes_neither(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plot = tmp_path / "lost.png"
+    code, _, err = _dsx(
+        capsys, "goodput", "--cluster", "sim:nodes=2", "--plot", str(plot), "--metrics", "/sys/dsx/m.prom"
+    )
+    assert code == 2 and "--metrics /sys/dsx/m.prom: /sys takes no new files" in _one_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_bad_input_naming_the_file_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC while writing: the error names the file and the system's reason (exit 2, not 70), and the
+    temporary file and the folders made for it are gone."""
+    import errno
+
+    from steps import files
+    from steps.errors import InputError
+
+    class Full:
+        def __init__(self, handle: int, mode: str) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            os.close(self.handle)
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fdopen", Full)
+    with pytest.raises(InputError, match=r"^cannot write .*/a/b/report\.json: No space left on device$"):
+        files.write_text(tmp_path / "a" / "b" / "report.json", "{}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_metrics_port_in_use_or_out_of_range_is_bad_input() -> None:
+    import socket
+
+    from steps.errors import InputError
+    from steps.sentinel.agent import serve_metrics
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InputError, match=rf"^--metrics-port {port}: cannot listen on 127.0.0.1:{port}: "):
+            serve_metrics("127.0.0.1", port, lambda: b"", lambda: True)
+    with pytest.raises(InputError, match=r"^--port 70000: not a port"):
+        serve_metrics("127.0.0.1", 70000, lambda: b"", lambda: True, option="--port")
+
+
 def test_an_empty_state_path_is_bad_input_before_any_work(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

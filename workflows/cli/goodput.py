@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_file, console, emit, print_table
 
 if TYPE_CHECKING:
     from steps.sentinel.goodput.ledger_report import GoodputReport
@@ -203,7 +203,7 @@ def _period(since: str, until: str | None) -> tuple[dt.datetime, dt.datetime]:
     """The report's period from ``--since`` and ``--until`` (default: now)."""
     from steps.cluster import changes
     from steps.errors import InputError
-    from steps.sentinel.goodput.ledger_report import parse_since
+    from steps.sentinel.goodput.ledger_report import EARLIEST, parse_since
 
     end = dt.datetime.now(dt.UTC).replace(microsecond=0)
     if until is not None:
@@ -213,6 +213,8 @@ def _period(since: str, until: str | None) -> tuple[dt.datetime, dt.datetime]:
             raise InputError(f"--until {until!r}: expected an RFC 3339 time (2025-06-01T00:00:00Z)") from None
         if end.tzinfo is None:
             raise InputError(f"--until {until!r}: an RFC 3339 time needs its offset (Z for UTC)")
+        if end <= EARLIEST:
+            raise InputError(f"--until {until!r}: not after {changes.format_time(EARLIEST)}")
     return parse_since(since, end), end
 
 
@@ -263,8 +265,12 @@ def report_cmd(
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot {plot}: the plot is a PNG; name the file .png")
+    check_out_file(plot, "--plot")
+    check_out_file(metrics, "--metrics")
     start, end = _period(since, until)
     result = report(connect(cluster), start, end)
+    for warning in result.warnings:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if plot is not None:
         from steps.sentinel.goodput.plot import plot_report
 

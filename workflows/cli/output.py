@@ -63,10 +63,11 @@ def to_plain(data: Any) -> Any:
 
 
 def check_out_dir(path: Path | None, option: str) -> None:
-    """Refuse, before any work, an output folder that is a file or lies under one.
+    """Refuse, before any work, an output folder that is a file or lies under one, or one that would land
+    where nothing can be written (the nearest folder that exists refuses new files).
 
     Raises:
-        InputError: naming the option and the file in the way.
+        InputError: naming the option and the file in the way, or why nothing can be written there.
     """
     from steps.errors import InputError
 
@@ -77,6 +78,42 @@ def check_out_dir(path: Path | None, option: str) -> None:
             detail = "is a file" if place == path else f"lies under {place}, which is a file"
             raise InputError(f"{option} {path}: {detail}, not a folder")
         if place.exists():
+            _writable(place, f"{option} {path}")
+            return
+
+
+def _writable(place: Path, name: str) -> None:
+    """Refuse a folder that takes no new file: one made and removed there is the one sure test."""
+    import tempfile
+
+    from steps.errors import InputError
+
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".dsx-write-check.", dir=place)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"{name}: {place} takes no new files ({exc.strerror or exc})") from None
+
+
+def check_out_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output file that is a folder, lies under a file, or would land where
+    nothing can be written (the nearest folder that exists refuses new files).
+
+    Raises:
+        InputError: naming the option and why.
+    """
+    from steps.errors import InputError
+
+    if path is None:
+        return
+    if path.is_dir():
+        raise InputError(f"{option} {path}: is a folder, not a file")
+    for place in (path.parent, *path.parent.parents):
+        if place.exists() and not place.is_dir():
+            raise InputError(f"{option} {path}: lies under {place}, which is a file, not a folder")
+        if place.exists():
+            _writable(place, f"{option} {path}")
             return
 
 

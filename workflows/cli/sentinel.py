@@ -200,7 +200,9 @@ def agent_cmd(
     interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
     debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
     probe_timeout: float = PROBE_TIMEOUT_OPTION,
-    metrics_port: int = typer.Option(9400, "--metrics-port", help="Port of /metrics and /healthz (0: none)."),
+    metrics_port: int = typer.Option(
+        9400, "--metrics-port", min=0, max=65535, help="Port of /metrics and /healthz (0: none)."
+    ),
     node_read_interval: float = typer.Option(
         60.0,
         "--node-read-interval",

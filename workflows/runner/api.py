@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.errors import InputError
-from steps.files import write_text
+from steps.files import make_folder, write_text
 from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
 from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
@@ -335,7 +335,7 @@ def _run_folder(entry: Mapping[str, Any], options: RunOptions) -> tuple[str, Pat
     if run_dir.exists() and any(run_dir.iterdir()):
         raise InputError(f"--out {run_dir}: the folder exists and is not empty")
     created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(run_dir, "--out" if options.out_dir else "run folder")
     return workflow_name, run_dir.resolve(), created
 
 

@@ -24,6 +24,7 @@ from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.port import ClusterPort, Node
 from steps.errors import InputError
+from steps.files import make_folder
 from workflows.runner.events import Player, Submission, load
 from workflows.runner.model import Phase, RunOptions, RunResult
 
@@ -173,7 +174,7 @@ def play(
     sources, sensors = load(documents)
     if not sources or not sensors:
         raise InputError("nothing to play: the documents hold no EventSource or no Sensor")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")
     spec = shareable(cluster, out)
     port = connect(spec)
     if (injections or agent) and not hasattr(port, "inject"):

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from steps.files import write_text
+
 __all__ = ["ALL", "RESUME_DIR", "request_resume", "resumed_by"]
 
 RESUME_DIR = "resume"
@@ -23,11 +25,7 @@ ALL = "_all"
 
 def request_resume(run_dir: Path, name: str | None = None) -> Path:
     """Ask the local run in ``run_dir`` to resume its suspended node ``name`` (every one when None)."""
-    folder = run_dir / RESUME_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (name or ALL)
-    path.write_text(f"{time.time():.3f}\n", encoding="utf-8")
-    return path
+    return write_text(run_dir / RESUME_DIR / (name or ALL), f"{time.time():.3f}\n")
 
 
 def resumed_by(run_dir: Path, names: Iterable[str], since: float) -> str | None:

@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import Field
+
 from steps.cluster import changes
 from steps.cluster import vocabulary as vocab
 from steps.cluster.port import ClusterPort
@@ -84,6 +86,8 @@ _BACK = (IN_SERVICE, "cancelled")
 """Ledger states after which the node is in service again (cancelled: a person took it back)."""
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The times a period may start or end at: nothing dsx wrote is older than the Unix epoch.
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 # ----------------------------------------------------------------------------- what is reported
@@ -170,6 +174,8 @@ class GoodputReport(Frozen):
     fleet: Fleet
     nodes: list[NodeAccount]
     remediations: list[Remediation]
+    warnings: list[str] = Field(default_factory=list)
+    """What was read and passed over (a malformed ledger entry), each naming the entry and why."""
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -464,7 +470,12 @@ def parse_since(text: str, until: dt.datetime) -> dt.datetime:
     value = text.strip()
     match = _SINCE.match(value)
     if match:
-        start = until - dt.timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2)])
+        back = float(match.group(1)) * _UNIT_S[match.group(2)]
+        if back > (until - EARLIEST).total_seconds():
+            raise InputError(
+                f"--since {text!r}: the period would start before {changes.format_time(EARLIEST)}"
+            )
+        start = until - dt.timedelta(seconds=back)
     else:
         try:
             start = changes.parse_time(value)
@@ -474,11 +485,17 @@ def parse_since(text: str, until: dt.datetime) -> dt.datetime:
             ) from None
         if start.tzinfo is None:
             raise InputError(f"--since {text!r}: an RFC 3339 time needs its offset (Z for UTC)")
+        if start < EARLIEST:
+            raise InputError(f"--since {text!r}: before {changes.format_time(EARLIEST)}")
     if start >= until:
         raise InputError(f"--since {text!r}: the period must start before {changes.format_time(until)}")
     return start
 
 
 def report(port: ClusterPort, since: dt.datetime, until: dt.datetime) -> GoodputReport:
-    """Read the cluster and account for ``[since, until)``."""
-    return account(read_stories(port), since.timestamp(), until.timestamp(), port.endpoint)
+    """Read the cluster and account for ``[since, until)``; what was passed over is in ``warnings``."""
+    warnings: list[str] = []
+    stories = read_stories(port, warnings)
+    result = account(stories, since.timestamp(), until.timestamp(), port.endpoint)
+    warnings.extend(w for story in stories for w in story.warnings)
+    return result.model_copy(update={"warnings": warnings})

@@ -42,8 +42,11 @@ POLICIES: tuple[Policy, ...] = ("none", "taint", "remediate", "full")
 
 SeenBy = Literal["agent", "kubernetes", "job", "bisection"]
 
-#: A figure of the table: a finite number (``.inf`` would draw faults without end).
-Figure = Annotated[float, Field(allow_inf_nan=False)]
+FIGURE_MAX = 1e7
+"""The largest figure a table may give (ten million minutes is 19 years): beyond it a figure is a typo,
+and ``1e300`` would overflow the simulation's arithmetic."""
+#: A figure of the table: a finite number (``.inf`` would draw faults without end), at most FIGURE_MAX.
+Figure = Annotated[float, Field(allow_inf_nan=False, le=FIGURE_MAX)]
 
 
 class PerPolicy(Camel):

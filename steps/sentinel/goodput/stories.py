@@ -54,6 +54,8 @@ class NodeStory:
     observations: list[Observation] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     """Certification verdicts, oldest first (the Events and the label now)."""
+    warnings: list[str] = field(default_factory=list)
+    """Ledger entries passed over, each named with why (:func:`sound_ledger`)."""
 
 
 def parse_at(text: Any) -> float | None:
@@ -81,13 +83,61 @@ def _eventparse_at(event: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _story(node: Node, ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]]) -> NodeStory:
+FUTURE_SKEW_S = 300.0
+"""How far ahead of this machine's clock a ledger entry may be (clocks of pods differ) before it is a
+future time, passed over."""
+
+
+def _attempt_ok(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return 0 <= value < 10**6
+    return value is None or (isinstance(value, str) and value.isdigit() and len(value) < 7)
+
+
+def sound_ledger(
+    node: str, entries: Iterable[Mapping[str, Any]], now: float
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The node's ledger entries the report can count, oldest first, and a warning naming each one passed
+    over: a time it cannot read or one in the future, an attempt that is no whole number, no state, or
+    a time before the entry kept before it (a pod's skewed clock, an edit), which would make a negative
+    duration."""
+    kept: list[Mapping[str, Any]] = []
+    warnings: list[str] = []
+    last = float("-inf")
+    for index, entry in enumerate(entries):
+        at = parse_at(entry.get("at"))
+        why = ""
+        if at is None:
+            why = f"time {entry.get('at')!r} is no RFC 3339 time"
+        elif at > now + FUTURE_SKEW_S:
+            why = f"time {entry.get('at')} is in the future"
+        elif not _attempt_ok(entry.get("attempt")):
+            why = f"attempt {entry.get('attempt')!r} is no whole number"
+        elif not isinstance(entry.get("state"), str) or not entry.get("state"):
+            why = f"state {entry.get('state')!r} is no state"
+        elif at < last:
+            why = f"time {entry.get('at')} is before the entry before it ({stamp(last)})"
+        if why:
+            warnings.append(f"ledger of {node}, entry {index + 1} ({entry.get('state')!r}): {why}; skipped")
+            continue
+        last = at if at is not None else last
+        kept.append({**entry, "attempt": int(entry.get("attempt") or 0)})
+    return kept, warnings
+
+
+def _story(
+    node: Node, ledger: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]], now: float
+) -> NodeStory:
+    entries, warnings = sound_ledger(node.name, ledger, now)
     story = NodeStory(
         name=node.name,
         gpus=node.gpu_count,
-        ledger=[e for e in ledger if parse_at(e.get("at")) is not None],
+        ledger=entries,
         state=node.labels.get(vocab.LABEL_STATE, ""),
         state_since=parse_at(node.annotations.get(vocab.ANNOTATION_STATE_SINCE)),
+        warnings=warnings,
     )
     verdicts: list[Verdict] = []
     for event in events:
@@ -125,19 +175,26 @@ def _story(node: Node, ledger: Iterable[Mapping[str, Any]], events: Iterable[Map
     return story
 
 
-def read_stories(port: ClusterPort) -> list[NodeStory]:
+def read_stories(port: ClusterPort, warnings: list[str] | None = None) -> list[NodeStory]:
     """Every node's story: the nodes, the ledger (every object of it, listed by its label, and the old
-    single ConfigMap: :func:`steps.sentinel.ledger.read_all`) and the Events about nodes."""
+    single ConfigMap: :func:`steps.sentinel.ledger.read_all`) and the Events about nodes. A ledger value
+    that is no array of entries is passed over and said in ``warnings``; each story says which of its
+    entries it passed over."""
     from steps.sentinel.ledger import read_all
 
     nodes = port.list_nodes()
-    ledger = read_all(port)
+    problems: list[str] = []
+    ledger = read_all(port, problems)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for event in port.list_objects("v1", "Event", NODE_EVENT_NAMESPACE):
         involved = event.get("involvedObject") or {}
         if involved.get("kind") == "Node" and involved.get("name"):
             by_node.setdefault(str(involved["name"]), []).append(event)
-    return [
-        _story(n, ledger.get(n.name, []), by_node.get(n.name, []))
+    now = time.time()
+    stories = [
+        _story(n, ledger.get(n.name, []), by_node.get(n.name, []), now)
         for n in sorted(nodes, key=lambda n: n.name)
     ]
+    if warnings is not None:
+        warnings.extend(f"ledger {p}" for p in problems)
+    return stories

@@ -179,7 +179,7 @@ def test_the_period_and_its_errors() -> None:
     until = dt.datetime(2025, 3, 8, tzinfo=dt.UTC)
     assert parse_since("7d", until) == dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
     assert parse_since("2025-03-07T12:00:00Z", until) == dt.datetime(2025, 3, 7, 12, tzinfo=dt.UTC)
-    for bad in ("7x", "2025-03-09T00:00:00Z", "2025-03-01T00:00:00"):
+    for bad in ("7x", "2025-03-09T00:00:00Z", "2025-03-01T00:00:00", "99999999999d", "0001-01-01T00:00:00Z"):
         with pytest.raises(InputError, match="--since"):
             parse_since(bad, until)
 
@@ -189,6 +189,62 @@ def test_bad_options_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--since 'a week'" in err
     code, _, err = dsx_here(capsys, "goodput", "--cluster", "sim:nodes=2", "--plot", "x.svg")
     assert code == 2 and "--plot" in err
+    for option, value in (("--since", "99999999999d"), ("--until", "0001-01-01T00:00:00Z")):
+        code, _, err = dsx_here(capsys, "goodput", "--cluster", "sim:nodes=2", option, value)
+        assert code == 2 and f"{option} '{value}'" in err, err
+
+
+def test_a_ledger_that_lies_is_read_with_a_warning_for_each_entry_passed_over(tmp_path: Path) -> None:
+    """A hand-edited ledger: an attempt that is no number, an entry out of time order (a pod's clock
+    behind), a time in the future, a node's value that is no JSON array. Each is named in a warning and
+    passed over; the report still counts every second, with no negative duration."""
+    spec = shareable("sim:nodes=3,gpu=h100,workloads=false", tmp_path)
+    port = connect(spec)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+    def at(hours: float) -> str:
+        return (now - dt.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    entries = [
+        {"at": at(30), "state": "requested", "attempt": 1, "check": "xid"},
+        {"at": at(30), "state": "quarantined", "attempt": 1, "check": "xid"},
+        {"at": at(29), "state": "awaiting-repair", "attempt": "abc", "check": "xid"},
+        {"at": at(31), "state": "in-service", "attempt": 1, "check": "xid"},  # before the quarantine
+        {"at": at(20), "state": "in-service", "attempt": 1, "check": "xid"},
+        {"at": at(-48), "state": "quarantined", "attempt": 2, "check": "xid"},  # two days ahead
+        {"at": at(10), "state": "draining", "attempt": 1e400, "check": "xid"},
+    ]
+    month = ledger.month_of(now)
+    for node, value in (("node-01", json.dumps(entries)), ("node-02", '{"at": 1}')):
+        port.create_object(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": ledger.object_name(node, month),
+                    "namespace": port.namespace,
+                    "labels": ledger.object_labels(node, month),
+                },
+                "data": {node: value},
+            }
+        )
+    result = dsx("goodput", "--cluster", spec, "--since", "2d", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    _sums_to_period(report)
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        f"warning: ledger ConfigMap {ledger.object_name('node-02', month)}, node node-02: not a JSON array "
+        "of entries; skipped",
+        "warning: ledger of node-01, entry 3 ('awaiting-repair'): attempt 'abc' is no whole number; skipped",
+        f"warning: ledger of node-01, entry 4 ('in-service'): time {at(31)} is before the entry before it "
+        f"({at(30)}); skipped",
+        f"warning: ledger of node-01, entry 6 ('quarantined'): time {at(-48)} is in the future; skipped",
+        "warning: ledger of node-01, entry 7 ('draining'): attempt inf is no whole number; skipped",
+    ], result.stderr
+    (remediation,) = report["remediations"]
+    assert remediation["node"] == "node-01" and remediation["repair_s"] == 10 * 3600
+    assert report["warnings"] == [w.removeprefix("warning: ") for w in warned]
 
 
 def test_the_weekly_workflow_keeps_the_report_in_a_configmap(tmp_path: Path) -> None:

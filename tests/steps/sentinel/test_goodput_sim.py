@@ -251,6 +251,12 @@ def _line(text: str, needle: str) -> int:
         ),
         ("  - name: hbm3\n", "  - name: gpu\n", "classes:", "'gpu' is listed twice"),
         (
+            "checkpointMinutes: 15",
+            "checkpointMinutes: 1e300",
+            "checkpointMinutes",
+            "job.checkpointMinutes: Input should be less than or equal to 10000000",
+        ),
+        (
             "seenBy: job\n    atFault: none\n    detectMinutes: {none: 10",
             "seenBy: agent\n    atFault: none\n    detectMinutes: {none: 10",
             "- name: software",
@@ -275,3 +281,22 @@ def test_a_mistake_in_a_rate_table_names_the_file_and_line(
 def test_a_missing_rate_table_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"nothing\.yaml: cannot read"):
         load_rates(tmp_path / "nothing.yaml")
+
+
+def test_a_rate_table_that_is_no_file_or_too_large_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A FIFO would block until a writer came and /dev/zero would never end: dsx reads files only, up to
+    64 MiB (a sparse file stands for a huge one)."""
+    import os
+
+    from steps.yamlio import MAX_INPUT_BYTES
+
+    fifo = tmp_path / "rates.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(InputError, match=r"cannot read: not a regular file \(a pipe, a device\.\.\.\)"):
+            load_rates(path)
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as handle:
+        handle.truncate(MAX_INPUT_BYTES + 1)
+    with pytest.raises(InputError, match=r"huge\.yaml: cannot read: larger than 64 MiB"):
+        load_rates(huge)
