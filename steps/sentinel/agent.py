@@ -45,11 +45,12 @@ Rules it keeps:
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -59,7 +60,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import timestamp_or_zero
-from steps.cluster.errors import ApiUnavailableError, ClusterError, ConflictError
+from steps.cluster.errors import ApiUnavailableError, ClusterError, ConflictError, NotFoundError
 from steps.cluster.node import Node
 from steps.cluster.port import ClusterPort
 from steps.errors import DsxError, InputError
@@ -426,7 +427,12 @@ class Agent:
         self._seq = 0
         self._seen_checks: set[str] = set()
         self._conditions: dict[str, tuple[bool, str]] | None = None
+        self._node_lost = False
+        """A write found no node (deleted, or being re-registered): once it is back, what the agent holds
+        in force (its conditions, the taint of a fatal fault) is written again."""
         self.last_pass: float | None = None
+        self.api_calls = 0
+        """Calls to the API server under way: time spent in them is the server's, not the agent's."""
 
     # ----------------------------------------------------------------- one pass
 
@@ -491,7 +497,8 @@ class Agent:
         if not force and self._node_read_at is not None and now - self._node_read_at < self.node_read_s:
             return
         try:
-            node = self.port.get_node(self.node)
+            with self._api():
+                node = self.port.get_node(self.node)
         except DsxError:
             return
         self._seen_node(node)
@@ -523,6 +530,9 @@ class Agent:
                 if not changed.healthy and changed.severity == "fatal" and mode == "enforce":
                     fatal_now = True
                 self._queue_event(changed, mode)
+        if self._node_lost and self._node_back():
+            self._conditions = None  # read again from the node that came back: what it lacks is written
+            fatal_now = fatal_now or self._fatal_in_force()
         if fatal_now:  # every new fatal fault: remediation may have lifted an earlier taint
             self._fast_taint(result)
         elif touched and not self._fatal_in_force():  # a withheld taint no fault asks for any more
@@ -530,6 +540,15 @@ class Agent:
         self._queue_conditions()
         self._flush(result)
         return result
+
+    def _node_back(self) -> bool:
+        """Whether the node a write found missing is there again (its loss then forgotten)."""
+        try:
+            self.port.get_node(self.node)
+        except DsxError:
+            return False
+        self._node_lost = False
+        return True
 
     def _fatal_in_force(self) -> bool:
         """Whether a fatal fault of a check in ``enforce`` mode is in force (one that asks for the taint)."""
@@ -645,7 +664,8 @@ class Agent:
     def _read_conditions(self) -> dict[str, tuple[bool, str]]:
         """The sentinel conditions the node carries (after a restart or a reboot, those set before)."""
         try:
-            node = self.port.get_node(self.node)
+            with self._api():
+                node = self.port.get_node(self.node)
         except DsxError:
             return {}
         found: dict[str, tuple[bool, str]] = {}
@@ -724,6 +744,7 @@ class Agent:
         except ClusterError as exc:  # refused for good (forbidden, invalid): retrying cannot help
             print(f"warning: sentinel: taint node/{self.node} failed: {exc}", file=sys.stderr)
             self.metrics.dropped.labels("taint").inc()
+            self._node_lost = self._node_lost or isinstance(exc, NotFoundError)
             return "done"
         result.written += 1
         return "done"
@@ -756,7 +777,20 @@ class Agent:
         self.port.add_taint(self.node, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
         self.metrics.node_tainted.set(1)
 
+    @contextlib.contextmanager
+    def _api(self) -> Iterator[None]:
+        """A call to the API server is under way within the block (see :meth:`healthy`)."""
+        self.api_calls += 1
+        try:
+            yield
+        finally:
+            self.api_calls -= 1
+
     def _send(self, write: Write) -> None:
+        with self._api():
+            self._write(write)
+
+    def _write(self, write: Write) -> None:
         """One write. Raises ApiUnavailableError when the API server is away."""
         if write.kind == "taint":
             self._taint()
@@ -790,6 +824,7 @@ class Agent:
             except ClusterError as exc:  # refused for good (forbidden, invalid): retrying cannot help
                 print(f"warning: sentinel: {write.kind} on node/{self.node} dropped: {exc}", file=sys.stderr)
                 self.metrics.dropped.labels(write.kind).inc()
+                self._node_lost = self._node_lost or isinstance(exc, NotFoundError)
             result.written += 1
         self.queue.extendleft(reversed(withheld))
         self.metrics.api_up.set(1 if result.api_up else 0)
@@ -826,11 +861,20 @@ class Agent:
             else:
                 stop.wait(left)
 
+    def flush_queue(self) -> PassResult:
+        """Write what the queue holds, in order, while the API server answers: what an agent told to stop
+        does last, so a taint queued during an outage is not left to the next agent's start."""
+        result = PassResult()
+        self._flush(result)
+        return result
+
     def healthy(self, interval: float) -> bool:
         """Whether the agent is alive: a pass ended within three intervals and the time its probes may
-        take when each hangs up to its timeout (or none was due yet)."""
+        take when each hangs up to its timeout (or none was due yet), or the pass is waiting on the API
+        server (a slow server is no stuck agent: each call is bounded by the client's timeouts and
+        retries, and a restart would only lose the pass)."""
         budget = 3 * interval + 5 + (self.probe_timeout or 0.0) * len(self.probes)
-        return self.last_pass is None or time.time() - self.last_pass < budget
+        return self.last_pass is None or time.time() - self.last_pass < budget or self.api_calls > 0
 
     # ----------------------------------------------------------------- restart
 

@@ -28,6 +28,11 @@ tells the boots apart, line by line, with the boot's identity (:class:`Boot`: th
 5. A boot nothing decides by the end of what was read (a log with neither markers nor dates, such
    as plain ``dmesg`` output) is taken as this one.
 
+A storm (an application crashing in a loop writes an ``Xid 31`` a second for days) costs bounded memory
+and time: appended text is read in chunks of :data:`CHUNK_BYTES`, each parsed and let go; a read stops
+once it has spent :data:`READ_BUDGET_S` and the next takes up where it stopped; per device and code the
+reader keeps the count and when it first and last read one, and at most 16 distinct wordings.
+
 Rotation: a file replaced under its path (logrotate's ``create``) is finished from ``PATH.1`` when that
 is the file read so far, then the new one is read from its start; a file cut short in place
 (``copytruncate``) is read again from its start. Where the reader stopped, the boot it had decided and
@@ -42,14 +47,16 @@ import errno
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "BOOT_SLACK_S",
+    "CHUNK_BYTES",
     "KMSG",
+    "READ_BUDGET_S",
     "Boot",
     "KernelLog",
     "KernelXid",
@@ -62,6 +69,11 @@ KMSG = "/dev/kmsg"
 BOOT_SLACK_S = 10.0
 """How much older than the boot time a dated line may be and still be this boot's (clock steps, stamps
 cut to the second)."""
+CHUNK_BYTES = 1 << 18
+"""The most of a file read, parsed and let go at once: a storm's megabytes never sit in memory whole."""
+READ_BUDGET_S = 2.0
+"""How long one read may go on through a backlog (a first read of a long log, a storm): past it, the
+chunk in hand is finished and the rest waits for the next read."""
 _PER_CODE = 16
 """Distinct lines kept per device and code: a repeated XID (every crash of one application) is kept
 once per wording, and at most this many wordings, so the memory of a boot stays small."""
@@ -264,6 +276,10 @@ class KernelLog:
         self.earlier_boot_lines = 0
         """XID lines skipped because they were written before this boot."""
         self._kept: dict[tuple[str, str, int], list[str]] = {}
+        self.seen: dict[tuple[str, str, int], tuple[int, float, float]] = {}
+        """Per ``(kind, pci, code)``: how many lines this boot, and when the first and the last were read
+        (this machine's clock)."""
+        self.monotonic: Callable[[], float] = time.monotonic
         self._offset = 0
         self._inode: int | None = None
         self._seq = -1
@@ -273,25 +289,44 @@ class KernelLog:
         self._fd: int | None = None
 
     def read(self) -> ParseResult:
-        """Read what was appended since the last call; this boot's XIDs it held (also kept in
-        :attr:`xids`).
+        """Read what was appended since the last call, in chunks, for at most :data:`READ_BUDGET_S`
+        (what is left waits for the next call); the XIDs of this boot it newly kept (also in
+        :attr:`xids`) and the lines it could not parse.
 
         Raises:
             OSError: the log cannot be opened or read.
         """
-        lines = self._read_kmsg() if str(self.path) == KMSG else self._this_boot(self._read_file())
-        result = parse_lines(lines)
-        self._keep(result.xids)
-        self.bad_lines += result.bad_lines
-        return result
+        found = ParseResult()
+        ends = self.monotonic() + READ_BUDGET_S
+        batches = iter([self._read_kmsg()]) if str(self.path) == KMSG else self._file_batches()
+        for lines in batches:
+            if str(self.path) != KMSG:
+                lines = self._this_boot(lines)
+            result = parse_lines(lines)
+            found.xids += self._keep(result.xids)
+            found.bad_lines += result.bad_lines
+            if self.monotonic() >= ends:
+                break
+        self.bad_lines += found.bad_lines
+        return found
 
-    def _keep(self, xids: Iterable[KernelXid]) -> None:
+    def _keep(self, xids: Iterable[KernelXid], count: bool = True) -> list[KernelXid]:
+        """Count each XID and keep it when its wording is new (at most 16 per device and code); the
+        XIDs newly kept."""
+        kept: list[KernelXid] = []
+        now = self.clock()
         for xid in xids:
-            wordings = self._kept.setdefault((xid.kind, xid.pci, xid.code), [])
+            key = (xid.kind, xid.pci, xid.code)
+            if count:
+                seen, first, _ = self.seen.get(key, (0, now, now))
+                self.seen[key] = (seen + 1, first, now)
+            wordings = self._kept.setdefault(key, [])
             if xid.message in wordings or len(wordings) >= _PER_CODE:
                 continue
             wordings.append(xid.message)
             self.xids.append(xid)
+            kept.append(xid)
+        return kept
 
     # ----------------------------------------------------------------- which boot
 
@@ -344,37 +379,45 @@ class KernelLog:
 
     # ----------------------------------------------------------------- reading
 
-    def _read_file(self) -> list[str]:
+    def _file_batches(self) -> Iterator[list[str]]:
+        """The lines appended to the file since the last read, a chunk at a time; the offset moves past
+        each chunk as it is handed out, so a read stopped between two takes up at the next."""
         stat = self.path.stat()
-        lines: list[str] = []
         if self._inode is not None and stat.st_ino != self._inode:
-            lines = self._finish_rotated()
+            rotated = self.path.with_name(self.path.name + ".1")
+            try:
+                moved = rotated.stat().st_ino == self._inode
+            except OSError:
+                moved = False
+            if moved:  # finish the file read so far, where logrotate moved it (PATH.1)
+                for lines, offset in self._chunks(rotated, self._offset, partial=True):
+                    self._offset = offset
+                    yield lines
             self._offset = 0
         elif stat.st_size < self._offset:  # cut short in place (copytruncate): start again
             self._offset = 0
         self._inode = stat.st_ino
-        data, self._offset = self._tail(self.path, self._offset)
-        return lines + data
-
-    def _finish_rotated(self) -> list[str]:
-        """The rest of the file read so far, where logrotate moved it (``PATH.1``), else nothing."""
-        rotated = self.path.with_name(self.path.name + ".1")
-        try:
-            if rotated.stat().st_ino != self._inode:
-                return []
-            return self._tail(rotated, self._offset, partial=True)[0]
-        except OSError:
-            return []
+        for lines, offset in self._chunks(self.path, self._offset):
+            self._offset = offset
+            yield lines
 
     @staticmethod
-    def _tail(path: Path, offset: int, partial: bool = False) -> tuple[list[str], int]:
-        """The whole lines of ``path`` from ``offset`` (and a last partial one when ``partial``: the file
-        will not grow any more), and the offset after them."""
+    def _chunks(path: Path, offset: int, partial: bool = False) -> Iterator[tuple[list[str], int]]:
+        """The whole lines of ``path`` from ``offset``, a chunk of at most about :data:`CHUNK_BYTES` at a
+        time, each with the offset after it (and a last partial line when ``partial``: the file will not
+        grow any more; else it waits for the next read). A line longer than a chunk is cut."""
         with path.open("rb") as handle:
             handle.seek(offset)
-            data = handle.read()
-        end = len(data) if partial else data.rfind(b"\n") + 1  # a partial last line waits for the next read
-        return data[:end].decode("utf-8", errors="replace").splitlines(), offset + end
+            carry = b""
+            while data := handle.read(CHUNK_BYTES):
+                data = carry + data
+                end = data.rfind(b"\n") + 1 or (len(data) if len(data) >= CHUNK_BYTES else 0)
+                carry = data[end:]
+                offset += end
+                if end:
+                    yield data[:end].decode("utf-8", errors="replace").splitlines(), offset
+            if partial and carry:
+                yield carry.decode("utf-8", errors="replace").splitlines(), offset + len(carry)
 
     def _read_kmsg(self) -> list[str]:
         if self._fd is None:
@@ -417,6 +460,7 @@ class KernelLog:
             "bad_lines": self.bad_lines,
             "earlier_boot_lines": self.earlier_boot_lines,
             "xids": [[x.kind, x.pci, x.code, x.message] for x in self.xids],
+            "seen": [[*key, *value] for key, value in sorted(self.seen.items())],
         }
 
     def restore(self, data: dict[str, Any]) -> bool:
@@ -426,6 +470,10 @@ class KernelLog:
             return False
         try:
             xids = [KernelXid(str(k), str(p), int(c), str(m)) for k, p, c, m in data.get("xids", [])]
+            seen = {
+                (str(k), str(p), int(c)): (int(n), float(first), float(last))
+                for k, p, c, n, first, last in data.get("seen", [])
+            }
             inode = data.get("inode")
             current = data.get("current")
             state = (
@@ -451,7 +499,8 @@ class KernelLog:
             self.earlier_boot_lines,
         ) = state
         self.xids, self._kept = [], {}
-        self._keep(xids)
+        self._keep(xids, count=False)
+        self.seen = seen
         return True
 
     def close(self) -> None:

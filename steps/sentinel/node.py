@@ -140,14 +140,14 @@ class Sentinel:
         self.after_pass()
         return result
 
-    def wait(self, seconds: float) -> None:
+    def wait(self, seconds: float, stop: threading.Event | None = None) -> None:
         """Wait between passes: on NVML's XID events where there is an event set, else sleep. The NVML
         wait runs on its own thread under the probe timeout, like a probe: a wedged driver makes it
         sleep instead, and no second wait starts while one hangs."""
         nvml = self.nvml
         timeout = self.agent.probe_timeout
         if nvml is None or (self._waiting is not None and not self._waiting.is_set()):
-            time.sleep(seconds)
+            (stop or threading.Event()).wait(seconds)  # ends early when the agent is told to stop
             return
         if timeout is None:
             self._wait_nvml(nvml, seconds)

@@ -4,6 +4,7 @@ fleet-wide brakes a person resets: the quarantine breaker and the agents' taint 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import typer
 
 from workflows.cli._reconcile import reconcile_cmd, reconcile_now
+from workflows.cli._signals import EXIT_TERMINATED
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 
 OVERRIDES_OPTION = typer.Option(
@@ -38,6 +40,7 @@ EXPECTED_OPTION = typer.Option(
     None,
     "--expected-gpus",
     min=1,
+    max=64,
     help="GPUs the node should have (default: its nvidia.com/gpu capacity as the API server reports it).",
 )
 STATE_DIR_OPTION = typer.Option(
@@ -268,10 +271,28 @@ def agent_cmd(
     if metrics_port:
         serve(sentinel.agent, "0.0.0.0", metrics_port, interval)
     stop = threading.Event()
+    terminated = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        # The kubelet stops the pod with SIGTERM: the pass under way ends, then the queue is written.
+        terminated.set()
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        sentinel.agent.run(interval, stop, sentinel.wait, sentinel.after_pass)
+        sentinel.agent.run(interval, stop, lambda seconds: sentinel.wait(seconds, stop), sentinel.after_pass)
     except KeyboardInterrupt:
         stop.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if terminated.is_set():
+        left = sentinel.agent.flush_queue()
+        sentinel.after_pass()  # the state file: what a restarted agent of this boot takes up
+        typer.echo(
+            f"sentinel: stopped by SIGTERM; {left.written} queued write(s) made, {left.queued} left queued",
+            err=True,
+        )
+        raise typer.Exit(EXIT_TERMINATED)
 
 
 def _budget_settings(share: float, window: str) -> Any:

@@ -152,6 +152,24 @@ def test_a_taint_queued_while_the_api_server_was_away_survives_a_restart(tmp_pat
     assert node.port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
 
 
+def test_a_node_that_vanished_and_came_back_gets_its_taint_and_condition_again(tmp_path: Path) -> None:
+    """The node object is gone while the XID arrives (deleted, re-registering): the writes find no node.
+    Once it is back, bare, the agent writes its condition and taint again; it once believed them set."""
+    node = Node(tmp_path)
+    with node.port.store.transaction() as fleet:
+        kept = fleet.nodes.pop(NODE)
+    agent = node.agent()
+    agent.run_once()  # the XID 79 of this boot: the taint and the condition find no node
+    with node.port.store.transaction() as fleet:
+        fleet.nodes[NODE] = kept  # back, as it was before the fault
+    assert not node.port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    agent.run_once()
+    back = node.port.get_node(NODE)
+    assert back.has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    condition = back.condition(vocab.CONDITION_GPU_XID)
+    assert condition is not None and condition.status == "True"
+
+
 def test_a_state_file_that_does_not_parse_is_said_and_ignored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -371,3 +389,76 @@ def test_the_agent_reports_each_xid_of_a_gpu_and_the_condition_keeps_the_worst(
         [str(first), str(second)]
     )
     assert port.get_node(NODE).condition("DsxGpuXid").status == "False"
+
+
+def test_sigterm_writes_what_is_queued_saves_the_state_and_exits_143(tmp_path: Path) -> None:
+    """The kubelet stops the agent's pod with SIGTERM: the pass under way ends, the writes queued while
+    the API server was away are made, the state file is saved, and the agent exits 143 at once instead of
+    at the end of its interval (it once died on the spot, its queue lost to the next agent's start)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from steps.cluster import shareable
+    from steps.cluster.sim import FileStore
+    from tests.paths import REPO
+
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false,faults=node-01:xid=79", tmp_path / "fleet")
+    port = SimCluster(FileStore(tmp_path / "fleet" / "fleet.json"))
+    port.inject_api(errors=10_000)  # the API server is away at the first pass: its writes are queued
+    state = tmp_path / "state"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "workflows.cli", "sentinel", "agent", "--node", NODE, "--cluster", spec,
+         "--interval", "600", "--metrics-port", "0", "--state-dir", str(state)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, vocab.ENV_RETRY_ATTEMPTS: "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / FILE_NAME).exists():  # the first pass ended (its state saved)
+            assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
+            time.sleep(0.1)
+        with port.store.transaction() as fleet:
+            fleet.api.errors = 0  # back; the agent waits out its 600 s interval
+        assert not port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")  # still queued
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+    assert agent.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "left queued" in err
+    node = port.get_node(NODE)
+    assert node.has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    assert node.condition(vocab.CONDITION_GPU_XID) is not None
+    saved = json.loads((state / FILE_NAME).read_text())
+    assert saved["agent"]["queue"] == [], saved["agent"]  # what a restarted agent would take up: nothing
+
+
+def test_healthz_stays_up_while_a_pass_waits_on_a_slow_api_server() -> None:
+    """A pass whose writes wait on a slow API server is no stuck agent: /healthz stays up past the
+    passes' budget while a call is under way (a liveness probe once restarted it in every brownout)."""
+    port = _fleet("node-01:xid=79")
+    agent = build_sentinel(port, NODE, load_catalogue(), source="auto").agent
+    agent.run_once()
+    agent.last_pass = time.time() - 3600  # long past 3 intervals: no pass ended for an hour
+    assert not agent.healthy(10)
+    entered, release = threading.Event(), threading.Event()
+    slow = port.set_condition
+
+    def set_condition(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(30)
+        return slow(*args, **kwargs)
+
+    port.set_condition = set_condition  # type: ignore[method-assign]
+    agent._conditions = {}  # every condition to be written again: the pass will call the server
+    worker = threading.Thread(target=agent.run_once)
+    worker.start()
+    try:
+        assert entered.wait(30)
+        assert agent.healthy(10)  # waiting on the server
+    finally:
+        release.set()
+        worker.join(30)
+    assert agent.healthy(10)  # and the pass ended

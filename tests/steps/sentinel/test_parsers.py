@@ -161,9 +161,11 @@ def test_a_rotated_kern_log_is_finished_and_a_snapshot_resumes_where_it_stopped(
 def test_an_xid_repeated_word_for_word_is_kept_once(tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text((LINES[0] + "\n") * 50 + LINES[0].replace("pid=1901", "pid=1902") + "\n")
-    reader = KernelLog(log, LONG_AGO)
-    assert len(reader.read().xids) == 51
+    reader = KernelLog(log, LONG_AGO, clock=lambda: NOW)
+    assert len(reader.read().xids) == 2  # what it newly kept; every line is counted
     assert [x.message.split(",")[0] for x in reader.xids] == ["pid=1901", "pid=1902"]
+    ((key, (count, first, last)),) = reader.seen.items()
+    assert (key[0], key[2], count, first, last) == ("xid", 79, 51, NOW, NOW)
 
 
 def test_the_boot_is_read_from_proc(tmp_path: Path) -> None:
@@ -266,3 +268,38 @@ def test_the_catalogue_gives_nvidias_immediate_action_for_the_xids_operators_mee
         "fatal",
     )
     assert catalogue.rule("xid", "999").action == "contact-support"  # unlisted: the default
+
+
+def test_an_xid_storm_is_read_in_bounded_chunks_and_memory(tmp_path: Path) -> None:
+    """200,000 lines of an application's MMU faults (Xid 31, each with its own pid and address): each
+    read takes what its budget allows, a chunk at a time, and lets each go; the reader keeps a count and
+    16 wordings, never the lines. It once held every XID it ever read and read the file in one piece."""
+    import tracemalloc
+
+    from steps.sentinel.kernel_log import CHUNK_BYTES
+
+    log = tmp_path / "kern.log"
+    with log.open("w") as out:
+        for i in range(200_000):
+            out.write(
+                f"[ {100 + i / 100:.2f}] NVRM: Xid (PCI:0000:1b:00): 31, pid={i}, MMU Fault @ 0x{i:08x}\n"
+            )
+    reader = KernelLog(log, LONG_AGO, clock=lambda: NOW)
+    ticks = iter(range(10**6))
+    reader.monotonic = lambda: float(next(ticks))  # each look at the clock: a second later
+    tracemalloc.start()
+    try:
+        first = reader.read()
+        assert CHUNK_BYTES <= reader.snapshot()["offset"] <= 2 * CHUNK_BYTES  # two chunks, then the budget
+        reads = 1
+        while reader.snapshot()["offset"] < log.stat().st_size:
+            reader.read()
+            reads += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(first.xids) == 16 and len(reader.xids) == 16
+    ((_, (count, _, _)),) = reader.seen.items()
+    assert count == 200_000
+    assert reads > 1 and log.stat().st_size > 50 * CHUNK_BYTES
+    assert peak < 16 * CHUNK_BYTES, f"peak {peak / 2**20:.1f} MiB"  # a few chunks, not the file
