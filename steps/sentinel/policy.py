@@ -96,6 +96,10 @@ DEFAULT_RULES: tuple[Rule, ...] = (
 )
 
 
+CLOCK_SKEW_S = 300.0
+"""How far ahead of this clock an admission may be stamped (the pods' clocks differ) before it is refused."""
+
+
 class BreakerSettings(Frozen):
     """How much of the fleet the breaker lets remediation take.
 
@@ -181,7 +185,7 @@ class BreakerStatus(Frozen):
         """Read the ConfigMap's data; ``InputError`` naming the ConfigMap when it was edited into nonsense."""
         try:
             admitted = json.loads(data.get("admitted") or "{}")
-            return cls(
+            status = cls(
                 state="open" if data.get("state") == "open" else "closed",
                 admitted={str(k): str(v) for k, v in dict(admitted).items()},
                 tripped_at=data.get("tripped-at", ""),
@@ -193,6 +197,15 @@ class BreakerStatus(Frozen):
             raise InputError(
                 f"ConfigMap {BREAKER_CONFIGMAP}: key 'admitted' is not a JSON object ({exc})"
             ) from None
+        for node, at in status.admitted.items():
+            try:
+                changes.parse_time(at)
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"ConfigMap {BREAKER_CONFIGMAP}: key 'admitted': node {node} admitted at {at!r}, not an "
+                    "RFC 3339 time; correct it, or reset the breaker (dsx sentinel breaker reset)"
+                ) from None
+        return status
 
     def to_data(self) -> dict[str, str]:
         """The ConfigMap's data (sorted keys, so a write that changes nothing is not a write)."""
@@ -233,6 +246,13 @@ class Breaker:
 
     def _windowed(self, status: BreakerStatus, now: dt.datetime) -> dict[str, str]:
         horizon = now - dt.timedelta(seconds=self.settings.window_s)
+        for node, at in status.admitted.items():
+            if changes.parse_time(at) > now + dt.timedelta(seconds=CLOCK_SKEW_S):
+                raise InputError(
+                    f"ConfigMap {BREAKER_CONFIGMAP}: key 'admitted': node {node} admitted at {at}, in the "
+                    "future (it would never leave the window); correct it, or reset the breaker (dsx "
+                    "sentinel breaker reset)"
+                )
         return {n: at for n, at in status.admitted.items() if changes.parse_time(at) > horizon}
 
     def admit(self, node: str, gpu_nodes: int) -> tuple[bool, str]:

@@ -66,6 +66,10 @@ def test_a_quiet_fleet_starts_nothing_and_says_so(tmp_path: Path, capsys: pytest
     [
         (["--inject", "node-02"], "expected NODE:FAULT"),
         (["--inject", "node-09:xid=79"], "no node node-09"),
+        (
+            ["--inject", "node-01:xid=79@1", "--inject", "node-02:nope=1@30"],
+            "--inject: fault 'nope=1' on node-02",
+        ),
         (["--for", "soon"], "--for 'soon'"),
         (["--for", "-5s"], "--for '-5s'"),
         (["--for", "0s"], "--for '0s'"),
@@ -78,6 +82,7 @@ def test_bad_input_exits_2_naming_it(
 ) -> None:
     code, _, stderr = dsx_here(capsys, "events", "play", "--out", str(tmp_path / "x"), *args)
     assert code == 2 and message in stderr
+    assert list(tmp_path.iterdir()) == []  # checked before anything played: no run folder
 
 
 def test_an_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

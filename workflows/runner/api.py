@@ -23,6 +23,7 @@ from workflows.runner.executor import hera_entrypoint
 from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
+from workflows.runner.resume import write_run_record
 from workflows.runner.validate import validate
 
 __all__ = [
@@ -261,6 +262,7 @@ def run(
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     # From here on the folder holds evidence: whatever happens, it is never deleted.
+    write_run_record(run_dir, workflow_name, suspend_names(lib, entrypoint))
     refused = engine.artifact_repository_error()
     received: list[int] = []
     with _stop_on_signals(engine, received):

@@ -13,6 +13,7 @@ boot id) are reported as they happen.
 from __future__ import annotations
 
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -148,6 +149,28 @@ def local_submitter(
     return submit
 
 
+def _check_injections(port: ClusterPort, injections: Sequence[Injection], agent: bool) -> list[str]:
+    """The fleet's node names, once every injection is known to apply (on a copy of the fleet: a fault
+    that would fail half-way through the play fails before it starts).
+
+    Raises:
+        InputError: an injection or an agent on a fleet that is not simulated, an unknown node, a fault
+            the simulated fleet does not know.
+    """
+    if (injections or agent) and not hasattr(port, "inject"):
+        raise InputError("--inject and --agent need a simulated fleet (sim:... or state:...)")
+    nodes = sorted(n.name for n in port.list_nodes())
+    for injection in injections:
+        if injection.node not in nodes:
+            raise InputError(f"--inject {injection}: no node {injection.node} (nodes: {', '.join(nodes)})")
+    if injections:
+        try:
+            port.check_faults([(i.node, i.fault) for i in sorted(injections, key=lambda i: i.after)])  # type: ignore[attr-defined]
+        except InputError as exc:
+            raise InputError(f"--inject: {exc}") from None
+    return nodes
+
+
 def play(
     documents: Sequence[Mapping[str, Any]],
     cluster: str,
@@ -174,15 +197,16 @@ def play(
     sources, sensors = load(documents)
     if not sources or not sensors:
         raise InputError("nothing to play: the documents hold no EventSource or no Sensor")
+    created = not out.exists()
     make_folder(out, "--out")
-    spec = shareable(cluster, out)
-    port = connect(spec)
-    if (injections or agent) and not hasattr(port, "inject"):
-        raise InputError("--inject and --agent need a simulated fleet (sim:... or state:...)")
-    nodes = sorted(n.name for n in port.list_nodes())
-    for injection in injections:
-        if injection.node not in nodes:
-            raise InputError(f"--inject {injection}: no node {injection.node} (nodes: {', '.join(nodes)})")
+    try:
+        spec = shareable(cluster, out)
+        port = connect(spec)
+        nodes = _check_injections(port, injections, agent)
+    except BaseException:
+        if created:  # nothing played: no folder left behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     result = PlayResult(out=out, cluster=spec)
     sentinels = _agents(spec, nodes) if agent else []
     submit = local_submitter(documents, spec, out, overrides or {}, result.runs, report)

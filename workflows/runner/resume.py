@@ -11,20 +11,50 @@ resume never reaches a suspend that had not started yet, as ``argo resume`` neve
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from steps.errors import InputError
 from steps.files import write_text
 
-__all__ = ["ALL", "RESUME_DIR", "request_resume", "resumed_by"]
+__all__ = ["ALL", "RESUME_DIR", "RUN_FILE", "request_resume", "resumed_by", "write_run_record"]
 
 RESUME_DIR = "resume"
 ALL = "_all"
+RUN_FILE = "run.json"
+"""What a run folder says of its run from the start: the workflow's name and its suspend steps."""
+ENDED_FILE = "workflow.json"
+
+
+def write_run_record(run_dir: Path, workflow_name: str, suspend: list[str]) -> None:
+    """Say in ``run_dir`` which run it holds and which suspend steps it has (what ``dsx resume`` checks)."""
+    record = {"workflow": workflow_name, "suspend": sorted(suspend)}
+    write_text(run_dir / RUN_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def request_resume(run_dir: Path, name: str | None = None) -> Path:
-    """Ask the local run in ``run_dir`` to resume its suspended node ``name`` (every one when None)."""
+    """Ask the local run in ``run_dir`` to resume its suspended node ``name`` (every one when None).
+
+    Raises:
+        InputError: ``run_dir`` holds no run, one that has ended, or ``name`` is no suspend step or
+            template of it.
+    """
+    try:
+        record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        workflow, known = str(record["workflow"]), [str(n) for n in record["suspend"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(
+            f"{run_dir}: not the folder of a local run (no {RUN_FILE} that dsx run wrote)"
+        ) from None
+    if (run_dir / ENDED_FILE).exists():
+        raise InputError(f"{run_dir}: the run {workflow} has ended: nothing to resume")
+    if name is not None and name not in known:
+        raise InputError(
+            f"--node {name}: the run {workflow} has no suspend step or template of that name "
+            f"(suspend steps: {', '.join(known) or 'none'})"
+        )
     return write_text(run_dir / RESUME_DIR / (name or ALL), f"{time.time():.3f}\n")
 
 

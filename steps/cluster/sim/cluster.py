@@ -202,6 +202,12 @@ class SimCluster(PortBase):
             apply_fault(fleet, node, fault)
         self.store.append_log(CallRecord(seq=0, method="inject", args={"node": node, "fault": fault}))
 
+    def check_faults(self, faults: list[tuple[str, str]]) -> None:
+        """Raise as :meth:`inject` of each ``(node, fault)`` in turn would, changing nothing (on a copy)."""
+        trial = self.fleet()
+        for node, fault in faults:
+            apply_fault(trial, node, fault)
+
     def inject_api(
         self,
         errors: int = 0,

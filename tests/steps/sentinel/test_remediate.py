@@ -65,6 +65,31 @@ def test_breaker_trips_stays_open_until_reset() -> None:
     assert breaker.admit("node-03", 10)[0]
 
 
+@pytest.mark.parametrize(
+    ("admitted", "named"),
+    [
+        ('{"node-01": "yesterday"}', "node node-01 admitted at 'yesterday', not an RFC 3339 time"),
+        (
+            '{"node-01": "2999-01-01T00:00:00Z"}',
+            "node node-01 admitted at 2999-01-01T00:00:00Z, in the future",
+        ),
+        ('["node-01"]', "key 'admitted' is not a JSON object"),
+    ],
+)
+def test_a_breaker_edited_into_nonsense_is_named_and_can_be_reset(admitted: str, named: str) -> None:
+    from steps.sentinel.policy import BREAKER_CONFIGMAP
+
+    port = connect("sim:nodes=4,gpu=h100,workloads=false")
+    port.update_state(BREAKER_CONFIGMAP, lambda data: {"state": "closed", "admitted": admitted})
+    breaker = Breaker(port, BreakerSettings(max_share=0.5, window_s=600))
+    with pytest.raises(InputError, match=f"^ConfigMap {BREAKER_CONFIGMAP}: key 'admitted'") as caught:
+        breaker.status()
+        breaker.admit("node-02", 4)
+    assert named in str(caught.value)
+    assert breaker.reset("ops").reset_by == "ops"
+    assert breaker.admit("node-02", 4)[0]
+
+
 def test_drain_never_breaks_a_budget_and_escalates_at_the_deadline() -> None:
     port = connect("sim:nodes=4,gpu=h100,blocking-pdb=true")
     port.cordon("node-01", "test", by="sentinel")

@@ -112,3 +112,55 @@ def test_workflow_parallelism_bounds_concurrent_steps(run_fixture: RunFixture) -
     result = run_fixture("parallelism.yaml", "dsx-fixture-serial")
     assert result.phase is Phase.Succeeded
     assert _overlap(result, "stamp(") == 1
+
+
+def test_dsx_resume_asks_only_a_run_that_is_suspended_for_a_step_it_has(tmp_path: Path) -> None:
+    """A folder that holds no run, a --node that is no suspend step of the run, and a run that ended are
+    refused on one line (exit 2), writing nothing; a run waiting out its suspend is resumed."""
+    import threading
+    import time
+
+    from tests.cli import dsx
+    from workflows.runner import RunOptions, run
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    refused = dsx("resume", str(plain))
+    assert refused.returncode == 2 and "not the folder of a local run" in refused.stderr
+    assert list(plain.iterdir()) == []
+
+    entry = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "dsx-fixture-wait"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {"name": "main", "steps": [[{"name": "hold", "template": "wait"}]]},
+                {"name": "wait", "suspend": {"duration": "10m"}},
+            ],
+        },
+    }
+    run_dir = tmp_path / "run"
+    results: list[RunResult] = []
+    options = RunOptions(out_dir=run_dir, workflow_name="wf")
+    worker = threading.Thread(target=lambda: results.append(run(entry, [], {}, options)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not (run_dir / "run.json").exists():
+        assert time.monotonic() < deadline and worker.is_alive()
+        time.sleep(0.05)
+    unknown = dsx("resume", str(run_dir), "--node", "hodl")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        "error: --node hodl: the run wf has no suspend step or template of that name "
+        "(suspend steps: hold, wait)"
+    )
+    assert not (run_dir / "resume").exists()
+    while worker.is_alive():  # a resume reaches a suspend that started before it: ask until it has
+        assert time.monotonic() < deadline
+        assert dsx("resume", str(run_dir), "--node", "hold").returncode == 0
+        worker.join(0.5)
+    assert [r.phase for r in results] == [Phase.Succeeded]
+    ended = dsx("resume", str(run_dir))
+    assert ended.returncode == 2 and "the run wf has ended: nothing to resume" in ended.stderr
