@@ -13,6 +13,7 @@ members are at fault is not known (bisection narrows it). So is a node whose tes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -258,21 +259,9 @@ def build_report(request: ReportRequest) -> CertificationReport:
         {label for s in request.sweeps if s.run for label in s.run.injected}
         | {label for s in request.smoke if s.result for label in s.result.injected}
     )
-    failed_nodes = [n.name for n in nodes if n.status == "failed"]
-    pending_nodes = [n.name for n in nodes if n.status == "pending"]
     bad = [v for v in verdicts if v.status != "pass"]
     status: Literal["passed", "failed"] = "passed" if verdicts and not bad else "failed"
-    if not verdicts:
-        summary = "Nothing was checked: no verdicts."
-    elif status == "passed":
-        summary = f"All {len(verdicts)} checks passed on {len(nodes)} nodes."
-    else:
-        summary = (
-            f"{len(bad)} of {len(verdicts)} checks did not pass; failed nodes: "
-            f"{', '.join(failed_nodes) or 'none named'}"
-            + (f"; not certified (pending): {', '.join(pending_nodes)}" if pending_nodes else "")
-            + f". First: {bad[0].message}"
-        )
+    summary = summarise(verdicts, nodes)
     folder = output_dir(request.out_dir)
     files: list[str] = []
     sweeps = [(s.subject, s.run) for s in request.sweeps if s.run is not None]
@@ -304,6 +293,23 @@ def build_report(request: ReportRequest) -> CertificationReport:
     write_text(folder / "report.md", render_markdown(report))
     write_text(folder / "report.json", dump_json(report))
     return report
+
+
+def summarise(verdicts: Sequence[Verdict], nodes: Sequence[NodeResult]) -> str:
+    """The report's headline, from its verdicts and node results."""
+    failed_nodes = [n.name for n in nodes if n.status == "failed"]
+    pending_nodes = [n.name for n in nodes if n.status == "pending"]
+    bad = [v for v in verdicts if v.status != "pass"]
+    if not verdicts:
+        return "Nothing was checked: no verdicts."
+    if not bad:
+        return f"All {len(verdicts)} checks passed on {len(nodes)} nodes."
+    return (
+        f"{len(bad)} of {len(verdicts)} checks did not pass; failed nodes: "
+        f"{', '.join(failed_nodes) or 'none named'}"
+        + (f"; not certified (pending): {', '.join(pending_nodes)}" if pending_nodes else "")
+        + f". First: {bad[0].message}"
+    )
 
 
 def load_report(path: str | Path) -> CertificationReport:
@@ -360,4 +366,9 @@ def recheck_report(report: CertificationReport) -> tuple[CertificationReport, li
     status: Literal["passed", "failed"] = (
         "passed" if derived_status == "passed" and not problems else "failed"
     )
-    return report.model_copy(update={"status": status, "nodes": nodes}), problems
+    summary = report.summary
+    if problems:  # the headline the verdicts give, never the report's own words when they disagree
+        summary = (
+            f"The report disagrees with its verdicts ({problems[0]}). {summarise(report.verdicts, nodes)}"
+        )
+    return report.model_copy(update={"status": status, "nodes": nodes, "summary": summary}), problems

@@ -79,6 +79,7 @@ __all__ = [
     "RETENTION_MAX_DAYS",
     "Entry",
     "attempts",
+    "changed_attempts",
     "encode",
     "entries",
     "month_of",
@@ -328,6 +329,21 @@ def attempts(history: list[Entry]) -> int:
             break
         count = max(count, entry.attempt)
     return count
+
+
+def changed_attempts(history: list[Entry]) -> int:
+    """The remediation attempts since the node was last in service that changed the node: those that
+    reached a remediation state (quarantined and after) or were cancelled by a person taking the cordoned
+    node back. An attempt stopped before its quarantine (the workflow stopped, the pod lost) changed
+    nothing and counts for nothing against ``max-attempts``."""
+    changing = {s.value for s in vocab.NodeState} | {"cancelled"}
+    counted: set[int] = set()
+    for entry in reversed(history):
+        if entry.state == IN_SERVICE:
+            break
+        if entry.state in changing:
+            counted.add(entry.attempt)
+    return len(counted)
 
 
 # ----------------------------------------------------------------------------- writing

@@ -425,9 +425,10 @@ def guard(
     policy = QuarantinePolicy(breaker=settings.breaker, dry_run=dry_run)
     if reading and (told := _by_event(port, current, reading, policy, workflow_name, check, done)):
         return told
-    if done >= settings.max_attempts:
+    changed = ledger.changed_attempts(history)
+    if changed >= settings.max_attempts:
         _output("proceed", "false")
-        why = f"{done} remediation attempts since it was last in service (limit {settings.max_attempts})"
+        why = f"{changed} remediation attempts since it was last in service (limit {settings.max_attempts})"
         _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     if dry_run:

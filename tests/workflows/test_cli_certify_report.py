@@ -60,8 +60,13 @@ def test_a_report_that_says_passed_while_every_verdict_failed_fails_and_is_flagg
         f"warning: {path}: the report says passed, but 2 of 2 verdicts did not pass; shown as failed" in err
     )
     assert "node node-1: the report says passed, its verdicts say failed" in err
+    assert data["summary"] == (
+        "The report disagrees with its verdicts (the report says passed, but 2 of 2 verdicts did not "
+        "pass). 2 of 2 checks did not pass; failed nodes: node-1, node-2. First: node-1 fail"
+    )
     code, out, _ = _show(capsys, path)
-    assert code == 1 and out.startswith("certification FAILED")
+    assert code == 1 and out.startswith("certification FAILED: The report disagrees with its verdicts")
+    assert "checks passed" not in out.splitlines()[0]  # a FAILED headline never says all passed
     code, out, _ = _show(capsys, path, "markdown")
     assert code == 1 and out.startswith("# dsx certification: FAILED")
 

@@ -187,6 +187,27 @@ def test_a_node_past_its_attempts_is_escalated_out_of_service(
     assert node.annotations[vocab.ANNOTATION_CORDONED_BY] == remediate.OWNER
 
 
+def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runs stopped before their quarantine (SIGTERM at guard, a lost pod) left only requested and
+    ended entries: the node is remediated, not escalated; it once counted them towards max-attempts."""
+    from steps.sentinel import remediate
+
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    port = connect(spec)
+    for attempt in (1, 2, 3):
+        ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
+        ledger.record(port, "node-01", "ended", workflow=f"w{attempt}", attempt=attempt, check="xid")
+    told = remediate.guard("node-01", "xid", workflow_name="w4", max_attempts="3")
+    assert told.startswith("node-01: remediation attempt 4 (")
+    assert (tmp_path / "out" / "params" / "proceed").read_text() == "true"
+    assert port.get_node("node-01").labels.get(vocab.LABEL_STATE) != vocab.NodeState.escalated.value
+    assert ledger.changed_attempts(ledger.entries(port, "node-01")) == 0
+
+
 def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
     # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's
     # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy.
