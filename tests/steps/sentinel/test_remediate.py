@@ -164,6 +164,19 @@ def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster,
     return result.returncode, port, result.stdout + result.stderr
 
 
+def _three_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> SimCluster:
+    """A fleet whose node-01 had three remediation attempts since it was last in service, each requested
+    and then ``ending``; the step environment set for guard."""
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    port = SimCluster(FileStore(tmp_path / "fleet.json"))
+    for attempt in (1, 2, 3):
+        ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
+        ledger.record(port, "node-01", ending, workflow=f"w{attempt}", attempt=attempt, check="xid")
+    return port
+
+
 def test_a_node_past_its_attempts_is_escalated_out_of_service(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,13 +185,7 @@ def test_a_node_past_its_attempts_is_escalated_out_of_service(
     from steps.errors import DsxError
     from steps.sentinel import remediate
 
-    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
-    port = connect(spec)
-    for attempt in (1, 2, 3):
-        ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
-        ledger.record(port, "node-01", "cancelled", workflow=f"w{attempt}", attempt=attempt, check="xid")
+    port = _three_attempts(tmp_path, monkeypatch, "cancelled")
     with pytest.raises(DsxError, match="escalated: 3 remediation attempts"):
         remediate.guard("node-01", "xid", workflow_name="w4", max_attempts=3)
     node = port.get_node("node-01")
@@ -194,13 +201,7 @@ def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_
     ended entries: the node is remediated, not escalated; it once counted them towards max-attempts."""
     from steps.sentinel import remediate
 
-    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
-    port = connect(spec)
-    for attempt in (1, 2, 3):
-        ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
-        ledger.record(port, "node-01", "ended", workflow=f"w{attempt}", attempt=attempt, check="xid")
+    port = _three_attempts(tmp_path, monkeypatch, "ended")
     told = remediate.guard("node-01", "xid", workflow_name="w4", max_attempts="3")
     assert told.startswith("node-01: remediation attempt 4 (")
     assert (tmp_path / "out" / "params" / "proceed").read_text() == "true"
