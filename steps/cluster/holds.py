@@ -1,12 +1,17 @@
 """Holds on nodes: the Leases (``dsx-node-<node>``) that keep two runs from testing one node at once.
 
 A run holds a node under an identity that names its Workflow: ``dsx-certify/<namespace>/<name>/<uid>``
-(:func:`run_holder`). Certification takes every node it tests so; remediation's recertification takes
-the node under repair and the pair test's partner under its own Workflow's identity, so the exit handler
-of either gives back all it took with one call (:func:`release_held`). A hold whose Workflow is gone,
-has another uid, or has finished is stale (:func:`holder_alive`) and is taken over; a live one refuses,
-naming who holds the node.
+(:func:`run_holder`); a local run (``dsx run --local``, which has no Workflow object) adds
+``/<host>:<pid>`` of its process. Certification takes every node it tests so; remediation's
+recertification takes the node under repair and the pair test's partner under its own Workflow's
+identity, so the exit handler of either gives back all it took with one call (:func:`release_held`). A
+hold whose Workflow is gone, has another uid, or has finished is stale (:func:`holder_alive`) and is
+taken over; a live one refuses, naming who holds the node. A local run's hold lives while its process
+does: on this host the process is looked up; on another, the Lease's expiry decides.
 """
+
+import os
+import socket
 
 from steps.cluster import vocabulary as vocab
 from steps.cluster.base import lease_name
@@ -48,8 +53,11 @@ class NodeHeldError(InputError):
 
 
 def run_holder(namespace: str, name: str, uid: str) -> str:
-    """Who holds a node while a run tests it: the Workflow, by namespace, name and uid."""
-    return f"{HOLDER_KIND}/{namespace}/{name}/{uid}"
+    """Who holds a node while a run tests it: the Workflow, by namespace, name and uid; for a local run,
+    and the host and process of the runner (``$DSX_LOCAL_RUN``)."""
+    local = os.environ.get(vocab.ENV_LOCAL_RUN, "").strip()
+    base = f"{HOLDER_KIND}/{namespace}/{name}/{uid}"
+    return f"{base}/{local}" if local else base
 
 
 def holder_alive(port: ClusterPort, identity: str) -> bool:
@@ -59,15 +67,30 @@ def holder_alive(port: ClusterPort, identity: str) -> bool:
     before releasing, or never ran: ``onExit`` does not run for a DAG reached through ``templateRef``)
     is stale.
 
-    A holder that is not a Workflow (a local run) counts as alive: its Lease's own expiry decides.
+    A local run's hold (``.../<host>:<pid>``) lives while its process does, looked up where the host is
+    this one; another host's, and any other holder, count as alive: the Lease's own expiry decides.
     """
     parts = identity.split("/")
+    if len(parts) == 5 and parts[0] == HOLDER_KIND:
+        host, _, pid = parts[4].rpartition(":")
+        return host != socket.gethostname() or not pid.isdigit() or _process_alive(int(pid))
     if len(parts) != 4 or parts[0] != HOLDER_KIND or parts[2] == LOCAL_RUN_NAME:
         return True
     workflow = port.get_object(_WORKFLOW_API, "Workflow", parts[2], parts[1])
     if workflow is None or (workflow.get("metadata") or {}).get("uid") != parts[3]:
         return False
     return (workflow.get("status") or {}).get("phase") not in vocab.WORKFLOW_FINISHED_PHASES
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one of another user counts too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def lease_holder(port: ClusterPort, node: str) -> str:

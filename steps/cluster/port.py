@@ -193,6 +193,19 @@ class ClusterPort(Protocol):
         """Extend the Lease; ``False`` if ``holder`` no longer holds it."""
         ...
 
+    def acquire_mutex(self, key: str, holder: str, ttl_seconds: int) -> bool:
+        """Take the mutex ``key`` (a Lease, so it holds between processes and machines) for ``holder``;
+        ``False`` if someone else holds it and it has not expired."""
+        ...
+
+    def renew_mutex(self, key: str, holder: str, ttl_seconds: int) -> bool:
+        """Extend the mutex; ``False`` if ``holder`` no longer holds it."""
+        ...
+
+    def release_mutex(self, key: str, holder: str) -> bool:
+        """Give the mutex up; ``False`` if ``holder`` did not hold it."""
+        ...
+
     def release_lock(self, node: str, holder: str) -> bool:
         """Give the Lease up; ``False`` if ``holder`` did not hold it."""
         ...

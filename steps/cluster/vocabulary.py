@@ -97,6 +97,7 @@ __all__ = [
     "ENV_JOB_POLL_S",
     "ENV_KUBE_CONTEXT",
     "ENV_LEDGER_RETENTION_DAYS",
+    "ENV_LOCAL_RUN",
     "ENV_NAMESPACE",
     "ENV_NODE_NAME",
     "ENV_OUTPUT_DIR",
@@ -276,6 +277,9 @@ ENV_OUTPUT_DIR: Final = "DSX_OUTPUT_DIR"
 ENV_DEBUG: Final = "DSX_DEBUG"
 """``1``: the ``dsx`` command prints the traceback of an error. ``workflows.cli.main`` spells it again,
 since the command must start without loading this package; a test keeps the two equal."""
+ENV_LOCAL_RUN: Final = "DSX_LOCAL_RUN"
+"""Set by the local runner for every step: ``HOST:PID`` of the ``dsx run --local`` process, which a run's
+holds on nodes name (a local run has no Workflow object to look up: its process is what lives)."""
 ENV_RETRY_ATTEMPTS: Final = "DSX_RETRY_ATTEMPTS"
 """Attempts of one API call that fails transiently (see :mod:`steps.cluster.retry`)."""
 ENV_RETRY_BASE_DELAY: Final = "DSX_RETRY_BASE_DELAY"

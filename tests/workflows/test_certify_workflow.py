@@ -3,8 +3,11 @@
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from steps.cluster import connect
@@ -177,3 +180,49 @@ def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tm
     assert screening["rack-01"]["bisected"] and screening["rack-01"]["needed"] == 7
     assert 7 <= screening["rack-01"]["passes"] < 21
     assert 0.48 <= screening["rack-01"]["caught"] <= 0.5
+
+
+@pytest.mark.parametrize("where", ["state", "kube"])
+def test_two_local_certifications_of_one_fleet_at_once_the_second_is_refused_naming_the_first(
+    tmp_path: Path, where: str, k8s_cluster: Callable[..., Any]
+) -> None:
+    """Two dsx run certify --local on one fleet (its state file, or the emulated API server), in two
+    processes: the second finds the nodes held by the first, whose process is alive, and is refused
+    naming it; the first is certified. The second once took the first's holds over (no Workflow object
+    behind a local run) and both measured the same nodes."""
+    import time
+
+    from steps.cluster import shareable
+
+    if where == "state":
+        state = shareable("sim:nodes=2,gpu=h100,racks=1", tmp_path / "fleet")
+        target, port = ["--cluster", state], connect(state)
+    else:
+        made = k8s_cluster(nodes=2, racks=1)
+        target, port = (
+            ["--cluster", "kube", "--kubeconfig", str(made.kubeconfig), "-p", "launcher=local"],
+            made.port(),
+        )
+
+    def start(name: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", *target,
+             "--out", str(tmp_path / name), *SMALL],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    first = start("first")
+    deadline = time.monotonic() + 120
+    while not any(
+        x["spec"].get("holderIdentity")
+        for x in port.list_objects("coordination.k8s.io/v1", "Lease", None)  # every namespace
+    ):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.1)
+    second = start("second")
+    out, err = second.communicate(timeout=300)
+    first_out, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_out[-2000:] + first_err
+    name = json.loads((tmp_path / "first" / "run.json").read_text())["workflow"]
+    assert second.returncode == 1 and f"is held by dsx-certify/default/{name}/" in out + err, out[-3000:]
+    assert {n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()} == {"passed"}

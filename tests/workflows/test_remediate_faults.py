@@ -456,3 +456,45 @@ def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
     assert len([c for c in port.calls() if c.method == "cordon" and c.args.get("node") == NODE]) == 1
     _lost_nothing(port)
+
+
+def test_two_local_runs_of_one_node_in_two_processes_wait_for_each_other(tmp_path: Path) -> None:
+    """dsx-remediate's mutex (dsx-remediate-<node>) holds between processes that share a fleet's state
+    file, as between two Workflows: the second run waits for the first to end (exit handler included),
+    then finds the node where the first left it. Both once remediated the node at once."""
+    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
+
+    def start(name: str, *extra: str) -> subprocess.Popen[str]:
+        params = [a for k, v in _params(**{"repair-timeout": "30s"}).items() for a in ("-p", f"{k}={v}")]
+        return subprocess.Popen(
+            [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", "--cluster", state,
+             "--out", str(tmp_path / name), *params, *extra],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    first = start("first")
+    _wait_for(lambda: "quarantined" in _states(port), timeout=120)
+    second = start("second", "-p", "dry-run=true")
+    time.sleep(2)
+    assert second.poll() is None
+    assert {e.workflow for e in ledger.entries(port, NODE)} == {_workflow(tmp_path / "first")}  # it waits
+    _, first_err = first.communicate(timeout=300)
+    _, second_err = second.communicate(timeout=300)
+    assert (first.returncode, second.returncode) == (0, 0), first_err + second_err
+    assert "Waiting for default/Mutex/dsx-remediate-node-01 lock" in second_err
+    entries = ledger.entries(port, NODE)
+    names = [e.workflow for e in entries]
+    firsts = [i for i, n in enumerate(names) if n == _workflow(tmp_path / "first")]
+    seconds = [i for i, n in enumerate(names) if n == _workflow(tmp_path / "second")]
+    assert firsts and seconds and max(firsts) < min(seconds)  # the second began after the first ended
+    assert entries[seconds[0]].state == "refused" and "dry run" in entries[seconds[0]].detail
+    node = port.get_node(NODE)
+    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels  # where the first left it
+    leases = port.list_objects("coordination.k8s.io/v1", "Lease", "default")  # the mutex key's namespace
+    mutexes = [x for x in leases if x["metadata"]["name"].startswith("dsx-mutex-dsx-remediate-node-01")]
+    assert len(mutexes) == 1 and not mutexes[0]["spec"].get("holderIdentity")  # given back
+    _lost_nothing(port)
+
+
+def _workflow(run_dir: Path) -> str:
+    return str(json.loads((run_dir / "run.json").read_text())["workflow"])

@@ -346,6 +346,18 @@ def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: 
     _lost_nothing(made)
 
 
+def _one_after_the_other(made: EmulatedCluster) -> None:
+    """Two remediation runs of the node, the second begun after the first ended; the node in service."""
+    entries = ledger.entries(made.port(NAMESPACE), NODE)
+    runs = [e.workflow for e in entries if e.state == "requested"]
+    assert len(runs) == 2 and runs[0] != runs[1]
+    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
+    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
+    assert first_done < second_start, "two remediations of one node overlapped"
+    _in_service(made)
+    _lost_nothing(made)
+
+
 def test_two_remediations_for_one_node_never_run_at_once(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -356,14 +368,29 @@ def test_two_remediations_for_one_node_never_run_at_once(
         first.join(120)
         second.join(120)
     assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
-    entries = ledger.entries(made.port(NAMESPACE), NODE)
-    runs = [e.workflow for e in entries if e.state == "requested"]
-    assert len(runs) == 2 and runs[0] != runs[1]
-    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
-    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
-    assert first_done < second_start, "two remediations of one node overlapped"
-    _in_service(made)
-    _lost_nothing(made)
+    _one_after_the_other(made)
+
+
+def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
+    cluster: Callable[..., EmulatedCluster], tmp_path: Path
+) -> None:
+    """The same story with the second run in another process (another shell, another machine): the mutex
+    is a Lease in the cluster, so it waits there, and begins only once the first run ended."""
+    made = cluster()
+    with Repairer(made.emulator):
+        first, phases = _in_background(made, tmp_path / "a")
+        _wait_for(lambda: "quarantined" in _states(made), timeout=120)
+        params = [a for k, v in _params().items() for a in ("-p", f"{k}={v}")]
+        second = subprocess.run(
+            [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", "--cluster", "kube",
+             "--kubeconfig", str(made.kubeconfig), "--namespace", NAMESPACE, "--out", str(tmp_path / "b"),
+             *params],
+            cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        first.join(120)
+    assert phases == [Phase.Succeeded] and second.returncode == 0, second.stdout[-3000:] + second.stderr
+    assert f"Waiting for {NAMESPACE}/Mutex/dsx-remediate-{NODE} lock" in second.stderr
+    _one_after_the_other(made)
 
 
 def test_an_operator_uncordons_by_hand_mid_remediation(

@@ -276,7 +276,8 @@ _NAMESPACE = typer.Option(
     "-n",
     metavar="NAMESPACE",
     help="Without --local: the namespace dsx is installed in, for the printed argo submit "
-    f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}).",
+    f"(default: DSX_NAMESPACE, else {DEFAULT_NAMESPACE}). With --local: the run's namespace "
+    "({{workflow.namespace}}, where its mutexes are held; default: default).",
 )
 _ARTIFACT_REPOSITORY = typer.Option(
     ArtifactRepository.local,
@@ -523,6 +524,7 @@ def _run_locally(
         cluster=cluster,
         kubeconfig=request.kubeconfig,
         context=request.context,
+        namespace=request.namespace,
         entrypoint=request.entry,
         on_update=reporter.update,
         artifact_repository=request.artifact_repository,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,6 +89,7 @@ def step_env(state: RunState, body: Mapping[str, Any], artifacts: Path) -> dict[
         env[str(item.get("name"))] = _local(str(item.get("value", "")), artifacts)
     env[vocab.ENV_OUTPUT_DIR] = str(artifacts)
     env["hera__outputs_directory"] = str(artifacts)
+    env[vocab.ENV_LOCAL_RUN] = f"{socket.gethostname()}:{os.getpid()}"  # what the steps' holds name
     if state.cluster_spec is not None:
         env[vocab.ENV_CLUSTER] = state.cluster_spec
     if state.options.kubeconfig:

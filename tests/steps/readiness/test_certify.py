@@ -390,3 +390,28 @@ def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path:
             or v.endswith("targets.outputs.parameters.targets}}")
             for v in values
         ), task["name"]
+
+
+def test_a_local_runs_hold_lives_while_its_process_does(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A dsx run --local has no Workflow object: its holds name its process (DSX_LOCAL_RUN, HOST:PID).
+    While that process lives, a second certification is refused naming it; once it is gone, its hold
+    is stale and taken over. A local run's hold was once always taken over (no Workflow found)."""
+    import socket
+    import subprocess
+    import sys
+
+    fleet("sim:nodes=2,gpu=h100")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setenv(vocab.ENV_LOCAL_RUN, f"{socket.gethostname()}:{sleeper.pid}")
+        first = certify.plan(workflow_name="dsx-certify-abcde", workflow_uid="u1")
+        monkeypatch.setenv(vocab.ENV_LOCAL_RUN, f"{socket.gethostname()}:{os.getpid()}")
+        with pytest.raises(
+            InputError, match=rf"is held by dsx-certify/\S+/dsx-certify-abcde/u1/\S+:{sleeper.pid}"
+        ):
+            certify.plan(workflow_name="dsx-certify-fghij", workflow_uid="u2")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    second = certify.plan(workflow_name="dsx-certify-fghij", workflow_uid="u2")  # its process is gone
+    assert second.nodes == first.nodes
