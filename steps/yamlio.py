@@ -35,6 +35,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "LineDict",
     "LineList",
+    "check_input_file",
     "line_of",
     "load_yaml",
     "parse_json",
@@ -155,6 +156,28 @@ MAX_INPUT_BYTES = 64 * 2**20
 """The largest file dsx reads as input (a recipe, a fleet, a rate table, a workflow): 64 MiB."""
 
 
+def check_input_file(path: Path | str, label: str | None = None, what: str = "") -> None:
+    """Refuse, without opening it, what dsx must not read as an input file: a folder, something that is
+    not a regular file (a FIFO would block until a writer came, ``/dev/zero`` would never end), a file
+    larger than :data:`MAX_INPUT_BYTES`.
+
+    Raises:
+        InputError: naming the file (``label``, default the path) and why.
+    """
+    name = label or str(path)
+    reading = f"cannot read {what}" if what else "cannot read"
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{name}: {reading}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{name}: is a folder, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{name}: {reading}: not a regular file (a pipe, a device...)")
+    if info.st_size > MAX_INPUT_BYTES:
+        raise InputError(f"{name}: {reading}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
+
+
 def read_text(path: Path, label: str | None = None, what: str = "") -> str:
     """A file's text, read as UTF-8.
 
@@ -169,13 +192,8 @@ def read_text(path: Path, label: str | None = None, what: str = "") -> str:
     """
     name = label or str(path)
     reading = f"cannot read {what}" if what else "cannot read"
+    check_input_file(path, label, what)
     try:
-        kind = os.stat(path).st_mode
-        if stat.S_ISDIR(kind):
-            raise InputError(f"{name}: is a folder, not a file")
-        if not stat.S_ISREG(kind):
-            # A FIFO would block until a writer came, /dev/zero would never end: only files are read.
-            raise InputError(f"{name}: {reading}: not a regular file (a pipe, a device...)")
         with open(path, "rb") as handle:
             data = handle.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:

@@ -43,7 +43,7 @@ def _state_path(spec: str) -> Path:
     """The file a ``state:PATH`` spec names.
 
     Raises:
-        ClusterConfigError: no path given, or the path is a folder.
+        ClusterConfigError: no path given, or the path is a folder or no regular file.
     """
     text = spec.removeprefix("state:").strip()
     if not text:
@@ -51,6 +51,8 @@ def _state_path(spec: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise ClusterConfigError(f"--cluster {spec!r}: {path} is a folder, not a fleet state file")
+    if path.exists() and not path.is_file():  # a FIFO would block, /dev/zero would never end
+        raise ClusterConfigError(f"--cluster {spec!r}: {path} is not a regular file (a pipe, a device...)")
     return path
 
 

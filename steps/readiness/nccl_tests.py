@@ -380,6 +380,10 @@ def parse_nccl_tests_file(path: str | Path) -> CollectiveRun:
     if str(path) == "-":
         return parse_nccl_tests(sys.stdin, source="-")
     file = Path(path)
+    if file.exists() and not file.is_dir():
+        from steps.yamlio import check_input_file
+
+        check_input_file(file, what="a log file (pipe a stream to '-')")
     try:
         with file.open(encoding="utf-8", errors="strict") as handle:
             return parse_nccl_tests(handle, source=str(file))

@@ -190,6 +190,28 @@ def test_an_output_place_that_takes_no_file_is_bad_input_on_one_line(
     assert list(tmp_path.iterdir()) == []  # nothing written anywhere, no run folder started
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("nccl", "parse", "{device}"), "{device}: cannot read a log file"),
+        (("cluster", "nodes", "--cluster", "state:{device}"), "--cluster 'state:{device}'"),
+        (("goodput", "simulate", "--rates", "{device}"), "{device}: cannot read"),
+        (("run", "certify", "--local", "-f", "{device}"), "--file {device}: cannot read"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_input_that_is_no_regular_file_is_refused_without_reading_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: tuple[str, ...], named: str, kind: str
+) -> None:
+    """A FIFO with no writer would block on open and /dev/zero would never end: refused, not read."""
+    device = "/dev/zero"
+    if kind == "fifo":
+        device = str(tmp_path / "pipe")
+        os.mkfifo(device)
+    code, _, err = _dsx(capsys, *(a.format(device=device) for a in args))
+    assert code == 2 and "not a regular file" in _one_line(err) and named.format(device=device) in err, err
+
+
 def test_a_goodput_whose_second_output_cannot_be_written_writes_neither(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
