@@ -47,19 +47,26 @@ def cluster_port(state: RunState) -> Any:
     """
     with state.port_lock:
         if state.port is None:
-            from steps.cluster import connect
-
-            spec = state.cluster_spec
-            kube = spec in (None, "", "kube")
             try:
-                state.port = connect(
-                    spec,
-                    state.options.kubeconfig if kube else None,
-                    state.options.context if kube else None,
-                )
+                state.port = connect_run(state)
             except Exception as exc:
                 raise NodeError(f"needs a cluster: {exc} (pass --cluster, e.g. --cluster sim:)") from exc
         return state.port
+
+
+def connect_run(state: RunState, namespace: str | None = None) -> Any:
+    """A new port to the run's cluster (its kubeconfig and context where it is a real one), in
+    ``namespace`` when given."""
+    from steps.cluster import connect
+
+    spec = state.cluster_spec
+    kube = spec in (None, "", "kube")
+    return connect(
+        spec,
+        state.options.kubeconfig if kube else None,
+        state.options.context if kube else None,
+        namespace=namespace,
+    )
 
 
 def run_resource(state: RunState, node: NodeStatus, body: Mapping[str, Any], ctx: Ctx) -> None:

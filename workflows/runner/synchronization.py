@@ -25,8 +25,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from steps.cluster import ClusterPort, connect
+from steps.cluster import ClusterPort
 from steps.errors import DsxError
+from workflows.runner.resource import connect_run
 from workflows.runner.state import RunState, Stopped
 
 __all__ = ["MUTEX_TTL_S", "hold", "lock_keys"]
@@ -111,17 +112,7 @@ def _shared_cluster(state: RunState) -> Callable[[str], ClusterPort] | None:
     given = state.options.cluster or ""
     if not (given.startswith("state:") or given == "kube" or state.options.kubeconfig):
         return None
-    kube = state.cluster_spec in (None, "", "kube")
-
-    def port(namespace: str) -> ClusterPort:
-        return connect(
-            state.cluster_spec,
-            state.options.kubeconfig if kube else None,
-            state.options.context if kube else None,
-            namespace=namespace,
-        )
-
-    return port
+    return lambda namespace: connect_run(state, namespace)
 
 
 def _renew(holder: str, held: list[tuple[ClusterPort, str]], done: threading.Event) -> None:
