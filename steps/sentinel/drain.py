@@ -13,6 +13,11 @@ DaemonSet pods (their controller would put them back at once, and they tolerate 
 pods (static pods the kubelet runs from a file; the API cannot remove them; their controller reference is
 the Node) are skipped.
 
+A bare pod (no controller; not finished) is lost for good once evicted: nothing makes it again. As
+``kubectl drain`` refuses such a pod unless ``--force``, the drain refuses it unless the policy says
+``force``: it evicts nothing and escalates at once, naming the bare pods (``unmanaged``). With ``force`` a
+bare pod is evicted like any other.
+
 An eviction the API refuses with 429 (a budget allows no disruption now) or 500 (two budgets select the
 pod) is tried again with an exponential backoff, never turned into a deletion. So is a request the API
 server did not take after the port's own retries (throttled by API Priority and Fairness, whose 429 the
@@ -41,7 +46,15 @@ __all__ = ["DrainMode", "DrainPolicy", "DrainReport", "NamespaceMode", "PodOutco
 
 DrainMode = Literal["immediate", "allow-completion", "delete-after-timeout"]
 Outcome = Literal[
-    "evicted", "gone", "completed", "deleted", "skipped-daemonset", "skipped-mirror", "blocked", "waiting"
+    "evicted",
+    "gone",
+    "completed",
+    "deleted",
+    "skipped-daemonset",
+    "skipped-mirror",
+    "unmanaged",
+    "blocked",
+    "waiting",
 ]
 _FINISHED = ("Succeeded", "Failed")
 
@@ -68,7 +81,8 @@ class DrainPolicy(Frozen):
         default: the mode of a namespace not listed in ``namespaces``.
         namespaces: modes by namespace.
         deadline_s: the whole drain's deadline, in seconds.
-        force: after the deadline, delete the pods left instead of escalating the node.
+        force: evict bare pods (no controller) too, and after the deadline delete the pods left instead of
+            escalating the node.
         backoff_s: the first wait after a refused eviction; doubled each time, at most ``backoff_cap_s``.
         backoff_cap_s: the longest wait between two evictions of one pod.
         poll_s: how often the node's pods are read again while waiting.
@@ -143,6 +157,11 @@ def _skip(pod: Pod) -> Outcome | None:
     return None
 
 
+def _bare(pod: Pod) -> bool:
+    """A pod no controller owns that has not finished: evicting it loses it for good."""
+    return not pod.owner_kind and pod.phase not in _FINISHED
+
+
 def _stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -167,6 +186,29 @@ class _Drain:
             forced=self.forced,
             pods=[self.records[k] for k in sorted(self.records)],
             message=message,
+        )
+
+    def unmanaged(self, pods: list[Pod]) -> DrainReport | None:
+        """Unless the policy forces, a node with bare pods is not drained: nothing is evicted and the
+        drain escalates at once, naming them (as ``kubectl drain`` refuses them without ``--force``)."""
+        if self.policy.force:
+            return None
+        bare = [pod for pod in pods if _skip(pod) is None and _bare(pod)]
+        if not bare:
+            return None
+        for pod in bare:
+            record = self.records.setdefault(
+                pod.ref, PodOutcome(pod=pod.ref, mode=self.policy.mode_of(pod.namespace).mode)
+            )
+            record.settle(
+                "unmanaged", "no controller would make it again; evicted only when the policy forces"
+            )
+        names = ", ".join(pod.ref for pod in bare)
+        return self.report(
+            False,
+            True,
+            f"pods no controller manages are on the node: {names}; evicting them loses them for good, which "
+            "only a drain policy with force does",
         )
 
     def node_gone(self) -> DrainReport:
@@ -320,6 +362,9 @@ def drain(
                 )
             sleep(policy.poll_s)
             continue
+        refused = work.unmanaged(pods)
+        if refused is not None:
+            return refused
         left = work.round(pods, clock())
         if not left:
             return work.report(True, False, "drained")

@@ -42,7 +42,8 @@ Sample workloads (``workloads=true``): DaemonSets ``nvidia-device-plugin-daemons
 budget ``minAvailable: 1``: a drain evicts one at a time, each replaced on another node before the
 next may go; with ``blocking-pdb=true`` the budget is ``minAvailable: 2``, which no eviction can ever
 satisfy, as a drain meets it when a budget asks for every replica); Job ``pretrain-llama`` (4 pods,
-namespace ``research``); a bare pod ``debug-shell`` (namespace ``default``).
+namespace ``research``); a bare pod ``debug-shell`` (namespace ``default``) on the last node, which a
+drain refuses to evict unless its policy forces (nothing would make it again).
 """
 
 from __future__ import annotations
@@ -451,7 +452,7 @@ def _add_workloads(fleet: Fleet, names: list[str], blocking_pdb: bool = False) -
                     labels=dict(labels),
                 )
             )
-    add(Pod(name="debug-shell", namespace="default", node=names[1 % n], labels={"run": "debug-shell"}))
+    add(Pod(name="debug-shell", namespace="default", node=names[-1], labels={"run": "debug-shell"}))
     for pdb in (
         Pdb(name="inference", namespace="serving", match_labels={"app": "inference"}, max_unavailable=1),
         Pdb(

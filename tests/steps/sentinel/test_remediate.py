@@ -112,6 +112,26 @@ def test_drain_force_and_delete_after_timeout_are_recorded() -> None:
     assert report.complete and gateway.outcome == "deleted" and gateway.attempts >= 1
 
 
+def test_a_bare_pod_is_not_evicted_unless_the_policy_forces_as_kubectl_drain_refuses_it() -> None:
+    """``kubectl drain`` refuses a pod no controller manages unless ``--force`` (nothing would make it
+    again): the drain evicts nothing, escalates at once and names it; with force it is evicted."""
+    port = connect("sim:nodes=4,gpu=h100")
+    port.cordon("node-03", "test", by="sentinel")
+    before = {p.ref for p in port.pods_on("node-03")}
+    assert "default/debug-shell" in before
+    report = drain(port, "node-03", DrainPolicy(deadline_s=5, poll_s=0.05, backoff_s=0.05))
+    assert report.escalate and not report.complete
+    assert "default/debug-shell" in report.message and "force" in report.message
+    assert {p.pod: p.outcome for p in report.pods} == {"default/debug-shell": "unmanaged"}
+    assert {p.ref for p in port.pods_on("node-03")} == before  # nothing evicted, nothing deleted
+    assert not [c for c in port.calls() if c.method in ("evict", "delete_pod")]
+
+    forced = drain(port, "node-03", DrainPolicy(force=True, deadline_s=5, poll_s=0.05, backoff_s=0.05))
+    assert forced.complete and not forced.escalate, forced.message
+    assert {p.pod: p.outcome for p in forced.pods}["default/debug-shell"] == "evicted"
+    assert "default/debug-shell" not in {p.ref for p in port.pods_on("node-03")}
+
+
 def test_a_drain_the_api_server_never_answers_ends_in_a_verdict_at_its_deadline() -> None:
     """Past the port's retries the API server still fails: the drain keeps trying until its deadline and
     then says so (escalate), never an error that leaves the node half drained with state=draining."""
