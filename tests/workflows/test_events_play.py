@@ -90,3 +90,79 @@ def test_an_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.
     taken.write_text("not a folder\n", encoding="utf-8")
     code, _, stderr = dsx_here(capsys, "events", "play", "--out", str(taken), "--for", "1s")
     assert code == 2 and f"--out {taken}: exists and is not a folder" in stderr
+
+
+NEVER_REPAIRED = "sim:nodes=4,gpu=h100,racks=2,repair=never"
+
+
+def _stopped_run(out: Path) -> dict[str, object]:
+    """The one remediation's workflow.json, checked to be a run ``argo stop`` ended with its exit handler."""
+    (run,) = [p for p in out.iterdir() if p.name.startswith("dsx-remediate-")]
+    workflow = json.loads((run / "workflow.json").read_text())
+    assert workflow["spec"]["shutdown"] == "Stop"
+    assert (workflow["status"]["phase"], workflow["status"]["message"]) == (
+        "Failed",
+        "Stopped with strategy 'Stop'",
+    )
+    nodes = workflow["status"]["nodes"].values()
+    (exit_node,) = [n for n in nodes if n["displayName"] == f"{workflow['metadata']['name']}.onExit"]
+    assert exit_node["phase"] == "Succeeded"  # record-outcome and the releases ran
+    assert {n["displayName"] for n in nodes} >= {"record-outcome", "release-pair", "release"}
+    killed = [n for n in nodes if n["type"] == "Pod" and n["phase"] == "Failed"]
+    assert killed and all(n["message"] == "Stopped with strategy 'Stop'" for n in killed)
+    return workflow
+
+
+def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--for`` ends the play while the remediation waits for a repair that never comes: the run is
+    stopped with its exit handler (its outcome recorded), its workflow.json kept, and the play says so."""
+    out = tmp_path / "play"
+    code, stdout, stderr = dsx_here(
+        capsys,
+        "events", "play", "--cluster", NEVER_REPAIRED, "--agent", "--inject", "node-02:xid=79@1",
+        "--for", "10s", "--interval", "0.3", "-p", "repair-timeout=1h", "--out", str(out),
+    )  # fmt: skip
+    assert code == 1, stdout + stderr
+    workflow = _stopped_run(out)
+    name = workflow["metadata"]["name"]  # type: ignore[index]
+    assert f"stopping {name} as argo stop does" in stdout
+    assert f"{name}  Failed" in stdout and "(stopped when the play ended)" in stdout
+    ledger = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
+    assert ledger.unschedulable  # a stopped remediation leaves its node quarantined, never half given back
+
+
+def test_sigterm_stops_the_plays_runs_with_their_exit_handlers_and_exits_143(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.cli import REPO
+
+    out = tmp_path / "play"
+    argv = [
+        sys.executable, "-m", "workflows.cli", "events", "play", "--cluster", NEVER_REPAIRED, "--agent",
+        "--inject", "node-02:xid=79@1", "--for", "5m", "--interval", "0.3", "-p", "repair-timeout=1h",
+        "--out", str(out),
+    ]  # fmt: skip
+    play = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    assert play.stdout is not None
+    for line in play.stdout:
+        seen.append(line)
+        if "cordoned no -> yes" in line:  # the remediation is under way
+            break
+    play.send_signal(signal.SIGTERM)
+    rest, stderr = play.communicate(timeout=120)
+    stdout = "".join(seen) + rest
+    assert play.returncode == 143, stdout + stderr
+    assert "stopped by SIGTERM" in stdout
+    workflow = _stopped_run(out)
+    assert f"stopping {workflow['metadata']['name']} as argo stop does" in stdout  # type: ignore[index]

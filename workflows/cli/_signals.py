@@ -27,6 +27,9 @@ EXIT_TERMINATED = 128 + int(signal.SIGTERM)
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived while :func:`sigterm_as_interrupt` was active."""
 
+    signum = int(signal.SIGTERM)
+    """The signal, for code that tells it from Ctrl-C without importing this module."""
+
 
 def _raise(signum: int, frame: FrameType | None) -> None:
     raise Terminated()

@@ -81,12 +81,17 @@ def play_cmd(
 ) -> None:
     """Watch a cluster with dsx's compiled EventSources, apply their Sensors' filters, and run each
     workflow a trigger submits with the local runner, rate limits included. Exit 0 when every workflow
-    started Succeeded (and one was started), 1 otherwise, 2 on bad input."""
+    started Succeeded (and one was started), 1 otherwise, 2 on bad input.
+
+    However the play ends (--for, --until-done, Ctrl-C, SIGTERM), a workflow still running is stopped as
+    argo stop does (its exit handler runs, its workflow.json is kept) and reported; a second Ctrl-C or
+    SIGTERM terminates it. Ctrl-C exits 130, SIGTERM 143."""
     import time
 
     from steps.cluster import vocabulary as vocab
     from steps.durations import parse_duration
     from steps.errors import InputError
+    from workflows.cli._signals import sigterm_as_interrupt
     from workflows.compiler import compiled_documents
     from workflows.runner.eventplay import parse_injection, play
 
@@ -96,20 +101,22 @@ def play_cmd(
         raise InputError(f"--for {duration!r}: not a duration (90s, 10m)") from None
     if seconds <= 0:
         raise InputError(f"--for {duration!r}: must be longer than nothing (90s, 10m)")
-    result = play(
-        list(compiled_documents().values()),
-        cluster or os.environ.get(vocab.ENV_CLUSTER) or DEFAULT_FLEET,
-        _folder(out),
-        agent=agent,
-        injections=[parse_injection(text) for text in inject],
-        duration=seconds,
-        interval=interval,
-        until_done=until_done,
-        overrides=_overrides(parameter),
-        report=lambda line: typer.echo(f"{time.strftime('%H:%M:%S')}  {line}"),
-    )
+    with sigterm_as_interrupt():
+        result = play(
+            list(compiled_documents().values()),
+            cluster or os.environ.get(vocab.ENV_CLUSTER) or DEFAULT_FLEET,
+            _folder(out),
+            agent=agent,
+            injections=[parse_injection(text) for text in inject],
+            duration=seconds,
+            interval=interval,
+            until_done=until_done,
+            overrides=_overrides(parameter),
+            report=lambda line: typer.echo(f"{time.strftime('%H:%M:%S')}  {line}"),
+        )
     for run in result.runs:
-        typer.echo(f"{run.workflow_name}  {run.phase}  {run.run_dir}")
+        stopped = "  (stopped when the play ended)" if run.workflow_name in result.stopped else ""
+        typer.echo(f"{run.workflow_name}  {run.phase}  {run.run_dir}{stopped}")
     if not result.runs:
         typer.echo("no workflow was started", err=True)
     raise typer.Exit(result.exit_code)

@@ -17,18 +17,20 @@ from typing import Any
 
 from steps.errors import InputError
 from steps.files import make_folder, write_text
-from workflows.runner.engine import STOPPED_MESSAGE, Engine, go_json
+from workflows.runner.engine import Engine, go_json
 from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.resume import write_run_record
+from workflows.runner.state import RunState, Shutdown
 from workflows.runner.validate import validate
 
 __all__ = [
     "ARTIFACT_REPOSITORIES",
     "MAX_WORKFLOW_SIZE",
+    "RunControl",
     "plan",
     "resolve_parameters",
     "run",
@@ -38,6 +40,35 @@ __all__ = [
 ]
 
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+class RunControl:
+    """Stops a run of :func:`run` from another thread, as ``argo stop`` or ``argo terminate`` would.
+
+    A stop asked before the run has started is applied as soon as it does (its steps never start).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Engine | None = None
+        self._asked: Shutdown | None = None
+
+    def stop(self, strategy: Shutdown = "Stop") -> None:
+        """Stop the run: ``Stop`` runs its exit handler, ``Terminate`` does not."""
+        with self._lock:
+            self._asked = "Terminate" if "Terminate" in (self._asked, strategy) else strategy
+            engine = self._engine
+        if engine is not None:
+            engine.stop(strategy)
+
+    def attach(self, engine: Engine) -> None:
+        """Bind the run's engine (called by :func:`run`); a stop asked already is applied now."""
+        with self._lock:
+            self._engine, asked = engine, self._asked
+        if asked is not None:
+            engine.stop(asked)
+
+
 ARTIFACT_REPOSITORIES = ("local", "none")
 """``--artifact-repository``: ``local`` keeps artifacts in the run folder, standing for a configured
 repository; ``none`` plays a cluster without one (a default Argo install), where saving one fails."""
@@ -238,6 +269,7 @@ def run(
     library: Sequence[Mapping[str, Any]] = (),
     parameters: Mapping[str, str] | None = None,
     options: RunOptions | None = None,
+    control: RunControl | None = None,
 ) -> RunResult:
     """Run a Workflow or WorkflowTemplate on this machine with Argo's semantics.
 
@@ -249,7 +281,9 @@ def run(
     says Failed or Error. SIGINT (Ctrl-C) and SIGTERM stop the run as ``argo terminate`` does (Argo's
     ``Terminate`` strategy: running steps are killed, no exit handler runs): the run ends Failed with
     Argo's message "Stopped with strategy 'Terminate'", its ``workflow.json`` written, its folder kept,
-    and the result names the signal (:attr:`RunResult.signal`).
+    and the result names the signal (:attr:`RunResult.signal`). Another thread stops the run through
+    ``control``: ``Stop`` as ``argo stop`` does (running steps killed, then the exit handler runs; the run
+    ends Failed, "Stopped with strategy 'Stop'"), ``Terminate`` as above.
     """
     options = options or RunOptions()
     lib, values, entrypoint, cautions = _checked(entry, library, parameters or {}, options)
@@ -263,6 +297,8 @@ def run(
         raise
     # From here on the folder holds evidence: whatever happens, it is never deleted.
     write_run_record(run_dir, workflow_name, suspend_names(lib, entrypoint))
+    if control is not None:
+        control.attach(engine)
     refused = engine.artifact_repository_error()
     received: list[int] = []
     with _stop_on_signals(engine, received):
@@ -270,7 +306,7 @@ def run(
         if root is None:
             phase, message = Phase.Error, str(refused)
         else:
-            phase, message = _final_phase(root, exit_node, engine.state.stop.is_set())
+            phase, message = _final_phase(root, exit_node, engine.state)
         result = RunResult(
             phase=phase,
             message=message,
@@ -367,7 +403,7 @@ def _carry_out(
                 pass
         except KeyboardInterrupt:  # SIGINT where the handler could not be installed
             received.append(int(signal.SIGINT))
-            engine.state.stop.set()
+            engine.stop("Terminate")
             while not finished.wait(0.2):
                 pass
     finally:
@@ -378,14 +414,14 @@ def _carry_out(
     return nodes
 
 
-def _final_phase(root: NodeStatus, exit_node: NodeStatus | None, stopped: bool) -> tuple[Phase, str]:
+def _final_phase(root: NodeStatus, exit_node: NodeStatus | None, state: RunState) -> tuple[Phase, str]:
     """The workflow's phase and message: the root's, then a failed exit handler's; a stop ends it Failed."""
     phase = {Phase.Failed: Phase.Failed, Phase.Error: Phase.Error}.get(root.phase, Phase.Succeeded)
     message = root.message if phase is not Phase.Succeeded else ""
     if phase is Phase.Succeeded and exit_node is not None and exit_node.phase.failed_or_error:
         phase, message = exit_node.phase, exit_node.message
-    if stopped:
-        phase, message = Phase.Failed, STOPPED_MESSAGE
+    if state.shutdown is not None:
+        phase, message = Phase.Failed, state.stopped_message
     return phase, message
 
 
@@ -404,8 +440,7 @@ def _stop_on_signals(engine: Engine, received: list[int]) -> Iterator[None]:
 
     def stop(signum: int, _frame: Any) -> None:
         received.append(signum)
-        engine.state.stop.set()
-        engine.kill_all()
+        engine.stop("Terminate")
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -452,8 +487,8 @@ def _workflow_document(
         "entrypoint": entrypoint,
         "arguments": {"parameters": [{"name": k, "value": v} for k, v in result.parameters.items()]},
     }
-    if result.signal is not None:
-        spec["shutdown"] = "Terminate"  # what `argo terminate` sets on the Workflow
+    if engine.state.shutdown is not None:
+        spec["shutdown"] = engine.state.shutdown  # what `argo terminate` or `argo stop` sets on the Workflow
     if entry.get("kind") != "Workflow":
         spec["workflowTemplateRef"] = {
             "name": metadata.get("name"),

@@ -19,7 +19,7 @@ from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.nodes import error_node, finish, new_node
 from workflows.runner.scope import aggregate_error, member_lookup, template_outputs
-from workflows.runner.state import STOPPED_MESSAGE, Ctx, Member, RunState
+from workflows.runner.state import Ctx, Member, RunState
 from workflows.runner.steps import continues, run_member
 
 __all__ = ["assess_dag", "run_dag", "task_results"]
@@ -75,7 +75,7 @@ def run_dag(
     _schedule(state, node, graph, members, scope, ctx)
     phase, culprit = assess_dag(graph.targets, members, graph.deps, graph.continue_on)
     if phase is not Phase.Succeeded:
-        finish(state, node, phase, f"child '{culprit}' failed" if culprit else STOPPED_MESSAGE)
+        finish(state, node, phase, f"child '{culprit}' failed" if culprit else state.stopped_message)
         return
     failure = aggregate_error(members, members)  # Argo gathers every fan-out's outputs
     if failure is not None:

@@ -40,7 +40,7 @@ from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, RunOptions
 from workflows.runner.names import node_id, pod_name, step_or_task_name
 from workflows.runner.scope import global_lookup, workflow_globals
-from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState
+from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Shutdown
 from workflows.runner.synchronization import hold
 from workflows.runner.templates import DEPTH_MESSAGE, MAX_DEPTH, execute, transient
 from workflows.runner.templating import render_all
@@ -103,6 +103,16 @@ class Engine:
         if self.state.launcher.needed:
             threading.Thread(target=self.state.launcher.warm, name="dsx-warm", daemon=True).start()
 
+    def stop(self, strategy: Shutdown = "Terminate") -> None:
+        """Stop the run as ``argo terminate`` (``Terminate``) or ``argo stop`` (``Stop``) does: nothing new
+        starts, waits end, running steps are killed with their process groups; ``Stop`` still runs the
+        exit handler. A ``Terminate`` overrides an earlier ``Stop``, never the other way round."""
+        with self.state.lock:
+            if self.state.shutdown != "Terminate":
+                self.state.shutdown = strategy
+            self.state.stop.set()
+        self.kill_all()
+
     def kill_all(self) -> None:
         """Kill every step process still running (the run is over or being abandoned)."""
         with self.state.lock:
@@ -128,7 +138,9 @@ class Engine:
     def run(self, entrypoint: str) -> tuple[NodeStatus, NodeStatus | None]:
         """Run the entrypoint, then the workflow's ``onExit``; returns the root and exit handler nodes.
 
-        A stopped run skips the exit handler, as Argo's ``Terminate`` strategy does.
+        A run stopped with ``Terminate`` skips the exit handler, as Argo's ``Terminate`` strategy does; one
+        stopped with ``Stop`` runs it (Argo runs only the ``onExit`` pods of a workflow whose shutdown is
+        ``Stop``), unless a ``Terminate`` comes after.
         """
         state = self.state
         root_ctx = Ctx(boundary_id=None, parent_id=None, depth=1, display=state.workflow)
@@ -147,6 +159,9 @@ class Engine:
                 root_ctx,
             )
             on_exit = state.spec.get("onExit")
-            if not on_exit or state.stop.is_set():
-                return root, None
+            with state.lock:
+                if not on_exit or state.shutdown == "Terminate":
+                    return root, None
+                if state.shutdown == "Stop":
+                    state.stop.clear()  # the steps of the exit handler run; a Terminate still ends them
             return root, run_workflow_exit(state, root, str(on_exit))

@@ -8,18 +8,25 @@ compiled WorkflowTemplate in a run folder of its own under ``out``. Runs share t
 workflow's ``synchronization`` mutex (``dsx-remediate-<node>``) holds between them as in Argo.
 Changes a person watches for (the taint, the cordon, ``dsx.dev/state``, the certification label, the
 boot id) are reported as they happen.
+
+However the play ends (its ``--for``, ``--until-done``, Ctrl-C or SIGTERM), the workflows still running
+are stopped as ``argo stop`` stops a Workflow: their running steps are killed, their exit handlers run,
+each ends Failed ("Stopped with strategy 'Stop'") with its ``workflow.json`` in its run folder, and the
+play reports them. A second Ctrl-C or SIGTERM while they wind down terminates them (``argo terminate``:
+no more exit handler).
 """
 
 from __future__ import annotations
 
 import secrets
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
@@ -28,8 +35,12 @@ from steps.errors import InputError
 from steps.files import make_folder
 from workflows.runner.events import Player, Submission, load
 from workflows.runner.model import Phase, RunOptions, RunResult
+from workflows.runner.state import Shutdown
 
-__all__ = ["Injection", "PlayResult", "local_submitter", "parse_injection", "play"]
+if TYPE_CHECKING:
+    from workflows.runner.api import RunControl
+
+__all__ = ["Injection", "PlayResult", "Runs", "local_submitter", "parse_injection", "play"]
 
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -74,11 +85,53 @@ class PlayResult:
     runs: list[RunResult] = field(default_factory=list)
     injected: list[Injection] = field(default_factory=list)
     timed_out: bool = False
+    stopped: list[str] = field(default_factory=list)
+    """The workflows that were still running when the play ended, and were stopped."""
+    signal: int | None = None
+    """The signal (SIGINT 2, SIGTERM 15) that ended the play; None when it ended by itself."""
 
     @property
     def exit_code(self) -> int:
-        """0 when every run Succeeded (and there was one), else 1."""
+        """130 or 143 when Ctrl-C or SIGTERM ended the play (as a shell reports a process it killed), else
+        0 when every run Succeeded (and there was one), else 1."""
+        if self.signal is not None:
+            return 128 + self.signal
         return 0 if self.runs and all(r.phase is Phase.Succeeded for r in self.runs) else 1
+
+
+class Runs:
+    """The runs a play started that are still going, each with its :class:`RunControl`; once the play
+    stops them, a run that starts late is stopped as it starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, RunControl] = {}
+        self._stopping: Shutdown | None = None
+
+    def begin(self, name: str) -> RunControl:
+        """The control of a run about to start (stopped already when the play is winding down)."""
+        from workflows.runner.api import RunControl
+
+        control = RunControl()
+        with self._lock:
+            self._running[name] = control
+            if self._stopping is not None:
+                control.stop(self._stopping)
+        return control
+
+    def end(self, name: str) -> None:
+        """The run has ended."""
+        with self._lock:
+            self._running.pop(name, None)
+
+    def stop_all(self, strategy: Shutdown) -> list[str]:
+        """Stop every run still going; their names."""
+        with self._lock:
+            self._stopping = "Terminate" if "Terminate" in (self._stopping, strategy) else strategy
+            running = dict(self._running)
+        for control in running.values():
+            control.stop(strategy)
+        return sorted(running)
 
 
 def _watched(node: Node) -> dict[str, str]:
@@ -121,10 +174,12 @@ def local_submitter(
     overrides: Mapping[str, str],
     runs: list[RunResult],
     report: Callable[[str], None],
+    running: Runs | None = None,
 ) -> Callable[[Submission], None]:
     """Run each submission's WorkflowTemplate among ``documents`` with the local runner against ``spec``,
-    in a run folder of its own under ``out``; each result is appended to ``runs``. Raises InputError
-    (a failed submission) when the template is not there."""
+    in a run folder of its own under ``out``; each result is appended to ``runs``, each run going is in
+    ``running`` (which can stop it). Raises InputError (a failed submission) when the template is not
+    there."""
     from workflows.runner.api import run
 
     templates = {str(d["metadata"]["name"]): d for d in documents if d.get("kind") == "WorkflowTemplate"}
@@ -140,7 +195,11 @@ def local_submitter(
         name = f"{submission.template}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
         library = [d for d in templates.values() if d is not template]
         options = RunOptions(out_dir=out / name, workflow_name=name, cluster=spec)
-        result = run(template, library, params, options)
+        going = running or Runs()
+        try:
+            result = run(template, library, params, options, control=going.begin(name))
+        finally:
+            going.end(name)
         with lock:
             runs.append(result)
         ended = f"workflow {name}: {result.phase}" + (f" ({result.message})" if result.message else "")
@@ -209,7 +268,8 @@ def play(
         raise
     result = PlayResult(out=out, cluster=spec)
     sentinels = _agents(spec, nodes) if agent else []
-    submit = local_submitter(documents, spec, out, overrides or {}, result.runs, report)
+    running = Runs()
+    submit = local_submitter(documents, spec, out, overrides or {}, result.runs, report, running)
     player = Player(port, sources, sensors, submit, report)
     observer = _Observer(port, report)
     pending = sorted(injections, key=lambda i: i.after)
@@ -234,8 +294,29 @@ def play(
                 report(f"stopped after {duration:g}s")
                 break
             time.sleep(interval)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM where the caller turns it into one (signum)
+        result.signal = int(getattr(exc, "signum", signal.SIGINT))
+        report(f"stopped by {signal.Signals(result.signal).name}")
     finally:
-        player.stop.set()
-    for thread in player.threads:
-        thread.join(timeout=0)
+        player.stop.set()  # no new submission; one waiting for its slot gives up
+    _wind_down(player, running, result, report)
     return result
+
+
+def _wind_down(player: Player, running: Runs, result: PlayResult, report: Callable[[str], None]) -> None:
+    """Stop the runs still going as ``argo stop`` does and wait for them (their exit handlers); a second
+    Ctrl-C or SIGTERM meanwhile terminates them."""
+    result.stopped = running.stop_all("Stop")
+    if result.stopped:
+        report(
+            f"stopping {', '.join(result.stopped)} as argo stop does: running steps killed, exit handlers run"
+        )
+    try:
+        for thread in player.threads:
+            thread.join()
+    except KeyboardInterrupt:
+        report(
+            f"terminating {', '.join(running.stop_all('Terminate')) or 'nothing'}: exit handlers cut short"
+        )
+        for thread in player.threads:
+            thread.join()

@@ -193,4 +193,5 @@ def wait_for(
         slice_ = 0.25 if deadline is None else max(0.0, min(0.25, deadline - now))
         code = process.wait(slice_)
         if code is not None:
-            return code, "exit"
+            # A stop kills the process from another thread: its end is the stop's, not its own.
+            return code, "stop" if stop.is_set() else "exit"

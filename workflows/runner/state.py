@@ -19,16 +19,20 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from workflows.runner.executor import Launcher
 from workflows.runner.library import Library
 from workflows.runner.model import NodeStatus, RunOptions
 
-__all__ = ["STOPPED_MESSAGE", "Ctx", "Member", "RunState", "Stopped"]
+__all__ = ["STOPPED_MESSAGE", "Ctx", "Member", "RunState", "Shutdown", "Stopped"]
 
 STOPPED_MESSAGE = "Stopped with strategy 'Terminate'"
 """Argo's message for a node (and a workflow) ended by ``argo terminate`` (the run's stop)."""
+
+Shutdown = Literal["Stop", "Terminate"]
+"""Argo's shutdown strategies: ``Terminate`` (``argo terminate``) kills running steps and skips the exit
+handler; ``Stop`` (``argo stop``) kills running steps too, then runs the exit handler."""
 
 
 class Stopped(Exception):
@@ -85,7 +89,9 @@ class RunState:
         uid: the workflow's uid.
         lock: guards the node tree and every set below.
         nodes: every node so far, by ID.
-        stop: set when the run is stopped (SIGINT, SIGTERM): nothing new starts, waits end.
+        stop: set when the run is stopped (SIGINT, SIGTERM, a caller's stop): nothing new starts, waits
+            end; cleared again for a ``Stop``'s exit handler.
+        shutdown: how the run was stopped (None while it was not).
         globals: the global scope (``workflow.*``).
         workflow_slots: ``spec.parallelism``, counted over pods.
         boundary_slots: a dag or steps node's ``parallelism``, by node ID.
@@ -109,6 +115,7 @@ class RunState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     nodes: dict[str, NodeStatus] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    shutdown: Shutdown | None = None
     globals: dict[str, str] = field(default_factory=dict)
     workflow_slots: threading.BoundedSemaphore | None = field(init=False, default=None)
     boundary_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
@@ -118,6 +125,11 @@ class RunState:
     sys_path: list[str] = field(default_factory=_sys_path)
     port: Any = None
     port_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def stopped_message(self) -> str:
+        """Argo's message for what the run's stop ended: "Stopped with strategy 'Stop'" or '...Terminate'."""
+        return f"Stopped with strategy '{self.shutdown or 'Terminate'}'"
 
     def __post_init__(self) -> None:
         parallelism = self.spec.get("parallelism")

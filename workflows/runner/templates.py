@@ -24,7 +24,7 @@ from workflows.runner.names import pod_name
 from workflows.runner.nodes import error_node, finish, new_node, running, set_message, slot
 from workflows.runner.resume import resumed_by
 from workflows.runner.scope import ABSENT, global_lookup
-from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Stopped
+from workflows.runner.state import Ctx, RunState, Stopped
 from workflows.runner.synchronization import hold
 from workflows.runner.templating import Unresolved, render_all
 from workflows.runner.values import item_text, params_json
@@ -310,7 +310,7 @@ def execute_body(state: RunState, call: Invocation) -> NodeStatus:
             running(state, node)
             _run_kind(state, node, body, call)
     except Stopped:
-        finish(state, node, Phase.Failed, STOPPED_MESSAGE)
+        finish(state, node, Phase.Failed, state.stopped_message)
     except NodeError as exc:
         finish(state, node, Phase.Error, str(exc))
     except Exception as exc:  # a runner bug must not leave the node running for ever

@@ -26,7 +26,7 @@ from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.names import step_or_task_name
 from workflows.runner.nodes import finish, folder
 from workflows.runner.paths import LOCAL_PREFIXES, local_path, outside_message
-from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState
+from workflows.runner.state import Ctx, RunState
 from workflows.runner.values import script_result, trim_newline
 
 __all__ = [
@@ -165,7 +165,7 @@ def run_pod(state: RunState, node: NodeStatus, body: Mapping[str, Any], kind: st
         outputs["exitCode"] = str(code)
     node.outputs = outputs
     if why == "stop":
-        finish(state, node, Phase.Failed, STOPPED_MESSAGE)
+        finish(state, node, Phase.Failed, state.stopped_message)
     elif why == "deadline":
         finish(state, node, Phase.Failed, DEADLINE_MESSAGE)
     else:
