@@ -492,7 +492,7 @@ def test_rank_pod_defaults_follow_the_chart_version(fixture_chart: Path) -> None
 # ------------------------------------------------------------------ the sentinel DaemonSet
 
 
-def _sentinel_grants(dsx: str = "gpu-ops", sentinel: str = "gpu-ops") -> list[tuple[str, str, str, str]]:
+def _sentinel_grants(dsx: str = "gpu-ops", sentinel: str = "dsx-sentinel") -> list[tuple[str, str, str, str]]:
     """What steps/sentinel/agent.py calls through the cluster port, and nothing else: its node's writes, node
     Events, the taint budget's ConfigMap in dsx's namespace, and its own DaemonSet (the GPU node count)."""
     return sorted(
@@ -649,7 +649,8 @@ def test_the_sentinel_takes_its_taint_budget_and_fabric_nics_from_the_values() -
     _, container = _sentinel(_render(CHART))
     args = dict(a.split("=", 1) for a in container["args"])
     assert (args["--taint-budget"], args["--taint-budget-window"]) == ("0.1", "1h")
-    assert parse_daemonset(args["--fleet-daemonset"]) == ("gpu-ops", "dsx-sentinel")  # the DaemonSet itself
+    # the DaemonSet itself, in the sentinel's own namespace
+    assert parse_daemonset(args["--fleet-daemonset"]) == ("dsx-sentinel", "dsx-sentinel")
     assert "--fabric-nics" not in args  # the RDMA ports and the interfaces up at start
     assert _env(container)[vocab.ENV_NAMESPACE] == "gpu-ops"  # the budget beside the breaker
     _, custom = _sentinel(
@@ -841,3 +842,58 @@ def test_the_service_monitor_is_rendered_only_when_asked() -> None:
     assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
     assert endpoint["path"] == "/metrics"
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
+
+
+# ------------------------------------------------------------------ no privilege to borrow
+
+
+def _policies(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The ValidatingAdmissionPolicies by name, each checked to have its Deny binding."""
+    policies = {d["metadata"]["name"]: d for d in _of(docs, "ValidatingAdmissionPolicy")}
+    bindings = {d["spec"]["policyName"]: d for d in _of(docs, "ValidatingAdmissionPolicyBinding")}
+    assert set(bindings) == set(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+    return policies
+
+
+def test_the_accounts_that_create_jobs_and_workflows_are_pinned_by_admission_policies() -> None:
+    policies = _policies(_render(CHART))
+    jobs, workflows = policies["dsx-dsx-rank-jobs"], policies["dsx-dsx-remediate-workflows"]
+    users = "system:serviceaccount:gpu-ops:"
+    (matched,) = jobs["spec"]["matchConditions"]
+    assert matched["expression"] == (
+        f'request.userInfo.username in ["{users}dsx-certify","{users}dsx-bisect","{users}dsx-remediate"]'
+    )
+    assert jobs["spec"]["failurePolicy"] == "Fail"
+    rules = " ".join(v["expression"] for v in jobs["spec"]["validations"])
+    assert 'variables.pod.serviceAccountName == "dsx-ranks"' in rules
+    assert 'x in ["IPC_LOCK"]' in rules and "hostNetwork" in rules and "hostPath" in rules
+    (matched,) = workflows["spec"]["matchConditions"]
+    assert matched["expression"] == f'request.userInfo.username in ["{users}dsx-reconcile"]'
+
+    widened = _policies(
+        _render(
+            CHART,
+            "admission.rankCapabilities={IPC_LOCK,NET_RAW}",
+            "admission.rankHostNetwork=true",
+            "events.enabled=true",
+            "serviceAccounts.names.ranks=ranks",
+        )
+    )
+    rules = " ".join(v["expression"] for v in widened["dsx-dsx-rank-jobs"]["spec"]["validations"])
+    assert 'x in ["IPC_LOCK","NET_RAW"]' in rules and "hostNetwork" not in rules
+    assert 'variables.pod.serviceAccountName == "ranks"' in rules
+    (matched,) = widened["dsx-dsx-remediate-workflows"]["spec"]["matchConditions"]
+    assert f'"{users}dsx-remediate-sensor"' in matched["expression"]
+    assert _policies(_render(CHART, "admission.enabled=false")) == {}
+
+
+def test_the_sentinel_lives_in_a_privileged_namespace_of_its_own_by_default() -> None:
+    docs = _render(CHART)
+    (namespace,) = _of(docs, "Namespace")
+    assert namespace["metadata"]["name"] == "dsx-sentinel"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    (daemonset,) = _of(docs, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == "dsx-sentinel"
+    assert _of(_render(CHART, "sentinel.createNamespace=false"), "Namespace") == []
+    assert _of(_render(CHART, "sentinel.namespace="), "Namespace") == []  # the chart's own namespace
