@@ -24,7 +24,7 @@ from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.resume import write_run_record
-from workflows.runner.state import RunState, Shutdown
+from workflows.runner.state import RunState, Shutdown, Stopped
 from workflows.runner.validate import validate
 
 __all__ = [
@@ -303,7 +303,9 @@ def run(
     received: list[int] = []
     with _stop_on_signals(engine, received):
         root, exit_node = _carry_out(engine, entrypoint, refused is not None, received)
-        if root is None:
+        if root is None and refused is None:  # stopped while it waited for its workflow's mutex
+            phase, message = Phase.Failed, engine.state.stopped_message
+        elif root is None:
             phase, message = Phase.Error, str(refused)
         else:
             phase, message = _final_phase(root, exit_node, engine.state)
@@ -380,7 +382,8 @@ def _run_folder(entry: Mapping[str, Any], options: RunOptions) -> tuple[str, Pat
 def _carry_out(
     engine: Engine, entrypoint: str, refused: bool, received: list[int]
 ) -> tuple[NodeStatus | None, NodeStatus | None]:
-    """Run the workflow in its own thread (no nodes when ``refused``); the root and exit nodes.
+    """Run the workflow in its own thread; the root and exit nodes (none when ``refused``, or when the run
+    was stopped while it waited for its workflow's mutex).
 
     The calling thread only waits, so a signal handler or a KeyboardInterrupt can stop the run; every
     step process still running is killed before this returns. An exception in the run is raised here.
@@ -391,6 +394,8 @@ def _carry_out(
     def work() -> None:
         try:
             outcome["nodes"] = (None, None) if refused else engine.run(entrypoint)
+        except Stopped:  # stopped while it waited for the workflow's mutex: nothing ran, nothing to exit
+            outcome["nodes"] = (None, None)
         except BaseException as exc:  # surfaced in the calling thread
             outcome["error"] = exc
         finally:

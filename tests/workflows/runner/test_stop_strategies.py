@@ -3,6 +3,7 @@ strategies): both kill the running step and start nothing new; ``Stop`` then run
 ``Terminate`` does not. The events player stops its runs with ``Stop`` when it ends."""
 
 import dataclasses
+import json
 import threading
 import time
 from pathlib import Path
@@ -78,3 +79,54 @@ def test_a_stop_asked_before_the_run_starts_applies_as_it_starts(tmp_path: Path)
     assert (result.phase, result.message) == (Phase.Failed, "Stopped with strategy 'Stop'")
     assert not [n for n in result.nodes.values() if n.display_name == "long"]  # its steps never started
     assert [n.phase for n in result.nodes.values() if n.display_name.endswith(".onExit")] == [Phase.Succeeded]
+
+
+LOCKED = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {name: locked}
+spec:
+  entrypoint: main
+  onExit: exit
+  synchronization: {mutexes: [{name: one-at-a-time}]}
+  templates:
+  - name: main
+    script: {image: busybox, command: [sh], source: 'sleep 4'}
+  - name: exit
+    script: {image: busybox, command: [sh], source: 'echo bye'}
+"""
+
+
+@pytest.mark.parametrize("strategy", ["Stop", "Terminate"])
+def test_a_run_stopped_while_it_waits_for_its_workflows_mutex_ends_failed_having_run_nothing(
+    tmp_path: Path, strategy: str
+) -> None:
+    """The second of two runs sharing a workflow-level mutex waits; stopped then, it ends Failed with the
+    stop's message, no node and its workflow.json, never an exception (an exit handler would need the
+    mutex it never held)."""
+    first = threading.Thread(
+        target=run,
+        args=(
+            yaml.safe_load(LOCKED),
+            [],
+            {},
+            RunOptions(allow_host_commands=True, out_dir=tmp_path / "first"),
+        ),
+    )
+    first.start()
+    while not list((tmp_path / "first").rglob("stdout.log")):  # the first holds the mutex
+        time.sleep(0.05)
+    control = RunControl()
+    threading.Timer(0.5, control.stop, (strategy,)).start()
+    second = tmp_path / "second"
+    result = run(
+        yaml.safe_load(LOCKED), [], {}, RunOptions(allow_host_commands=True, out_dir=second), control=control
+    )
+    first.join()
+    assert (result.phase, result.message, result.nodes) == (
+        Phase.Failed,
+        f"Stopped with strategy '{strategy}'",
+        {},
+    )
+    document = json.loads((second / "workflow.json").read_text())
+    assert document["status"]["phase"] == "Failed" and document["spec"]["shutdown"] == strategy
