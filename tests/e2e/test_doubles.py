@@ -320,7 +320,8 @@ def test_a_reboot_comes_back_in_the_same_stages_on_the_simulated_fleet_and_the_r
     the real control plane through the
     process kubelet, on the simulated fleet (``reboot-ready=20s,reboot-clear=40s``) through dsx's repair
     request. Each is watched through dsx's port until the condition clears; the stages seen are the same:
-    the new boot id while NotReady, then Ready, then the condition cleared."""
+    the new boot id while NotReady (with the node lifecycle controller's not-ready taints), then Ready,
+    then the condition cleared."""
     real_api, _ = load_api_client(str(own_cluster.kubeconfig))
     real = KubeCluster(real_api, namespace="gpu-ops")
     # A reboot kills the node's pods: reboot one that runs none (the Events tier's pods run somewhere).
@@ -361,3 +362,11 @@ def test_a_reboot_comes_back_in_the_same_stages_on_the_simulated_fleet_and_the_r
     expected = [(False, True, True), (True, False, True), (True, True, True), (True, True, False)]
     assert [stage for stage, _ in read["real"]] == expected, read
     assert [stage for stage, _ in read["sim"]] == expected, read
+    # The taints: while NotReady, the node lifecycle controller's not-ready taints (NoSchedule and
+    # NoExecute) on both; otherwise the same, except that the real controller may take its NoExecute taint
+    # off a moment after Ready (its tainting pass), which the double does in the same write.
+    taints = {name: [seen for _, seen in stages_read] for name, stages_read in read.items()}
+    not_ready = {"node.kubernetes.io/not-ready:NoSchedule", "node.kubernetes.io/not-ready:NoExecute"}
+    assert taints["sim"][1] == taints["real"][1] and not_ready <= taints["real"][1], read
+    for sim_seen, real_seen in zip(taints["sim"], taints["real"], strict=True):
+        assert sim_seen <= real_seen and real_seen - sim_seen <= not_ready, read

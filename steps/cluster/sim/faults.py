@@ -8,7 +8,8 @@
 ``xid=N[@I]``             GPU I (default 0) reported XID N
 ``failing-gpu[=I]``       GPU I (default 0) is unhealthy: the device plugin stops offering it
 ``ecc=N[@I]``             GPU I (default 0) has N uncorrectable ECC errors
-``not-ready``             the kubelet stops posting ready status (Ready condition False)
+``not-ready``             the kubelet stops posting ready status (Ready condition False; the node
+                          lifecycle controller's not-ready taints, NoSchedule and NoExecute)
 ``api-errors=N``          the next N API requests about this node fail with HTTP 500
 ``reading:NAME=VALUE``    any further figure another part models (kept in ``health.readings``)
 ``pcie-degraded[@I]``     GPU I (default 0) runs its PCIe link a generation lower on half its lanes
@@ -48,6 +49,7 @@ from steps.cluster.health import NicReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, Pod
 from steps.cluster.sim.gpus import cuda_for_driver, driver_labels
 from steps.cluster.sim.model import Fleet, NodeHealth, owner_key
+from steps.cluster.sim.repair import not_ready_taints
 from steps.errors import InputError
 
 __all__ = ["FAULT_KINDS", "VERSION_FAULTS", "apply_fault"]
@@ -294,6 +296,7 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
             else c
             for c in state.conditions
         ]
+        state.taints = not_ready_taints(state.taints, ready=False)
     elif kind in ("pcie-degraded", "nvlink-down", "thermal"):
         if value is not None:
             raise InputError(f"fault {fault!r} on {node}: {kind} takes a GPU, not a value ({kind}@I)")

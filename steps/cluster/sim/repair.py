@@ -27,10 +27,19 @@ import uuid
 from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import format_time
 from steps.cluster.health import NvlinkReport
-from steps.cluster.port import GPU_RESOURCE, Node
+from steps.cluster.port import GPU_RESOURCE, Node, Taint
 from steps.cluster.sim.model import Fleet
 
-__all__ = ["REPAIR_MODES", "boot_id", "due", "reboot_due", "schedule", "settle"]
+__all__ = [
+    "NOT_READY_TAINT",
+    "REPAIR_MODES",
+    "boot_id",
+    "due",
+    "not_ready_taints",
+    "reboot_due",
+    "schedule",
+    "settle",
+]
 
 REPAIR_MODES = ("ok", "fail", "never")
 
@@ -72,8 +81,27 @@ def _stamp(now: float) -> str:
     return format_time(dt.datetime.fromtimestamp(now, dt.UTC))
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+"""The taint Kubernetes' node lifecycle controller puts on a node whose Ready condition is False, with both
+effects (``NoSchedule`` by condition, ``NoExecute`` for taint-based eviction), and takes off once it is
+True."""
+
+
+def not_ready_taints(taints: list[Taint], ready: bool) -> list[Taint]:
+    """``taints`` with the node lifecycle controller's not-ready taints on (``ready`` False) or off."""
+    kept = [t for t in taints if t.key != NOT_READY_TAINT]
+    if ready:
+        return kept
+    return [
+        *kept,
+        Taint(key=NOT_READY_TAINT, effect="NoSchedule"),
+        Taint(key=NOT_READY_TAINT, effect="NoExecute"),
+    ]
+
+
 def _ready(node: Node, now: float, status: bool = True) -> Node:
-    """The kubelet's Ready condition, True (or False: the node is still starting)."""
+    """The kubelet's Ready condition, True (or False: the node is still starting), with the taints the
+    node lifecycle controller sets by it."""
     wanted = "True" if status else "False"
     conditions = [
         c.model_copy(
@@ -91,7 +119,7 @@ def _ready(node: Node, now: float, status: bool = True) -> Node:
         else c
         for c in node.conditions
     ]
-    return node.model_copy(update={"conditions": conditions})
+    return node.model_copy(update={"conditions": conditions, "taints": not_ready_taints(node.taints, status)})
 
 
 def _clear(node: Node, now: float) -> Node:

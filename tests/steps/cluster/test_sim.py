@@ -90,6 +90,27 @@ def test_faults_change_the_health_the_other_parts_read() -> None:
     assert port.health("node-00").gpus[1].xids == (94,)
 
 
+def test_a_node_not_ready_carries_the_node_lifecycle_controllers_not_ready_taints() -> None:
+    """As Kubernetes' node lifecycle controller taints a node whose Ready is False (NoSchedule and
+    NoExecute, ``node.kubernetes.io/not-ready``) and untaints it once Ready: the not-ready fault, and a
+    repair's reboot while the node starts (the e2e tier compares the reboot with the real controller)."""
+    import time
+
+    not_ready = [
+        ("node.kubernetes.io/not-ready", "NoSchedule"),
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+    ]
+    port = _sim("sim:nodes=2,gpu=h100,faults=node-01:not-ready,repair-delay=0,reboot-ready=0.4s")
+    assert [(t.key, t.effect) for t in port.get_node("node-01").taints] == not_ready
+    assert port.get_node("node-00").taints == []
+    port.set_annotations("node-00", {vocab.ANNOTATION_REPAIR_REQUESTED_AT: "2026-01-01T00:00:00Z"})
+    rebooting = port.get_node("node-00")
+    assert not rebooting.ready and [(t.key, t.effect) for t in rebooting.taints] == not_ready
+    time.sleep(0.6)
+    back = port.get_node("node-00")
+    assert back.ready and back.taints == []
+
+
 def test_node_scoped_api_errors_hit_only_that_node() -> None:
     port = _sim("sim:nodes=4,faults=node-02:api-errors=2")
     port.get_node("node-01")
