@@ -129,8 +129,8 @@ def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
     name = workflow["metadata"]["name"]  # type: ignore[index]
     assert f"stopping {name} as argo stop does" in stdout
     assert f"{name}  Failed" in stdout and "(stopped when the play ended)" in stdout
-    ledger = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
-    assert ledger.unschedulable  # a stopped remediation leaves its node quarantined, never half given back
+    node = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
+    assert node.unschedulable  # a stopped remediation leaves its node quarantined, never half given back
 
 
 def test_sigterm_stops_the_plays_runs_with_their_exit_handlers_and_exits_143(tmp_path: Path) -> None:
