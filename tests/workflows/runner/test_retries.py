@@ -80,7 +80,8 @@ def test_backoff_waits_only_under_a_limit(tmp_path: Path) -> None:
 
 def test_max_duration_is_checked_before_the_policy(tmp_path: Path) -> None:
     retry = {"limit": 3, "retryPolicy": "OnError", "backoff": {"duration": "1s", "maxDuration": "1ms"}}
-    result, _ = _retried(tmp_path, "exit 3", retry)
+    # the attempt outlasts maxDuration for sure (an instant "exit 3" may end within the millisecond)
+    result, _ = _retried(tmp_path, "sleep 0.05; exit 3", retry)
     node = result.node("t")
     assert (node.phase, node.message) == (Phase.Failed, "Max duration limit exceeded")
     assert node.outputs["exitCode"] == "3"  # the retry node keeps its last attempt's outputs
