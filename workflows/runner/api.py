@@ -24,7 +24,7 @@ from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
 from workflows.runner.resume import write_run_record
-from workflows.runner.state import RunState, Shutdown, Stopped
+from workflows.runner.state import RunState, Shutdown, Stopped, stronger
 from workflows.runner.validate import validate
 
 __all__ = [
@@ -56,7 +56,7 @@ class RunControl:
     def stop(self, strategy: Shutdown = "Stop") -> None:
         """Stop the run: ``Stop`` runs its exit handler, ``Terminate`` does not."""
         with self._lock:
-            self._asked = "Terminate" if "Terminate" in (self._asked, strategy) else strategy
+            self._asked = stronger(self._asked, strategy)
             engine = self._engine
         if engine is not None:
             engine.stop(strategy)

@@ -40,7 +40,7 @@ from workflows.runner.library import Library, spec_of
 from workflows.runner.model import NodeStatus, RunOptions
 from workflows.runner.names import node_id, pod_name, step_or_task_name
 from workflows.runner.scope import global_lookup, workflow_globals
-from workflows.runner.state import STOPPED_MESSAGE, Ctx, RunState, Shutdown
+from workflows.runner.state import Ctx, RunState, Shutdown, stronger
 from workflows.runner.synchronization import hold
 from workflows.runner.templates import DEPTH_MESSAGE, MAX_DEPTH, execute, transient
 from workflows.runner.templating import render_all
@@ -53,7 +53,6 @@ __all__ = [
     "DEPTH_MESSAGE",
     "MAX_DEPTH",
     "MAX_RESULT_BYTES",
-    "STOPPED_MESSAGE",
     "Engine",
     "go_json",
     "go_quote",
@@ -108,8 +107,7 @@ class Engine:
         starts, waits end, running steps are killed with their process groups; ``Stop`` still runs the
         exit handler. A ``Terminate`` overrides an earlier ``Stop``, never the other way round."""
         with self.state.lock:
-            if self.state.shutdown != "Terminate":
-                self.state.shutdown = strategy
+            self.state.shutdown = stronger(self.state.shutdown, strategy)
             self.state.stop.set()
         self.kill_all()
 

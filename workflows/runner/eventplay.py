@@ -35,7 +35,7 @@ from steps.errors import InputError
 from steps.files import make_folder
 from workflows.runner.events import Player, Submission, load
 from workflows.runner.model import Phase, RunOptions, RunResult
-from workflows.runner.state import Shutdown
+from workflows.runner.state import Shutdown, stronger
 
 if TYPE_CHECKING:
     from workflows.runner.api import RunControl
@@ -127,7 +127,7 @@ class Runs:
     def stop_all(self, strategy: Shutdown) -> list[str]:
         """Stop every run still going; their names."""
         with self._lock:
-            self._stopping = "Terminate" if "Terminate" in (self._stopping, strategy) else strategy
+            self._stopping = stronger(self._stopping, strategy)
             running = dict(self._running)
         for control in running.values():
             control.stop(strategy)

@@ -25,18 +25,22 @@ from workflows.runner.executor import Launcher
 from workflows.runner.library import Library
 from workflows.runner.model import NodeStatus, RunOptions
 
-__all__ = ["STOPPED_MESSAGE", "Ctx", "Member", "RunState", "Shutdown", "Stopped"]
-
-STOPPED_MESSAGE = "Stopped with strategy 'Terminate'"
-"""Argo's message for a node (and a workflow) ended by ``argo terminate`` (the run's stop)."""
+__all__ = ["Ctx", "Member", "RunState", "Shutdown", "Stopped", "stronger"]
 
 Shutdown = Literal["Stop", "Terminate"]
 """Argo's shutdown strategies: ``Terminate`` (``argo terminate``) kills running steps and skips the exit
 handler; ``Stop`` (``argo stop``) kills running steps too, then runs the exit handler."""
 
 
+def stronger(current: Shutdown | None, asked: Shutdown) -> Shutdown:
+    """The strategy a run stops with once ``asked`` comes after ``current``: a ``Terminate`` overrides a
+    ``Stop``, never the other way round."""
+    return "Terminate" if "Terminate" in (current, asked) else asked
+
+
 class Stopped(Exception):
-    """The run is being stopped: whatever waits gives up, and its node ends Failed with STOPPED_MESSAGE."""
+    """The run is being stopped: whatever waits gives up, and its node ends Failed with the run's
+    ``stopped_message``."""
 
 
 @dataclass
