@@ -22,6 +22,15 @@ Two channels, kept apart because a fault shows in one or the other:
 
 The probability of a node is its marginal over ``P``; the search accuses a node at ``1 - alpha`` and calls the
 group clear when what is left of the fault mass is under ``alpha``.
+
+One fault at a time overstates a node's guilt when others are faulty too: a healthy node that failed once
+beside a faulty member of a split and once beside a faulty partner (that happened to pass its earlier tests)
+looks, to that model, like the one fault. So before an accusation the search asks a second model that lets
+every node be faulty on its own (:meth:`Evidence.independent`, each node faulty a priori with
+:data:`INDEPENDENT_PRIOR`): a failed test then blames a member only as far as the others in it, as likely
+faulty as their own tests make them, leave it unexplained. Its marginals come from a mean-field fixed point
+(each node's probability given the others', a few damped rounds), the approximation belief propagation makes
+for noisy group testing. A node is accused only when both models put it at ``1 - alpha``.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "DELTA", "P_MIN", "SPURIOUS", "Evidence", "caught", "screening_runs"]
+__all__ = ["ALPHA", "DELTA", "INDEPENDENT_PRIOR", "P_MIN", "SPURIOUS", "Evidence", "caught", "screening_runs"]
 
 ALPHA = 0.01
 """Accuse a node at probability ``1 - ALPHA``, clear it under ``ALPHA``."""
@@ -42,7 +51,11 @@ P_MIN = 0.2
 SPURIOUS = 0.005
 """The rate at which a healthy test fails anyway."""
 
+INDEPENDENT_PRIOR = 0.01
+"""In the model of independent faults, the prior probability that a node is faulty."""
+
 _GRID = 9
+_ROUNDS = 8
 _TINY = 1e-12
 
 
@@ -197,6 +210,38 @@ class Evidence:
                 others = rest if others is None else others & rest
                 vouched = vouched or all(self.passes[j] > 0 for j in rest)
         return others is not None and not others and vouched
+
+    def independent(self, prior: float = INDEPENDENT_PRIOR) -> np.ndarray:
+        """Each node's probability of being faulty when every node may be, independently (see the module
+        docstring); accused nodes count as faulty at their estimated intermittence."""
+        size = len(self.nodes)
+        p = self.p
+        chance = np.full(size, prior)
+        shown = np.full(size, float(np.mean(p)))  # a faulty node's expected intermittence
+        known = np.array(sorted(self.accused), dtype=int)
+        known_p = np.array([self.intermittence[int(i)] for i in known])
+        chance[known], shown[known] = 1.0, known_p
+        prior_odds = math.log(prior / (1.0 - prior))
+        log_pass = np.log(np.maximum(1.0 - p, _TINY))
+        for _ in range(_ROUNDS):
+            ratio = np.zeros((size, len(p)))
+            quiet = np.log(np.maximum(1.0 - chance * shown, _TINY))  # log P(this node fails no test)
+            for held, failed in self.tests:
+                if not failed:
+                    ratio[held] += log_pass
+                    continue
+                others = np.exp(np.sum(quiet[held]) - quiet[held])  # P(the others in it fail nothing)
+                healthy = 1.0 - (1.0 - self.q) * others
+                faulty = 1.0 - (1.0 - self.q) * others[:, None] * (1.0 - p[None, :])
+                ratio[held] += np.log(faulty) - np.log(healthy)[:, None]
+            top = np.max(ratio, axis=1, keepdims=True)
+            weights = np.exp(ratio - top)
+            odds = prior_odds + np.log(np.mean(weights, axis=1)) + top[:, 0]
+            fresh = 1.0 / (1.0 + np.exp(-odds))
+            fresh_p = np.sum(weights * p[None, :], axis=1) / np.sum(weights, axis=1)
+            fresh[known], fresh_p[known] = 1.0, known_p
+            chance, shown = (chance + fresh) / 2.0, fresh_p  # damped: a plain update can oscillate
+        return np.asarray(chance)
 
     def sought(self) -> np.ndarray:
         """Indexes of the candidates the fault is sought among (the focus, if any)."""

@@ -15,7 +15,9 @@ confidence.
   of one node is tested beside the node likeliest to be good). ``pairs``: every such node in a pair, at once
   (fewest rounds). ``auto``: halving, whose two tests a round tell the most per test when results are
   uncertain. Both halves passing after their parent failed moves little probability: they are tested again.
-- **Stopping.** A node is accused when its probability reaches ``1 - alpha``; the failed tests it explains
+- **Stopping.** A node is accused when its probability reaches ``1 - alpha``, in the model of one fault at a
+  time and in the model of independent faults alike (a healthy node that failed beside two faulty ones is
+  not accused: it is tested again); the failed tests it explains
   drop out and the search looks for another. The run ends when the probability that a fault is left is
   under ``alpha`` and the screening is done, or at the test budget, or when no test could tell the
   likeliest nodes apart: the nodes left between ``alpha`` and ``1 - alpha`` are ``unresolved``, each with
@@ -179,12 +181,14 @@ class Search:
             found = True
 
     def _corroborated(self, index: int) -> bool:
-        """A node is accused only when no single other node explains its failed tests, or when no other
-        partner is left to tell (the evidence is then as good as it gets)."""
+        """A node is accused only when no single other node explains its failed tests (or no other partner
+        is left to tell: the evidence is then as good as it gets), and when faults of the others, each as
+        likely as their own tests make it, do not explain them either
+        (:meth:`~steps.readiness.bisect.evidence.Evidence.independent`)."""
         node = self.members[index]
-        if self.evidence.corroborated(node):
-            return True
-        return len(self.evidence.candidates()) + len(self.outside) <= 2
+        if not self.evidence.corroborated(node) and len(self.evidence.candidates()) + len(self.outside) > 2:
+            return False
+        return bool(self.evidence.independent()[index] >= 1.0 - self.alpha)
 
     def fault_left(self) -> float:
         """The probability that a fault is left among the nodes in service (either channel)."""
