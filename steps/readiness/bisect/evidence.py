@@ -197,6 +197,18 @@ class Evidence:
                 found[held] += 1.0 / len(held)
         return found
 
+    def passes_since_failure(self) -> np.ndarray:
+        """Per node, the passing tests it took part in since the last failed test that held it (a failure a
+        hard accused node explains aside): what its screening counts, since a pass before a failure no
+        node explains for certain says nothing about whether the failure was its own."""
+        found = np.zeros(len(self.nodes), dtype=int)
+        for held, failed in self.tests:
+            if not failed:
+                found[held] += 1
+            elif not any(self.intermittence.get(int(i), 0.0) >= 0.99 for i in held):
+                found[held] = 0
+        return found
+
     def corroborated(self, node: str) -> bool:
         """Whether the failed tests that hold ``node`` (and no accused node) blame it beyond any one other
         node (the others they hold have no node in common, so no single partner explains them all), and one

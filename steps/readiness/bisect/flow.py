@@ -77,7 +77,9 @@ class BisectSummary(Frozen):
     suspects: dict[str, str] = Field(description="node -> the reason it was labelled with")
     tests: int
     cleared: int
-    screening: int = Field(0, description="passes of the nodes left in service (the fewest of any)")
+    screening: int = Field(
+        0, description="passes of the nodes left in service since a failed test held them (the fewest of any)"
+    )
     caught: float = Field(1.0, description="the least intermittence that screening catches with 99%")
 
 

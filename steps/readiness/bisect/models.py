@@ -138,7 +138,8 @@ class BisectResult(Frozen):
         unresolved: the nodes left between accused and cleared, likeliest first.
         alpha: a node is accused at probability ``1 - alpha`` and cleared under ``alpha``.
         fault_left: the probability that a fault is left among the nodes in service when the search ended.
-        screening: passes of the nodes left in service: the fewest passing tests any of them took part in.
+        screening: passes of the nodes left in service: the fewest passing tests any of them took part in
+            since a failed test held it.
         screening_needed: the passes that see a fault of the least intermittence reckoned with at
             ``1 - delta``.
         caught: the least intermittence ``P`` the screening would have caught with probability

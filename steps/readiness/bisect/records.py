@@ -64,7 +64,8 @@ class Record(Frozen):
         probability: a verdict's posterior probability; a summary's probability that a fault is left.
         kind_of_fault: a verdict's fault (``slow``, ``slow-relative``, ``fail``, ``hang``).
         partner: a verdict's partner, if any.
-        screening: a summary's passes of the nodes left in service (the fewest any of them took part in).
+        screening: a summary's passes of the nodes left in service (the fewest any of them took part in
+            since a failed test held it).
         caught: a summary's least intermittence the screening would have caught with 99%.
         unresolved: a summary's nodes left between accused and cleared, with their probability.
     """

@@ -8,8 +8,10 @@ confidence.
 
 - **Screening.** While a fault is less likely than not (at the start, and after each accusation), the nodes
   left in service are tested together (in parts of at most ``free``). The group is called healthy only after
-  every node left took part in ``ceil(ln delta / ln(1 - p_min))`` passing tests (21 at ``p_min`` 0.2) and
-  the last of them held them all: a fault of intermittence ``p_min`` would have shown with ``1 - delta``.
+  every node left took part in ``ceil(ln delta / ln(1 - p_min))`` passing tests (21 at ``p_min`` 0.2) since
+  the last failed test that held it (a hard accused node's aside), and the last of them held them all: a
+  fault of intermittence ``p_min`` would have shown with ``1 - delta``. Passes before a failure are not
+  counted: the failure may have been the node's own, though an accused node in it seemed to explain it.
 - **Narrowing.** Otherwise the nodes that carry the fault's probability (likeliest first, until all but a
   hundredth of it) are tested in parts. ``halving``: two parts of equal probability, both at once (a part
   of one node is tested beside the node likeliest to be good). ``pairs``: every such node in a pair, at once
@@ -197,9 +199,9 @@ class Search:
         return min(1.0, (1.0 - h0) + slow)
 
     def screening(self) -> int:
-        """The fewest passing tests any node left in service took part in."""
+        """The fewest passing tests any node left in service took part in since a failed test held it."""
         left = self.evidence.candidates()
-        return int(np.min(self.evidence.passes[left])) if len(left) else self.needed
+        return int(np.min(self.evidence.passes_since_failure()[left])) if len(left) else self.needed
 
     def done(self) -> bool:
         """Settled: no fault left above ``alpha``, screened enough, and the last screen passed."""

@@ -149,6 +149,27 @@ def test_independent_faults_blame_a_node_only_for_what_the_others_leave_unexplai
     assert evidence.independent()[4] < INDEPENDENT_PRIOR
 
 
+def test_screening_counts_the_passes_since_a_failed_test_held_the_node() -> None:
+    evidence = Evidence(["n0", "n1", "n2", "n3"])
+    for _ in range(5):
+        evidence.observe(["n0", "n1", "n2", "n3"], failed=False)
+    evidence.observe(["n0", "n1"], failed=True)
+    assert evidence.passes_since_failure().tolist() == [0, 0, 5, 5]
+    evidence.observe(["n0", "n1", "n2", "n3"], failed=False)
+    assert evidence.passes_since_failure().tolist() == [1, 1, 6, 6]
+
+
+def test_a_second_intermittent_node_is_found_though_the_first_seemed_to_explain_its_failures() -> None:
+    """Two links in 1,024 failing a fifth of their tests: the second failed four times, in large tests that
+    the first one's accusation seemed to explain. Counting its passes before those failures, the screening
+    called the group clear once the first was accused; counting the passes since, it is screened again and
+    found."""
+    bad = random.Random("1024-2-p0.2-0").sample(range(1024), 2)
+    names, model = _fleet(1024, dict.fromkeys(bad, "flaky=0.2"), 0.03, seed=0)
+    result = bisect(names, fabric_test(model), "auto", noise=0.03)
+    assert {s.node for s in result.suspects} == {names[i] for i in bad}
+
+
 def test_a_healthy_node_that_failed_beside_faulty_ones_is_tested_again_not_accused() -> None:
     """Four links in 64 failing half their tests: a healthy node fails beside a faulty member of a split and
     then beside a faulty partner that had passed its tests. One fault at a time, that is 0.99 against it;
