@@ -2,19 +2,27 @@
 
 Bisecting a failing group of thousands of nodes takes hundreds of group tests; the simulated fleet answers
 them from this model instead of launching ranks. A test is a ring all-reduce among the members, one rank per
-node. The message is ``bytes_per_node`` times the group's size, so the test stays bandwidth-bound at every
-size (a fixed message over 4,096 nodes would be bound by per-step latency and hide a slow link). A ring of
-``n`` members takes ``2(n-1)`` steps, each moving ``bytes_per_node`` over the slowest member's links (the
-ring waits for its slowest link) plus a per-step latency, after a fixed per-collective overhead; its bus
-bandwidth is what nccl-tests reports (``algbw * 2(n-1)/n``). Small groups pay the fixed overhead over fewer
-steps, so the bandwidth a healthy group reaches depends on its size: the threshold of a test is a fraction of
-what a healthy group of that size reaches.
+node. The message is ``bytes_per_node`` times the group's size, capped at ``max_message_bytes`` as a real
+test's buffers are (nccl-tests' ``-e``: a few GiB per GPU, not 64 MiB times 4,096); past the cap each ring
+step moves less, the per-step latency weighs more, and a large group's figure hides a node a little slow
+(its ranks' own timings still show it). A ring of ``n`` members takes ``2(n-1)`` steps, each moving the
+message's ``n``-th part over the slowest member's links (the ring waits for its slowest link) plus a per-step
+latency, after a fixed per-collective overhead; its bus bandwidth is what nccl-tests reports
+(``algbw * 2(n-1)/n``). Small groups pay the fixed overhead over fewer steps, so the bandwidth a healthy group
+reaches depends on its size: the threshold of a test is a fraction of what a healthy group of that size
+reaches.
 
-What a node's NICs do comes from the health seam (:class:`~steps.cluster.health.NodeReport`): their
-bandwidth, the probability that a collective through them fails (``flaky-nic``), whether it never completes
-(``hang``). Measurements carry multiplicative noise: every figure is scaled by a factor drawn uniformly from
-``[1 - noise, 1 + noise]``. Draws come from one generator seeded by ``seed``, so the same tests in the same
-order give the same figures.
+What a node's NICs do comes from the health seam (:class:`~steps.cluster.health.NodeReport`): what its rails
+give a ring (:attr:`~steps.cluster.health.NodeReport.ring_gbps`: one slow rail caps them all), the
+probability that a collective through them fails (``flaky-nic``), whether it never completes (``hang``).
+A faulty leaf switch (:class:`SwitchFault`) touches every node under it at once: a test holding any of them
+runs their links at the switch's share of their rate, fails with the switch's rate (one draw per test, not
+per node) or hangs. A GPU's compute (``compute_share``) never shows here: an all-reduce moves data and does
+no arithmetic worth timing, so a compute straggler passes every fabric test and is seen in a training run's
+step time only. Measurements carry multiplicative noise: every figure is scaled by a factor drawn uniformly
+from ``[1 - noise, 1 + noise]``, and a share ``spurious`` of the tests no fault touches fail outright or are
+slowed by congestion (the heavy tail of a real fabric's noise). Draws come from one generator seeded by
+``seed``, so the same tests in the same order give the same figures.
 
 A cluster port that can answer this way is a :class:`FabricSource` (the simulated fleet is one);
 :func:`fabric_model` gives ``None`` for any other port.
@@ -31,9 +39,30 @@ from pydantic import BaseModel, ConfigDict, Field
 from steps.cluster.health import NodeReport, health_source
 from steps.errors import InputError
 
-__all__ = ["FabricModel", "FabricSettings", "FabricSource", "GroupMeasurement", "fabric_model"]
+__all__ = ["FabricModel", "FabricSettings", "FabricSource", "GroupMeasurement", "SwitchFault", "fabric_model"]
 
 _MIB = 1 << 20
+_GIB = 1 << 30
+
+
+class SwitchFault(BaseModel):
+    """A faulty leaf switch and the nodes under it.
+
+    Attributes:
+        leaf: the switch's name (the rack it serves: ``rack-03``).
+        nodes: the nodes cabled to it.
+        speed: the share of their links' rate it forwards at (1: full rate).
+        failure_rate: the probability that a test holding any node under it fails.
+        hangs: whether a test holding any node under it never completes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    leaf: str
+    nodes: tuple[str, ...]
+    speed: float = Field(1.0, gt=0.0, le=1.0)
+    failure_rate: float = Field(0.0, ge=0.0, le=1.0)
+    hangs: bool = False
 
 
 class FabricSettings(BaseModel):
@@ -46,6 +75,7 @@ class FabricSettings(BaseModel):
         latency_us: latency of one ring step, in microseconds.
         overhead_us: fixed cost of one collective (kernel launch, synchronisation), in microseconds.
         bytes_per_node: bytes of the all-reduce message per member.
+        max_message_bytes: the largest message a test all-reduces (its buffer size).
         iters: all-reduces one test times.
         launch_s: overhead of one test before it measures (pods scheduled, ranks rendezvous).
         hang_grace_s: a test that has not finished this long after it should have is declared hung.
@@ -54,6 +84,7 @@ class FabricSettings(BaseModel):
         spurious: the probability that a test no fault touches fails anyway: half of such tests fail
             outright (a transient error), half are slowed by a congestion factor drawn from 0.3 to 0.8 (the
             heavy tail of real fabrics' noise).
+        switches: the faulty leaf switches.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,11 +94,13 @@ class FabricSettings(BaseModel):
     latency_us: float = Field(5.0, ge=0.0)
     overhead_us: float = Field(20.0, ge=0.0)
     bytes_per_node: int = Field(64 * _MIB, ge=1)
+    max_message_bytes: int = Field(8 * _GIB, ge=1)
     iters: int = Field(20, ge=1)
     launch_s: float = Field(30.0, ge=0.0)
     hang_grace_s: float = Field(60.0, gt=0.0)
     pass_fraction: float = Field(0.8, gt=0.0, le=1.0)
     spurious: float = Field(0.0, ge=0.0, lt=1.0)
+    switches: tuple[SwitchFault, ...] = ()
 
 
 class GroupMeasurement(BaseModel):
@@ -118,20 +151,27 @@ class FabricModel:
         self.settings = settings or FabricSettings()
         self._random = random.Random(self.settings.seed)
         self._extra = random.Random(f"{self.settings.seed}-ranks")  # ranks and spurious draws, kept apart
+        self._under: dict[str, list[SwitchFault]] = {}
+        for switch in self.settings.switches:
+            for node in switch.nodes:
+                self._under.setdefault(node, []).append(switch)
 
-    def _step_s(self, gbps: float) -> float:
-        """One ring step: latency plus one node's share of the message over links of ``gbps`` Gbit/s."""
+    def message(self, size: int) -> int:
+        """The bytes a test of ``size`` members all-reduces: ``bytes_per_node`` each, up to the cap."""
+        return min(self.settings.bytes_per_node * size, self.settings.max_message_bytes)
+
+    def _step_s(self, size: int, gbps: float) -> float:
+        """One ring step: latency plus the message's ``size``-th part over links of ``gbps`` Gbit/s."""
         s = self.settings
-        return s.latency_us * 1e-6 + s.bytes_per_node / (max(gbps, 1e-9) * 1e9 / 8)
+        return s.latency_us * 1e-6 + self.message(size) / size / (max(gbps, 1e-9) * 1e9 / 8)
 
     def _collective_s(self, size: int, gbps: float) -> float:
-        return self.settings.overhead_us * 1e-6 + 2 * (size - 1) * self._step_s(gbps)
+        return self.settings.overhead_us * 1e-6 + 2 * (size - 1) * self._step_s(size, gbps)
 
     def busbw(self, size: int, gbps: float) -> float:
         """Bus bandwidth (GB/s) of a ring all-reduce among ``size`` members whose slowest links give
         ``gbps``, without noise."""
-        message = self.settings.bytes_per_node * size
-        return message / self._collective_s(size, gbps) * 2 * (size - 1) / size / 1e9
+        return self.message(size) / self._collective_s(size, gbps) * 2 * (size - 1) / size / 1e9
 
     def threshold(self, size: int, nominal_gbps: float) -> float:
         """The least bus bandwidth (GB/s) a group of ``size`` passes with: a fraction of what a healthy
@@ -158,14 +198,25 @@ class FabricModel:
         s, reports = self.settings, [self.reports[m] for m in members]
         size = len(members)
         nominal = min(r.nominal_link_gbps for r in reports)
-        slowest = min(reports, key=lambda r: (r.link_gbps, r.node))
+        switches = {id(w): w for m in members for w in self._under.get(m, [])}.values()
+        speeds = {r.node: r.ring_gbps for r in reports}
+        for switch in switches:
+            for node in set(switch.nodes) & speeds.keys():
+                speeds[node] *= switch.speed
+        slowest = min(speeds.values())
         threshold = self.threshold(size, nominal)
         measure_s = self.healthy_s(members) - s.launch_s
         failed = [
             r.node for r in reports if r.link_failure_rate > 0 and self._random.random() < r.link_failure_rate
         ]
+        failed += [
+            f"leaf {w.leaf}"
+            for w in switches
+            if w.failure_rate > 0 and self._random.random() < w.failure_rate
+        ]
+        failed += [node for node, gbps in speeds.items() if gbps <= 0]  # no rail up
         factor = 1.0 + self._random.uniform(-s.noise, s.noise) if s.noise else 1.0
-        hung = [r.node for r in reports if r.link_hangs]
+        hung = [r.node for r in reports if r.link_hangs] + [f"leaf {w.leaf}" for w in switches if w.hangs]
         expected = self.busbw(size, nominal)
         spurious = not hung and not failed and s.spurious > 0 and self._extra.random() < s.spurious
         broken = None
@@ -189,12 +240,12 @@ class FabricModel:
             )
         congestion = self._extra.uniform(0.3, 0.8) if spurious else 1.0
         factor *= congestion
-        figure = self.busbw(size, slowest.link_gbps) * factor
+        figure = self.busbw(size, slowest) * factor
         # a figure measured high is a collective timed short: the time is the figure's noise inverted
-        duration = s.launch_s + s.iters * self._collective_s(size, slowest.link_gbps) / factor
+        duration = s.launch_s + s.iters * self._collective_s(size, slowest) / factor
         ok = figure >= threshold
         ranks = {
-            r.node: r.link_gbps / 8 * (1.0 + self._extra.uniform(-s.noise, s.noise) if s.noise else 1.0)
+            r.node: speeds[r.node] / 8 * (1.0 + self._extra.uniform(-s.noise, s.noise) if s.noise else 1.0)
             for r in reports
         }
         return GroupMeasurement(

@@ -93,6 +93,9 @@ class GpuReport(BaseModel):
         pcie_max_width: the lanes it should have (0: unknown).
         nvlinks: one report per NVLink the GPU has.
         reset_required: the driver asks for a GPU reset before the GPU is usable again.
+        compute_share: the share of its nominal compute throughput the GPU delivers (a simulated fleet's
+            figure: a degraded GPU that delivers less while NVML reports nothing amiss, seen only in a
+            workload's step time; no NVML reading sets it).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -120,6 +123,7 @@ class GpuReport(BaseModel):
     pcie_max_width: int = 0
     nvlinks: tuple[NvlinkReport, ...] = ()
     reset_required: bool = False
+    compute_share: float = Field(1.0, gt=0.0, le=1.0)
 
 
 class NodeReport(BaseModel):
@@ -145,6 +149,26 @@ class NodeReport(BaseModel):
     link_failure_rate: float = Field(0.0, ge=0.0, le=1.0)
     link_hangs: bool = False
     nics: tuple[NicReport, ...] = ()
+
+    @property
+    def ring_gbps(self) -> float:
+        """What the node's links give a ring all-reduce, in Gbit/s.
+
+        With InfiniBand ports (rails, one per GPU in a rail-optimised fabric), the collective is split
+        evenly over them, so the slowest rail caps them all: the rails' count times the slowest one's rate.
+        A rail that is down leaves its GPUs to share another rail's port, which then carries two shares:
+        the ring runs at the rails' count times half the slowest port still up. Never more than
+        ``link_gbps`` (a slow node as a whole); without InfiniBand ports, ``link_gbps``; with every rail
+        down, 0 (nothing crosses the node's links).
+        """
+        rails = [nic for nic in self.nics if nic.kind == "infiniband"]
+        up = [nic.speed_gbps for nic in rails if nic.up and nic.speed_gbps]
+        if not rails:
+            return self.link_gbps
+        if not up:
+            return 0.0
+        share = min(up) / (2.0 if len(up) < len(rails) else 1.0)
+        return min(self.link_gbps, len(rails) * share)
 
 
 @runtime_checkable

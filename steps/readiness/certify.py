@@ -475,7 +475,7 @@ def _smoke(
     if local:
         port = connect()
         for rank, node in enumerate(hosts):
-            inject += local_injections(port, node, rank, "group")
+            inject += local_injections(port, node, rank, "train")
     inject += drill_injections(plan, hosts, ("delay", "fail", "hang"))
     request = SmokeRequest(
         subject=subject,

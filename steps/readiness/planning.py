@@ -375,7 +375,7 @@ def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> Certif
     injected: dict[str, list[str]] = {}
     if chosen == "local":
         for name in names:
-            faults = local_injections(port, name, 0, "group") + local_injections(port, name, 0, "node")
+            faults = local_injections(port, name, 0, "train") + local_injections(port, name, 0, "node")
             if faults:
                 injected[name] = sorted(f.split(":", 1)[1] for f in faults)
     for name, faults in parse_drill(options.inject).items():

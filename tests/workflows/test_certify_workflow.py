@@ -162,6 +162,21 @@ def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_pat
     assert screening["rack-01"]["bisected"] and screening["rack-01"]["passes"] >= 21
 
 
+def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(tmp_path: Path) -> None:
+    """A compute straggler: no sweep sees it (an all-reduce does no arithmetic worth timing), the smoke
+    run's step time does, and its rank names the node."""
+    result, out = _certify(tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-gpu=0.5")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    nodes = list(json.loads((out / "workflow.json").read_text())["status"]["nodes"].values())
+    sweeps = [n for n in nodes if n["displayName"].startswith(("node-check(", "group-check("))]
+    assert len(sweeps) == 6 and all(n["phase"] == "Succeeded" for n in sweeps)
+    assert not [n for n in nodes if n["displayName"].startswith("search-group(")]
+    report = json.loads(next(out.glob("nodes/report*/artifacts/report.json")).read_text())
+    failing = {(v["test"], v["node"]) for v in report["verdicts"] if v["status"] == "fail"}
+    assert failing == {("smoke-straggler", "node-02")}
+    assert _labels(out) == {n: ("failed" if n == "node-02" else "passed") for n in _labels(out)}
+
+
 def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tmp_path: Path) -> None:
     """``-p p-min=0.5``: the operator screens for faults failing half their tests or more, so node-03 is
     cleared after 7 passes beside its partner (not 21), and the report says what that screening catches."""

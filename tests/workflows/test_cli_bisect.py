@@ -104,6 +104,19 @@ def test_a_nic_at_85_percent_passes_the_floor_yet_is_named_slow_relative_to_its_
     assert code == 1 and "node-100" in out and "slow relative to its peers" in out
 
 
+def test_many_suspects_under_one_leaf_point_at_its_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = "sim:nodes=64,gpu=h100,racks=4,noise=0.03,seed=1,switches=rack-02:slow=0.7"
+    code, out, _ = dsx_here(capsys, "bisect", "--cluster", spec, "-o", "json")
+    result = json.loads(out)
+    under = {f"node-{i:02d}" for i in range(32, 48)}
+    assert code == 1 and {s["node"] for s in result["suspects"]} == under
+    assert [(leaf["leaf"], len(leaf["accused"]), leaf["nodes"]) for leaf in result["leaves"]] == [
+        ("rack-02", 16, 16)
+    ]
+    code, out, _ = dsx_here(capsys, "bisect", "--cluster", spec)
+    assert "leaf rack-02: 16 of its 16 nodes accused: suspect its switch before the nodes" in out
+
+
 def test_spurious_failures_of_a_healthy_fleet_accuse_nobody(capsys: pytest.CaptureFixture[str]) -> None:
     spec = "sim:nodes=256,gpu=h100,noise=0.03,spurious=0.005,seed=5"
     code, out, _ = dsx_here(capsys, "bisect", "--cluster", spec, "-o", "json")

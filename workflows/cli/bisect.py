@@ -68,6 +68,12 @@ def _table(result: BisectResult) -> None:
             ["node", "probability", "tests still needed"],
             [[u.node, f"{u.probability:.4f}", u.tests_needed] for u in result.unresolved[:_TABLE_RUNS]],
         )
+    for leaf in result.leaves:
+        doubt = f", {len(leaf.unresolved)} unresolved" if leaf.unresolved else ""
+        out.print(
+            f"leaf {leaf.leaf}: {len(leaf.accused)} of its {leaf.nodes} nodes accused{doubt}: suspect its "
+            "switch before the nodes"
+        )
     shown = [r for r in result.runs if r.outcome != "pass"][:_TABLE_RUNS]
     if not shown:
         return
@@ -181,6 +187,7 @@ def register(app: typer.Typer) -> None:
         healthy only once a fault failing P-MIN of its tests would have shown with 99%.
         """
         from steps.cluster import connect
+        from steps.cluster.vocabulary import LABEL_RACK
         from steps.errors import InputError
         from steps.readiness.bisect import bisect
 
@@ -203,6 +210,7 @@ def register(app: typer.Typer) -> None:
             spurious=spurious,
             budget=budget,
         )
-        emit(result, output, _table)
+        racks = {n.name: n.labels[LABEL_RACK] for n in port.list_nodes(selector) if LABEL_RACK in n.labels}
+        emit(result.with_leaves(racks), output, _table)
         if not result.healthy:
             raise typer.Exit(1)

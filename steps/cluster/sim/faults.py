@@ -14,7 +14,12 @@
 ``reading:NAME=VALUE``    any further figure another part models (kept in ``health.readings``)
 ``pcie-degraded[@I]``     GPU I (default 0) runs its PCIe link a generation lower on half its lanes
 ``nvlink-down[@I]``       every NVLink of GPU I (default 0) is down (inactive, no NVLink bandwidth)
-``nic-down=NAME``         network port NAME (``mlx5_3/1``, or ``mlx5_3`` for its first port) is down
+``nic-down=NAME``         network port NAME (``mlx5_3/1``, or ``mlx5_3`` for its first port) is down; its
+                          GPUs share another rail's port, so a ring through the node runs at half rate
+``slow-rail:NAME=GBPS``   InfiniBand port NAME (``mlx5_3``) runs at GBPS: the slowest rail caps a ring
+                          through the node (eight rails at its rate), though the node's other ports are fine
+``slow-gpu[=F][@I]``      GPU I (default 0) delivers F (default 0.5) of its compute, with nothing NVML
+                          reports: a training run's step time shows it, an all-reduce never does
 ``nic-unused=NAME``       the node has one more port, Ethernet NAME (``eth1``), that is down and never was
                           up: an onboard port nobody cabled (a repair leaves it down too)
 ``thermal[@I]``           GPU I (default 0) runs above its slowdown temperature, thermally throttled
@@ -30,7 +35,8 @@
                           observes it (the sentinel's conditions, Events, metrics) and never acts on it
 ========================  ==============================================================================
 
-The NIC faults (``slow-nic``, ``flaky-nic``, ``hang``) show only in tests that span two or more nodes:
+The NIC faults (``slow-nic``, ``slow-rail``, ``flaky-nic``, ``hang``) show only in tests that span two or
+more nodes:
 traffic inside a node never crosses its NICs, so the node's own test passes. The others show in the node's
 own test too.
 
@@ -69,6 +75,8 @@ FAULT_KINDS = (
     "pcie-degraded",
     "nvlink-down",
     "nic-down",
+    "slow-rail",
+    "slow-gpu",
     "thermal",
     *VERSION_FAULTS,
     "flaky-nic",
@@ -148,6 +156,20 @@ def _nic_down(fleet: Fleet, node: str, name: str, fault: str) -> None:
     )
     fleet.nodes[node].resource_version = fleet.next_revision()
     health.faults.append(fault.strip())
+
+
+def _slow_rail(health: NodeHealth, name: str, gbps: float, node: str, fault: str) -> None:
+    """Apply ``slow-rail:NAME=GBPS``: one InfiniBand port runs at GBPS (it is up; sysfs shows its rate)."""
+    rails = [i for i, nic in enumerate(health.nics) if nic.kind == "infiniband"]
+    matches = [i for i in rails if name in (health.nics[i].name, health.nics[i].name.partition("/")[0])]
+    if not matches:
+        names = ", ".join(health.nics[i].name for i in rails) or "none"
+        raise InputError(f"fault {fault!r} on {node}: no InfiniBand port {name!r}; the node has {names}")
+    if gbps <= 0:
+        raise InputError(
+            f"fault {fault!r} on {node}: slow-rail needs GBPS > 0 (for a port down, use nic-down)"
+        )
+    health.nics[matches[0]] = health.nics[matches[0]].model_copy(update={"speed_gbps": gbps})
 
 
 def _nic_unused(fleet: Fleet, node: str, name: str, fault: str) -> None:
@@ -249,11 +271,14 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     gpu = int(match.group("gpu")) if match.group("gpu") else None
     health = fleet.health[node]
     state = fleet.nodes[node]
-    needs_value = kind in ("xid", "ecc", "api-errors", "reading", "flaky-nic")
+    needs_value = kind in ("xid", "ecc", "api-errors", "reading", "flaky-nic", "slow-rail")
     if needs_value and value is None:
         raise InputError(f"fault {fault!r} on {node}: {kind} needs a value ({kind}=N)")
-    if (kind == "reading") != (name is not None):
-        raise InputError(f"fault {fault!r} on {node}: only reading takes a name (reading:NAME=VALUE)")
+    if (kind in ("reading", "slow-rail")) != (name is not None):
+        raise InputError(
+            f"fault {fault!r} on {node}: only reading and slow-rail take a name (reading:NAME=VALUE, "
+            "slow-rail:PORT=GBPS)"
+        )
     if kind in ("flaky-nic", "hang"):
         _nic_fault(health, kind, value, node, fault)
     elif kind == "slow-nic":
@@ -303,6 +328,15 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
         _hardware_fault(health, kind, gpu or 0, node, fault)
     elif kind == "api-errors":
         fleet.api.node_errors[node] = fleet.api.node_errors.get(node, 0) + int(float(str(value)))
+    elif kind == "slow-rail":
+        _slow_rail(health, str(name), float(str(value)), node, fault)
+    elif kind == "slow-gpu":
+        share = float(value) if value is not None else 0.5
+        if not 0.0 < share < 1.0:
+            raise InputError(
+                f"fault {fault!r} on {node}: slow-gpu=F needs a share 0 < F < 1 (0.5: half speed)"
+            )
+        _update_gpu(health, _gpu(health, gpu or 0, node, fault), compute_share=share)
     else:  # reading
         health.readings[str(name)] = float(str(value))
     if kind != "api-errors":

@@ -24,8 +24,11 @@ reboot's new boot id, how long until ``Ready`` and then until the sentinel's con
 allows no eviction, see below), ``forbid`` (``VERB RESOURCE`` pairs,
 ``;``-separated, e.g. ``patch nodes;create pods/eviction``), ``noise`` (multiplicative measurement noise
 of modelled group tests, ``0.03`` for 3%), ``spurious`` (the probability that a modelled group test no fault
-touches fails anyway, ``0.005`` for 0.5%) and ``seed`` (seeds every random draw of those tests, so a run
-repeats exactly; see :mod:`steps.cluster.fabric`).
+touches fails anyway, ``0.005`` for 0.5%), ``switches`` (faulty leaf switches, ``RACK:FAULT`` separated by
+``;``: ``rack-03:slow=0.5`` forwards at half rate, ``rack-05:flaky=0.3`` fails three tests in ten,
+``rack-06:hang`` never completes one; every test holding a node of that rack feels it, while each node's
+own links report nothing amiss) and ``seed`` (seeds every random draw of those tests, so a run repeats
+exactly; see :mod:`steps.cluster.fabric`).
 
 The YAML form holds the same keys; ``faults`` may also be a mapping of node to a list of faults, and
 ``releases`` a list of releases, each a mapping (with ``chart``, ``status``, ``images``...) or the
@@ -55,7 +58,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from steps.cluster import vocabulary as vocab
-from steps.cluster.fabric import FabricSettings
+from steps.cluster.fabric import FabricSettings, SwitchFault
 from steps.cluster.health import GpuReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, NodeInfo, Pod
 from steps.cluster.sim.faults import apply_fault
@@ -102,6 +105,7 @@ class FleetSpec(BaseModel):
     forbid: list[str] = Field(default_factory=list)
     noise: float = Field(0.0, ge=0.0, lt=0.5)
     spurious: float = Field(0.0, ge=0.0, lt=1.0)
+    switches: dict[str, str] = Field(default_factory=dict)
     seed: int = 0
     repair: Literal["ok", "fail", "never"] = "ok"
     repair_delay: float = Field(2.0, ge=0.0, alias="repair-delay")
@@ -161,6 +165,20 @@ class FleetSpec(BaseModel):
             return _parse_faults(value)
         if isinstance(value, dict):
             return {str(k): [v] if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("switches", mode="before")
+    @classmethod
+    def _switches(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            found: dict[str, str] = {}
+            for item in (t.strip() for t in value.split(";")):
+                rack, sep, fault = item.partition(":")
+                if item and (not sep or not rack.strip() or not fault.strip()):
+                    raise ValueError(f"switch fault {item!r} is not RACK:FAULT (rack-03:slow=0.5)")
+                if item:
+                    found[rack.strip()] = fault.strip()
+            return found
         return value
 
     @field_validator("cordoned", "forbid", "certified", mode="before")
@@ -370,7 +388,9 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     names = spec.node_names()
     fleet = Fleet(
         spec=text or spec.model_dump_json(exclude_defaults=True),
-        fabric=FabricSettings(noise=spec.noise, seed=spec.seed, spurious=spec.spurious),
+        fabric=FabricSettings(
+            noise=spec.noise, seed=spec.seed, spurious=spec.spurious, switches=_switch_faults(spec, names)
+        ),
     )
     for i, name in enumerate(names):
         fleet.nodes[name] = _node(
@@ -394,6 +414,36 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     fleet.api.latency_ms = spec.api_latency_ms
     fleet.api.forbidden = list(spec.forbid)
     return fleet
+
+
+def _switch_faults(spec: FleetSpec, names: list[str]) -> tuple[SwitchFault, ...]:
+    """The faulty leaf switches of ``switches``, each with the nodes of its rack.
+
+    Raises:
+        InputError: a rack the fleet does not have, or a fault other than ``slow=F``, ``flaky=P``, ``hang``.
+    """
+    racks: dict[str, list[str]] = {}
+    for i, name in enumerate(names):
+        racks.setdefault(f"rack-{i * spec.racks // spec.nodes:02d}", []).append(name)
+    found = []
+    for rack, fault in sorted(spec.switches.items()):
+        where = f"switch fault {rack}:{fault}"
+        if rack not in racks:
+            raise InputError(f"{where}: the fleet has no rack {rack!r} ({', '.join(sorted(racks))})")
+        kind, _, value = fault.partition("=")
+        try:
+            number = float(value) if value else None
+        except ValueError:
+            raise InputError(f"{where}: {value!r} is not a number") from None
+        if kind == "slow" and number is not None and 0.0 < number < 1.0:
+            found.append(SwitchFault(leaf=rack, nodes=tuple(racks[rack]), speed=number))
+        elif kind == "flaky" and number is not None and 0.0 < number <= 1.0:
+            found.append(SwitchFault(leaf=rack, nodes=tuple(racks[rack]), failure_rate=number))
+        elif kind == "hang" and number is None:
+            found.append(SwitchFault(leaf=rack, nodes=tuple(racks[rack]), hangs=True))
+        else:
+            raise InputError(f"{where}: expected slow=F (0 < F < 1), flaky=P (0 < P <= 1) or hang")
+    return tuple(found)
 
 
 def _certify(fleet: Fleet, certified: list[str], names: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -127,6 +127,24 @@ class Unresolved(Frozen):
     tests_needed: int = Field(ge=0)
 
 
+class SharedLeaf(Frozen):
+    """Suspects that share a leaf switch: when many nodes of one rack are accused or left in doubt at once,
+    the switch above them is the likelier fault (every test through a faulty switch fails or slows, though
+    each node's own links are fine).
+
+    Attributes:
+        leaf: the rack (its leaf switch).
+        accused: the rack's nodes accused.
+        unresolved: the rack's nodes left between accused and cleared.
+        nodes: how many of the rack's nodes the search tested.
+    """
+
+    leaf: str
+    accused: list[str]
+    unresolved: list[str] = Field(default_factory=list)
+    nodes: int = Field(ge=1)
+
+
 class BisectResult(Frozen):
     """What a bisection found and what it cost.
 
@@ -151,6 +169,8 @@ class BisectResult(Frozen):
             once.
         node_seconds: node time held for testing: each member from the start until a test clears it (or
             to the end), plus the time partners spent in tests.
+        leaves: racks where at least half the nodes tested are accused or unresolved, two at least (where
+            the caller knows the racks): suspect the switch.
     """
 
     strategy: Strategy
@@ -168,6 +188,27 @@ class BisectResult(Frozen):
     tests: int
     wall_clock_s: float
     node_seconds: float
+    leaves: list[SharedLeaf] = Field(default_factory=list)
+
+    def with_leaves(self, racks: Mapping[str, str]) -> BisectResult:
+        """This result with :attr:`leaves` found from each node's rack (``racks``: node -> rack; a node
+        without one counts under none)."""
+        accused = {s.node for s in self.suspects}
+        doubtful = {u.node for u in self.unresolved}
+        members: dict[str, list[str]] = {}
+        for node in sorted({r for run in self.runs for r in run.members} & racks.keys()):
+            members.setdefault(racks[node], []).append(node)
+        leaves = [
+            SharedLeaf(
+                leaf=leaf,
+                accused=[n for n in nodes if n in accused],
+                unresolved=[n for n in nodes if n in doubtful],
+                nodes=len(nodes),
+            )
+            for leaf, nodes in sorted(members.items())
+            if (hit := sum(1 for n in nodes if n in accused or n in doubtful)) >= 2 and 2 * hit >= len(nodes)
+        ]
+        return self.model_copy(update={"leaves": leaves})
 
     @property
     def healthy(self) -> bool:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from steps.cluster import ClusterPort
 from steps.cluster import vocabulary as vocab
+from steps.cluster.fabric import FabricSource, SwitchFault
 from steps.cluster.health import health_source
 from steps.errors import DsxError, InputError
 from steps.forkserver import ForkedChild, ForkServer
@@ -528,23 +529,33 @@ def _delay_ms(lost_multiples: float) -> int:
     return round(min(lost_multiples * LOCAL_DELAY_PER_LOST_MULTIPLE_S, LOCAL_DELAY_CAP_S) * 1000)
 
 
-def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["node", "group"]) -> list[str]:
+def local_injections(
+    port: ClusterPort, node: str, rank: int, scope: Literal["node", "group", "train"]
+) -> list[str]:
     """The injected faults that make a local rank play ``node`` as the simulated fleet has it.
 
-    A group test feels the node's scale-out links (``slow-nic``; ``hang``; ``flaky-nic``, played as a
-    failure every time so that a local run repeats); a single-node test feels its NVLink (``slow-nvlink``)
-    and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
+    A group test feels the node's scale-out links as a ring does (``slow-nic``, a slow or down rail,
+    ``hang``; ``flaky-nic``, played as a failure every time so that a local run repeats) and a faulty leaf
+    switch above it; a training run feels those and its GPUs' compute (``slow-gpu``: a rank that spends
+    longer on every step, which no all-reduce shows); a single-node test feels its NVLink
+    (``slow-nvlink``) and a failed GPU (``failing-gpu``). Real clusters have no such model: empty.
     """
     source = health_source(port)
     if source is None:
         return []
     health = source.node_report(node)
     specs: list[str] = []
-    if scope == "group":
-        if health.link_hangs or health.link_failure_rate > 0:
-            specs.append(f"{rank}:{'hang' if health.link_hangs else 'fail'}")
-        elif health.link_gbps < health.nominal_link_gbps:
-            lost = health.nominal_link_gbps / max(health.link_gbps, 1e-9) - 1
+    if scope in ("group", "train"):
+        switches = [w for w in _switches(port) if node in w.nodes]
+        link = health.ring_gbps * min((w.speed for w in switches), default=1.0)
+        lost = health.nominal_link_gbps / max(link, 1e-9) - 1 if link > 0 else 0.0
+        if scope == "train":
+            lost += 1 / min((g.compute_share for g in health.gpus), default=1.0) - 1
+        if health.link_hangs or any(w.hangs for w in switches):
+            specs.append(f"{rank}:hang")
+        elif health.link_failure_rate > 0 or link <= 0 or any(w.failure_rate > 0 for w in switches):
+            specs.append(f"{rank}:fail")
+        elif lost > 1e-9:
             specs.append(f"{rank}:delay={_delay_ms(lost)}ms")
     else:
         if any(not gpu.healthy for gpu in health.gpus):
@@ -558,3 +569,8 @@ def local_injections(port: ClusterPort, node: str, rank: int, scope: Literal["no
                 lost = 1 / max(slowest, 1e-9) - 1
                 specs.append(f"{rank + 1}:delay={_delay_ms(lost)}ms")
     return specs
+
+
+def _switches(port: ClusterPort) -> tuple[SwitchFault, ...]:
+    """The faulty leaf switches of a port whose fabric is modelled (none for any other)."""
+    return port.fabric_settings().switches if isinstance(port, FabricSource) else ()

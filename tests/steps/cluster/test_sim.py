@@ -182,6 +182,22 @@ def test_a_cordon_set_again_outside_dsx_after_dsx_s_was_lifted_is_not_dsx_s() ->
         ("sim:nodes=4,faults=node-01:slow-nic=0", "slow-nic=GBPS needs GBPS > 0"),
         ("sim:nodes=4,noise=0.7", "noise: Input should be less than 0.5"),
         ("sim:nodes=4,seed=one", "seed"),
+        ("sim:nodes=4,faults=node-01:slow-rail=200", "only reading and slow-rail take a name"),
+        (
+            "sim:nodes=4,faults=node-01:slow-rail:mlx5_9=200",
+            "no InfiniBand port 'mlx5_9'; the node has mlx5_0/1",
+        ),
+        ("sim:nodes=4,faults=node-01:slow-rail:mlx5_1", "slow-rail needs a value"),
+        ("sim:nodes=4,faults=node-01:slow-gpu=1.5", "slow-gpu=F needs a share 0 < F < 1"),
+        ("sim:nodes=4,faults=node-01:slow-gpu@8", "GPUs 0..7"),
+        (
+            "sim:nodes=4,racks=2,switches=rack-07:slow=0.5",
+            "the fleet has no rack 'rack-07' \\(rack-00, rack-01\\)",
+        ),
+        ("sim:nodes=4,switches=rack-00:slow=1.5", "expected slow=F \\(0 < F < 1\\), flaky=P"),
+        ("sim:nodes=4,switches=rack-00:flaky", "expected slow=F"),
+        ("sim:nodes=4,switches=rack-00:slow=fast", "'fast' is not a number"),
+        ("sim:nodes=4,switches=rack-00", "is not RACK:FAULT"),
     ],
 )
 def test_bad_specs_are_input_errors_naming_the_problem(spec: str, message: str) -> None:

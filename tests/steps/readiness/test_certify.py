@@ -186,6 +186,25 @@ def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fl
     assert local_injections(port, "node-04", 0, "node") == []
 
 
+def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_under_it(fleet) -> None:  # type: ignore[no-untyped-def]
+    fleet(
+        "sim:nodes=6,gpu=h100,racks=3,switches=rack-01:slow=0.5;rack-02:flaky=0.2,"
+        "faults=node-00:slow-gpu=0.5;node-01:slow-rail:mlx5_2=100"
+    )
+    port = connect()
+    # a GPU at half speed: a lost multiple of compute, seen in a training step, never in an all-reduce
+    assert local_injections(port, "node-00", 0, "group") == []
+    assert local_injections(port, "node-00", 0, "node") == []
+    assert local_injections(port, "node-00", 0, "train") == ["0:delay=10ms"]
+    # one rail at a quarter of its rate caps the ring at a quarter: three lost multiples
+    assert local_injections(port, "node-01", 1, "group") == ["1:delay=30ms"]
+    # a switch at half rate slows both its nodes; a flaky one fails both (played every time)
+    assert local_injections(port, "node-02", 0, "group") == local_injections(port, "node-03", 0, "group")
+    assert local_injections(port, "node-03", 1, "group") == ["1:delay=10ms"]
+    assert local_injections(port, "node-04", 2, "train") == ["2:fail"]
+    assert local_injections(port, "node-05", 2, "group") == ["2:fail"]
+
+
 def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
     plan = certify.plan(max_bytes="256KiB", iters=8)
