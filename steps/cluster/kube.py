@@ -162,6 +162,11 @@ class KubeCluster(PortBase):
         """The API server URL."""
         return str(self._api.configuration.host)
 
+    @property
+    def runs_pods(self) -> bool:
+        """Yes: checks run as Jobs the cluster's kubelets start."""
+        return True
+
     # ----------------------------------------------------------------- one request
 
     def _request(

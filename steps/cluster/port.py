@@ -77,6 +77,12 @@ class ClusterPort(Protocol):
         """Where the port points, for reports: an API server URL or ``sim:...``."""
         ...
 
+    @property
+    def runs_pods(self) -> bool:
+        """Whether a check runs as pods on this cluster (Jobs its kubelets start): true of a real API
+        server; false of a simulated fleet, whose checks run as local ranks playing its nodes."""
+        ...
+
     def list_nodes(self, selector: str | None = None) -> list[Node]:
         """Nodes matching a label selector (``a=b,c!=d,e``), sorted by name."""
         ...

@@ -38,6 +38,7 @@ from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.files import write_text
 from steps.models import input_error
+from steps.outputs import output_dir, write_params
 from steps.readiness.bisect.evidence import DELTA, P_MIN, caught, screening_runs
 from steps.readiness.bisect.records import Records, with_bisection
 from steps.readiness.checks import (
@@ -54,7 +55,6 @@ from steps.readiness.checks import (
     run_sweep,
     run_training_smoke,
 )
-from steps.readiness.evidence import output_dir
 from steps.readiness.judge import verdict
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject, Verdict, dump_json
@@ -191,9 +191,7 @@ def plan(
     OutcomeStore(port, run).put_document("plan", planned.model_dump_json())
     for name in certified:
         port.set_labels(name, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
-    params = output_dir(None) / "params"
-    for key, value in plan_outputs(planned).items():
-        write_text(params / key, value)
+    write_params(**plan_outputs(planned))
     return planned
 
 
@@ -289,7 +287,7 @@ def _sweep(
 def _summary_file(result: CheckResult) -> CheckResult:
     """Write the check's one line as the ``verdict`` output parameter too: Argo keeps a step's result only
     when a later step refers to it, but always shows output parameters."""
-    write_text(output_dir(None) / "params" / "verdict", result.model_dump_json())
+    write_params(verdict=result.model_dump_json())
     return result
 
 

@@ -21,8 +21,8 @@ from pydantic import Field, ValidationError
 from steps.errors import InputError
 from steps.files import write_text
 from steps.models import input_error
+from steps.outputs import output_dir
 from steps.readiness import check
-from steps.readiness.evidence import output_dir
 from steps.readiness.judge import judge_collective, judge_relative, judge_smoke
 from steps.readiness.launchers.base import Launcher, RankProgram
 from steps.readiness.launchers.local import LocalLauncher

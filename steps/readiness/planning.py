@@ -17,7 +17,6 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import ClusterPort, Node
 from steps.cluster import vocabulary as vocab
-from steps.cluster.health import health_source
 from steps.cluster.selectors import parse_selector
 from steps.errors import InputError
 from steps.models import input_error
@@ -338,11 +337,8 @@ def _settings(
     Raises:
         InputError: the accelerator cannot be told from the nodes, or the sizes are out of order.
     """
-    chosen: Launcher
-    if options.launcher == "auto":  # a Literal: mypy narrows it to a Launcher below
-        chosen = "local" if health_source(port) is not None else "job"
-    else:
-        chosen = options.launcher
+    told: Launcher = "job" if port.runs_pods else "local"
+    chosen: Launcher = told if options.launcher == "auto" else options.launcher
     if chosen == "local":
         accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
         service = "local" if options.service == AUTO else options.service

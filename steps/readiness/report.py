@@ -23,8 +23,8 @@ from pydantic import Field
 from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 from steps.models import validate
+from steps.outputs import output_dir
 from steps.readiness.checks import SmokeOutcome, SweepOutcome
-from steps.readiness.evidence import output_dir
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import load_thresholds

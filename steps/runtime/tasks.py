@@ -5,14 +5,13 @@ Each runs the same under pytest, the local runner and Hera's runner in a pod; ev
 module must not use ``from __future__ import annotations``: Hera reads the annotations.
 """
 
-from os import environ
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from steps.cluster import vocabulary as vocab
 from steps.files import write_text
+from steps.outputs import output_dir as _evidence
 from steps.runtime import graph
 from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
 from steps.runtime.catalogue import load_catalogue
@@ -62,7 +61,7 @@ class BundleSummary(BaseModel):
 
 def output_dir(*parts: str) -> Path:
     """``$DSX_OUTPUT_DIR`` (default ``dsx-out``) joined with ``parts``, created."""
-    folder = Path(environ.get(vocab.ENV_OUTPUT_DIR, "dsx-out")).joinpath(*parts)
+    folder = _evidence("dsx-out").joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

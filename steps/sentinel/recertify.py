@@ -35,12 +35,9 @@ still had to pass every check of ``dsx-certify`` on its own.
 Step modules are read by Hera's runner in the pod, so this one keeps its annotations evaluated.
 """
 
-import os
-from pathlib import Path
-
 from steps.cluster import ClusterPort, CordonRefusedError, connect, holds
 from steps.cluster import vocabulary as vocab
-from steps.files import write_text
+from steps.outputs import write_params
 
 __all__ = [
     "NO_VERDICT",
@@ -84,12 +81,6 @@ def unmark(node: str) -> str:
     if node in {n.name for n in port.list_nodes(f"{vocab.LABEL_RECERTIFY}={_SELECTED}")}:
         port.set_labels(node, {vocab.LABEL_RECERTIFY: None})
     return f"{node} unmarked"
-
-
-def _output(name: str, value: str) -> None:
-    folder = os.environ.get(vocab.ENV_OUTPUT_DIR)
-    if folder:
-        write_text(Path(folder) / "params" / name, value)
 
 
 def _unpair(port: ClusterPort) -> list[str]:
@@ -169,7 +160,7 @@ def pair_partner(node: str, workflow_name: str = "", workflow_uid: str = "") -> 
     _lift(port, holder, alive=False)
     verdict = port.get_node(node).labels.get(vocab.LABEL_CERTIFICATION, "")
     if verdict != _PASSED:
-        _output("partner", "")
+        write_params(partner="")
         return _note(port, node, f"not run: certification alone gave {verdict or 'no verdict'}")
     good = sorted(
         n.name
@@ -182,7 +173,7 @@ def pair_partner(node: str, workflow_name: str = "", workflow_uid: str = "") -> 
         and not n.labels.get(vocab.LABEL_STATE)
     )
     if not good:
-        _output("partner", "")
+        write_params(partner="")
         return _note(
             port,
             node,
@@ -198,10 +189,10 @@ def pair_partner(node: str, workflow_name: str = "", workflow_uid: str = "") -> 
             continue
         for name in (node, candidate):
             port.set_labels(name, {vocab.LABEL_RECERTIFY: _PAIR})
-        _output("partner", candidate)
+        write_params(partner=candidate)
         skipped = f" (passed over {'; '.join(passed_over)})" if passed_over else ""
         return _note(port, node, f"running beside {candidate}{skipped}")
-    _output("partner", "")
+    write_params(partner="")
     why = (
         f"every known-good partner's GPUs are in use ({', '.join(good)})"
         if len(busy) == len(good)

@@ -26,10 +26,8 @@ import dataclasses
 import datetime as dt
 import json
 import math
-import os
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,8 +36,8 @@ from steps.cluster import ClusterPort, CordonRefusedError, Node, NotFoundError, 
 from steps.cluster import vocabulary as vocab
 from steps.durations import parse_duration
 from steps.errors import DsxError, InputError
-from steps.files import write_text
 from steps.models import input_error
+from steps.outputs import write_params
 from steps.sentinel import ledger
 from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
@@ -92,13 +90,6 @@ class RemediationCancelled(DsxError):
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _output(name: str, value: str) -> None:
-    """An output parameter of the step (``$DSX_OUTPUT_DIR/params/NAME``), when the runner asks for one."""
-    folder = os.environ.get(vocab.ENV_OUTPUT_DIR)
-    if folder:
-        write_text(Path(folder) / "params" / name, value)
 
 
 def _condition(check: str) -> str:
@@ -209,7 +200,7 @@ def _resume(
         check=check,
         detail=f"resumed where {before} stopped ({_state(current)}){observed}",
     )
-    _output("proceed", "true")
+    write_params(proceed="true")
     return f"{current.name}: resuming remediation at {_state(current)}"
 
 
@@ -356,7 +347,7 @@ def _by_event(
     ledger.record(
         port, current.name, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail
     )
-    _output("proceed", "false")
+    write_params(proceed="false")
     return f"{current.name}: {decision.decision} ({decision.reason}); no remediation"
 
 
@@ -413,7 +404,7 @@ def guard(
             ledger.record(
                 port, node, SUPERSEDED, workflow=workflow_name, attempt=done, check=check, detail=detail
             )
-            _output("proceed", "false")
+            write_params(proceed="false")
             return f"{node}: {detail}"
     if state == vocab.NodeState.escalated.value:
         since = current.annotations.get(vocab.ANNOTATION_STATE_SINCE, "?")
@@ -427,14 +418,14 @@ def guard(
         return told
     changed = ledger.changed_attempts(history)
     if changed >= settings.max_attempts:
-        _output("proceed", "false")
+        write_params(proceed="false")
         why = f"{changed} remediation attempts since it was last in service (limit {settings.max_attempts})"
         _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     if dry_run:
         detail = "dry run: would quarantine, drain, repair and recertify"
         ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail)
-        _output("proceed", "false")
+        write_params(proceed="false")
         return f"{node}: dry run: would remediate"
     gpu_nodes = sum(1 for n in port.list_nodes() if n.gpu_count > 0)
     breaker = Breaker(port, policy.breaker)
@@ -459,7 +450,7 @@ def guard(
         with contextlib.suppress(DsxError):
             breaker.withdraw(node, asked)
         raise
-    _output("proceed", "true")
+    write_params(proceed="true")
     return f"{node}: remediation attempt {done + 1} ({why})"
 
 

@@ -136,7 +136,7 @@ def _group_test(
                 f"dsx bisect --measure local: {len(nodes)} nodes is more than {_LOCAL_MAX_NODES} local "
                 "ranks can play; use --nodes to select fewer, or --measure model"
             )
-        from steps.readiness.evidence import output_dir
+        from steps.outputs import output_dir
         from steps.readiness.thresholds import Thresholds
 
         # dsx's default thresholds, as the workflow's steps judge a dsx-bisect of its own

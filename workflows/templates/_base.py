@@ -66,11 +66,13 @@ from hera.workflows.models import (
     SeccompProfile,
     SecurityContext,
     TTLStrategy,
+    ValueFrom,
 )
 
 from steps.cluster import vocabulary as vocab
 from steps.durations import parse_duration
 from steps.errors import InputError
+from steps.outputs import PARAMS
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -92,6 +94,7 @@ __all__ = [
     "container_security_context",
     "item_field",
     "param",
+    "param_outputs",
     "pod_security_context",
     "rank_env",
     "retry_on_error",
@@ -221,6 +224,16 @@ def param(name: str, description: str, default: Any = None, enum: Sequence[str] 
     if enum is not None:
         fields["enum"] = list(enum)
     return Parameter(**fields)
+
+
+def param_outputs(*names: str, default: str | None = None) -> list[Parameter]:
+    """Output parameters a step gives, each read from the file
+    :func:`steps.outputs.write_params` writes (``$DSX_OUTPUT_DIR/params/NAME``); ``default`` is what a
+    parameter is when the step wrote none (``None``: the step always writes it, else the task fails)."""
+    return [
+        Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/{PARAMS}/{name}", default=default))
+        for name in names
+    ]
 
 
 def _check_annotations(fn: Callable[..., Any]) -> None:

@@ -16,18 +16,18 @@ failed while their members passed alone, at most :data:`PARALLELISM` of them at 
 from typing import Any
 
 from hera.workflows import DAG, Parameter, Script, Task, TaskResult
-from hera.workflows.models import TemplateRef, ValueFrom
+from hera.workflows.models import TemplateRef
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness.bisect import flow
 from steps.readiness.bisect.evidence import P_MIN
 from workflows.templates._base import (
-    OUTPUT_DIR,
     WORKFLOW_NAME,
     WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
     item_field,
     param,
+    param_outputs,
     rank_env,
     step,
     workflow_template,
@@ -47,21 +47,14 @@ STAGE_ENDED = _ENDED | TaskResult.omitted
 because its targets could not be worked out (the certification goes on; those groups stay unresolved)."""
 
 
-def _param_outputs(*names: str, default: str | None = None) -> list[Parameter]:
-    return [
-        Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}", default=default))
-        for name in names
-    ]
-
-
 def templates() -> list[Any]:
     """The bisection WorkflowTemplate."""
-    prepare = step(flow.prepare, timeout="10m", retries=2, outputs=_param_outputs("run", "members"))
+    prepare = step(flow.prepare, timeout="10m", retries=2, outputs=param_outputs("run", "members"))
     search = step(
         flow.search_group,
         timeout=_TEST_TIMEOUT,
         env=dict(_JOB_ENV),
-        outputs=_param_outputs("suspects", default="[]"),
+        outputs=param_outputs("suspects", default="[]"),
     )
     finish = step(flow.finish, timeout="5m", env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with workflow_template(
@@ -127,7 +120,7 @@ def bisect_targets_step() -> Script:
         flow.bisect_targets,
         timeout="10m",
         retries=2,
-        outputs=_param_outputs("targets", "count"),
+        outputs=param_outputs("targets", "count"),
         env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE},
     )
 

@@ -14,7 +14,6 @@ live in ConfigMaps of the run.
 from typing import Any
 
 from hera.workflows import DAG, Artifact, Parameter, TaskResult
-from hera.workflows.models import ValueFrom
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
@@ -30,6 +29,7 @@ from workflows.templates._base import (
     WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
     param,
+    param_outputs,
     rank_env,
     step,
     workflow_template,
@@ -44,16 +44,13 @@ _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored | TaskRes
 """A stage runs once the one before has ended, whatever its result (not when it was omitted)."""
 
 
-def _verdict_output() -> list[Parameter]:
-    """A check's one-line verdict as an output parameter: Argo shows those in the UI, and keeps a step's
-    ``outputs.result`` only when another step refers to it."""
-    return [Parameter(name="verdict", value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/verdict", default=""))]
-
-
 def _check_step(check: Any) -> Any:
     """A check's step: it runs its tests on the nodes (Jobs in the run's namespace), within the outer
-    bound, and gives its one-line verdict."""
-    return step(check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=_verdict_output())
+    bound, and gives its one-line verdict as an output parameter (Argo shows those in the UI, and keeps a
+    step's ``outputs.result`` only when another step refers to it)."""
+    return step(
+        check, timeout=_GROUP_TIMEOUT, env=dict(_JOB_ENV), outputs=param_outputs("verdict", default="")
+    )
 
 
 def _plan_step() -> Any:
@@ -61,10 +58,7 @@ def _plan_step() -> Any:
         readiness.plan,
         timeout="10m",
         retries=2,
-        outputs=[
-            Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}"))
-            for name in PLAN_OUTPUTS
-        ],
+        outputs=param_outputs(*PLAN_OUTPUTS),
         env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE, vocab.ENV_GPU_IMAGE: GPU_IMAGE},
     )
 

@@ -29,7 +29,7 @@ declares certify's parameters too; its ``nodes`` is fixed to ``dsx.dev/recertify
 from typing import Any
 
 from hera.workflows import DAG, CronWorkflow, Parameter, Suspend, Task, TaskResult, WorkflowTemplate
-from hera.workflows.models import Mutex, Synchronization, TemplateRef, ValueFrom
+from hera.workflows.models import Mutex, Synchronization, TemplateRef
 
 from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
@@ -41,12 +41,12 @@ from steps.sentinel import reconcile as reconciler
 from steps.sentinel import remediate as steps
 from workflows.templates._base import (
     DESCRIPTION_ANNOTATION,
-    OUTPUT_DIR,
     PART_OF,
     WORKFLOW_NAME,
     WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
     param,
+    param_outputs,
     step,
     workflow_spec,
     workflow_template,
@@ -71,10 +71,6 @@ _REPAIR_WAIT_BOUND = f"{steps.REPAIR_WAIT_LIMIT_S // 3600}h"
 def _waited(task: str) -> str:
     """A wait ended as a wait ends (its deadline included), or was skipped by its ``when``."""
     return f"{task}.Succeeded || {task}.Skipped"
-
-
-def _out(name: str) -> list[Parameter]:
-    return [Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/params/{name}", default=""))]
 
 
 def _parameters() -> list[Parameter]:
@@ -182,7 +178,9 @@ def _recertify() -> DAG:
     test beside a known-good node, whose verdict lands on the node's certification label."""
     mark = step(recert.mark, timeout="5m", retries=2)
     unmark = step(recert.unmark, timeout="5m", retries=2)
-    pair_partner = step(recert.pair_partner, timeout="5m", retries=2, outputs=_out("partner"))
+    pair_partner = step(
+        recert.pair_partner, timeout="5m", retries=2, outputs=param_outputs("partner", default="")
+    )
     pair_verdict = step(recert.pair_verdict, timeout="5m", retries=2)
     with DAG(
         name="recertify",
@@ -287,7 +285,9 @@ def _reconciler() -> CronWorkflow:
 
 def templates() -> list[Any]:
     """The remediation WorkflowTemplate and the reconciler's CronWorkflow."""
-    guard = step(steps.guard, timeout="5m", retries=2, outputs=_out("proceed"), env=LEDGER_ENV)
+    guard = step(
+        steps.guard, timeout="5m", retries=2, outputs=param_outputs("proceed", default=""), env=LEDGER_ENV
+    )
     quarantine = step(steps.quarantine, timeout="5m", retries=2, env=LEDGER_ENV)
     drain = step(steps.drain, timeout="2h", retries=2, env=LEDGER_ENV)
     request_repair = step(steps.request_repair, timeout="5m", retries=2, env=LEDGER_ENV)

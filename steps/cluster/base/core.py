@@ -87,6 +87,11 @@ class PortCore(abc.ABC):
     def endpoint(self) -> str:
         """Where the port points, for reports."""
 
+    @property
+    @abc.abstractmethod
+    def runs_pods(self) -> bool:
+        """Whether a check runs as pods on this cluster (see :class:`~steps.cluster.port.ClusterPort`)."""
+
     @abc.abstractmethod
     def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
         """One object, ``None`` on 404."""

@@ -153,6 +153,11 @@ class SimCluster(PortBase):
         """``sim:...`` or ``state:PATH``."""
         return self.store.describe()
 
+    @property
+    def runs_pods(self) -> bool:
+        """No: a simulated fleet's checks run as local ranks playing its nodes."""
+        return False
+
     # ----------------------------------------------------------------- simulation controls
 
     def fleet(self) -> Fleet:

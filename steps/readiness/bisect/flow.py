@@ -23,17 +23,15 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
-from steps.cluster.health import health_source
 from steps.errors import DsxError, InputError
-from steps.files import write_text
 from steps.models import Frozen, input_error
+from steps.outputs import write_params
 from steps.readiness import certify
 from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.bisect.models import BisectResult, GroupResult, Suspect, TestRun
 from steps.readiness.bisect.records import Record, Records, suspect_reason
 from steps.readiness.bisect.strategies import bisect
 from steps.readiness.checks import SweepOutcome
-from steps.readiness.evidence import output_dir
 from steps.readiness.judge import only_slow
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
@@ -92,12 +90,6 @@ def _run_ref(text: RunRef | str) -> RunRef:
         raise input_error(exc, "bisect run") from None
 
 
-def _params(**values: str) -> None:
-    params = output_dir(None) / "params"
-    for key, value in values.items():
-        write_text(params / key, value)
-
-
 def _size(given: str, default: str) -> str:
     return default if given == certify.AUTO else given
 
@@ -148,7 +140,7 @@ def prepare(
     if len(names) < 2:
         what = f"selector {selector!r}" if selector else "the cluster"
         raise InputError(f"nothing to bisect: {what} has {len(names)} Ready managed node(s) with GPUs")
-    local = health_source(port) is not None
+    local = not port.runs_pods
     plan = certify.CertifyPlan(
         options=options,
         launcher="local" if local else "job",
@@ -164,7 +156,7 @@ def prepare(
     store = OutcomeStore(port, run)
     store.put_document("plan", plan.model_dump_json())
     store.put_document("recipe", json.dumps({"digest": None, "thresholds": None}))
-    _params(run=run.model_dump_json(), members=json.dumps(names))
+    write_params(run=run.model_dump_json(), members=json.dumps(names))
     return BisectStart(run=run, members=names, launcher=plan.launcher)
 
 
@@ -309,7 +301,7 @@ def search_group(
         print(f"warning: {group}: a test gave no verdict; the search stopped: {exc}", file=sys.stderr)
         left = [n for n in nodes if n not in labelled]
         records.put(Record(group=group, kind="summary", members=left, outcome="none", reason=str(exc)))
-        _params(suspects=json.dumps(labelled))
+        write_params(suspects=json.dumps(labelled))
         return labelled
     left = [n for n in nodes if n not in labelled]
     records.put(
@@ -325,7 +317,7 @@ def search_group(
             reason=_summary_reason(result.screening, result.screening_needed, result.caught),
         )
     )
-    _params(suspects=json.dumps(labelled))
+    write_params(suspects=json.dumps(labelled))
     return labelled
 
 
@@ -403,7 +395,7 @@ def bisect_targets(run: RunRef, stage: Literal["groups", "whole"]) -> list[Bisec
         targets.append(
             BisectTarget(group=outcome.subject.name, members=list(outcome.subject.members), partners=lent)
         )
-    _params(targets=json.dumps([t.model_dump(mode="json") for t in targets]), count=str(len(targets)))
+    write_params(targets=json.dumps([t.model_dump(mode="json") for t in targets]), count=str(len(targets)))
     return targets
 
 

@@ -15,14 +15,13 @@ import base64
 import datetime as dt
 import gzip
 import json
-import os
-from pathlib import Path
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.errors import DsxError
 from steps.files import write_text
+from steps.outputs import runner_dir
 from steps.sentinel.goodput.ledger_report import GoodputReport, parse_since, report
 from steps.sentinel.goodput.metrics import exposition
 
@@ -70,9 +69,9 @@ def keep_goodput_report(since: str = "7d") -> str:
     result = report(port, parse_since(since, until), until)
     metrics = exposition(result)
     summary = _summary(result)
-    folder = os.environ.get(vocab.ENV_OUTPUT_DIR)
-    if folder:
-        out = Path(folder) / "goodput"
+    folder = runner_dir()
+    if folder is not None:
+        out = folder / "goodput"
         write_text(out / "report.json", json.dumps(result.model_dump(), indent=2, sort_keys=True) + "\n")
         write_text(out / "metrics.prom", metrics)
     packed, note = _packed(result)
