@@ -524,9 +524,17 @@ class LocalLauncher:
 LOCAL_DELAY_PER_LOST_MULTIPLE_S = 0.010
 LOCAL_DELAY_CAP_S = 0.100
 
+#: A local rank standing for a node whose GPUs compute at half speed is delayed by this much per training
+#: step for each multiple of its compute it lost. A local step is mostly waiting (its own work is a couple
+#: of milliseconds), so a slower GPU is played as a delay that shows above a busy machine's noise, as a
+#: quarter-speed NIC's 30 ms does.
+LOCAL_COMPUTE_DELAY_PER_LOST_MULTIPLE_S = 0.030
 
-def _delay_ms(lost_multiples: float) -> int:
-    return round(min(lost_multiples * LOCAL_DELAY_PER_LOST_MULTIPLE_S, LOCAL_DELAY_CAP_S) * 1000)
+
+def _delay_ms(lost_multiples: float, compute_multiples: float = 0.0) -> int:
+    delay = lost_multiples * LOCAL_DELAY_PER_LOST_MULTIPLE_S
+    delay += compute_multiples * LOCAL_COMPUTE_DELAY_PER_LOST_MULTIPLE_S
+    return round(min(delay, LOCAL_DELAY_CAP_S) * 1000)
 
 
 def local_injections(
@@ -549,14 +557,14 @@ def local_injections(
         switches = [w for w in _switches(port) if node in w.nodes]
         link = health.ring_gbps * min((w.speed for w in switches), default=1.0)
         lost = health.nominal_link_gbps / max(link, 1e-9) - 1 if link > 0 else 0.0
-        if scope == "train":
-            lost += 1 / min((g.compute_share for g in health.gpus), default=1.0) - 1
+        computed = min((g.compute_share for g in health.gpus), default=1.0)
+        compute_lost = 1 / computed - 1 if scope == "train" else 0.0
         if health.link_hangs or any(w.hangs for w in switches):
             specs.append(f"{rank}:hang")
         elif health.link_failure_rate > 0 or link <= 0 or any(w.failure_rate > 0 for w in switches):
             specs.append(f"{rank}:fail")
-        elif lost > 1e-9:
-            specs.append(f"{rank}:delay={_delay_ms(lost)}ms")
+        elif lost > 1e-9 or compute_lost > 1e-9:
+            specs.append(f"{rank}:delay={_delay_ms(lost, compute_lost)}ms")
     else:
         if any(not gpu.healthy for gpu in health.gpus):
             specs.append(f"{rank}:fail")

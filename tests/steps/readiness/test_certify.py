@@ -195,7 +195,8 @@ def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_
     # a GPU at half speed: a lost multiple of compute, seen in a training step, never in an all-reduce
     assert local_injections(port, "node-00", 0, "group") == []
     assert local_injections(port, "node-00", 0, "node") == []
-    assert local_injections(port, "node-00", 0, "train") == ["0:delay=10ms"]
+    assert local_injections(port, "node-00", 0, "train") == ["0:delay=30ms"]
+    assert local_injections(port, "node-01", 0, "train") == ["0:delay=30ms"]  # its slow rail, as in a sweep
     # one rail at a quarter of its rate caps the ring at a quarter: three lost multiples
     assert local_injections(port, "node-01", 1, "group") == ["1:delay=30ms"]
     # a switch at half rate slows both its nodes; a flaky one fails both (played every time)
