@@ -192,7 +192,8 @@ def register(app: typer.Typer) -> None:
         from steps.readiness.bisect import bisect
 
         port = connect(cluster)  # once: a simulated fleet of thousands of nodes takes seconds to build
-        nodes = [n.name for n in port.list_nodes(selector)]
+        listed = port.list_nodes(selector)
+        nodes = [n.name for n in listed]
         if len(nodes) < 2:
             where = f"--nodes {selector!r}" if selector else f"cluster {cluster!r}"
             raise InputError(
@@ -210,7 +211,7 @@ def register(app: typer.Typer) -> None:
             spurious=spurious,
             budget=budget,
         )
-        racks = {n.name: n.labels[LABEL_RACK] for n in port.list_nodes(selector) if LABEL_RACK in n.labels}
+        racks = {n.name: n.labels[LABEL_RACK] for n in listed if LABEL_RACK in n.labels}
         emit(result.with_leaves(racks), output, _table)
         if not result.healthy:
             raise typer.Exit(1)
