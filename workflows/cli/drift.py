@@ -32,7 +32,8 @@ __all__ = ["FailOn", "Scope", "register"]
 _TABLE_ROWS = 50
 
 
-Scope = enum.StrEnum("Scope", [(scope, scope) for scope in SCOPES])
+# built from SCOPES, the one list of them, so mypy cannot name its members
+Scope = enum.StrEnum("Scope", [(scope, scope) for scope in SCOPES])  # type: ignore[misc]
 """What ``dsx drift`` compares: the drift scopes of :data:`steps.runtime.names.SCOPES`, the default first."""
 
 

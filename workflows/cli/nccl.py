@@ -192,7 +192,7 @@ def sweep_cmd(
     request = SweepRequest(
         subject=Subject(kind="group", name=name, members=members),
         ranks=ranks,
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         factor=factor,
@@ -201,7 +201,7 @@ def sweep_cmd(
         inject=inject,
         timeout_s=timeout,
         thresholds=limits.model_dump(by_alias=True) if limits is not None else None,
-        scope=scope,  # type: ignore[arg-type]
+        scope=scope,
         rank_hosts=hosts,
         out_dir=_evidence_dir(out_dir, "dsx-nccl-sweep-") or None,
     )

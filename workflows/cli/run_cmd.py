@@ -49,16 +49,17 @@ def _check_types(path: Path, raw: Any, doc: dict[str, Any], index: int) -> None:
     schema, generated from its OpenAPI document.
     """
     from hera.workflows import models
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
     from steps.yamlio import line_of
 
-    schema = {
+    schemas: dict[str, type[BaseModel]] = {
         "Workflow": models.Workflow,
         "WorkflowTemplate": models.WorkflowTemplate,
         "ClusterWorkflowTemplate": models.ClusterWorkflowTemplate,
         "CronWorkflow": models.CronWorkflow,
-    }.get(str(doc.get("kind")))
+    }
+    schema = schemas.get(str(doc.get("kind")))
     if schema is None:
         return
     problem: tuple[tuple[Any, ...], str] | None = None
@@ -86,6 +87,7 @@ def _manifest_problem(doc: dict[str, Any]) -> tuple[tuple[Any, ...], str] | None
     from steps.yamlio import parse_yaml
 
     spec = doc.get("spec") or {}
+    prefix: tuple[str, ...]
     if doc.get("kind") == "CronWorkflow":
         spec, prefix = spec.get("workflowSpec") or {}, ("spec", "workflowSpec")
     else:

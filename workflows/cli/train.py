@@ -62,7 +62,7 @@ def smoke_cmd(
     request = SmokeRequest(
         subject=Subject(kind="group", name=name, members=sorted(set(hosts)) if hosts else []),
         ranks=ranks,
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         steps=steps,
         batch_size=batch_size,
         seq_len=seq_len,
