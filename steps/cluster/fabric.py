@@ -198,7 +198,7 @@ class FabricModel:
         s, reports = self.settings, [self.reports[m] for m in members]
         size = len(members)
         nominal = min(r.nominal_link_gbps for r in reports)
-        switches = {id(w): w for m in members for w in self._under.get(m, [])}.values()
+        switches = list(dict.fromkeys(w for m in members for w in self._under.get(m, [])))
         speeds = {r.node: r.ring_gbps for r in reports}
         for switch in switches:
             for node in set(switch.nodes) & speeds.keys():

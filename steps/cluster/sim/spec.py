@@ -170,16 +170,15 @@ class FleetSpec(BaseModel):
     @field_validator("switches", mode="before")
     @classmethod
     def _switches(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            found: dict[str, str] = {}
-            for item in (t.strip() for t in value.split(";")):
-                rack, sep, fault = item.partition(":")
-                if item and (not sep or not rack.strip() or not fault.strip()):
-                    raise ValueError(f"switch fault {item!r} is not RACK:FAULT (rack-03:slow=0.5)")
-                if item:
-                    found[rack.strip()] = fault.strip()
-            return found
-        return value
+        if not isinstance(value, str):
+            return value
+        found: dict[str, str] = {}
+        for item in filter(None, (t.strip() for t in value.split(";"))):
+            rack, _, fault = (part.strip() for part in item.partition(":"))
+            if not rack or not fault:
+                raise ValueError(f"switch fault {item!r} is not RACK:FAULT (rack-03:slow=0.5)")
+            found[rack] = fault
+        return found
 
     @field_validator("cordoned", "forbid", "certified", mode="before")
     @classmethod
@@ -388,15 +387,14 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     names = spec.node_names()
     fleet = Fleet(
         spec=text or spec.model_dump_json(exclude_defaults=True),
-        fabric=FabricSettings(
-            noise=spec.noise, seed=spec.seed, spurious=spec.spurious, switches=_switch_faults(spec, names)
-        ),
+        fabric=FabricSettings(noise=spec.noise, seed=spec.seed, spurious=spec.spurious),
     )
     for i, name in enumerate(names):
         fleet.nodes[name] = _node(
             spec, model, count, name, i * spec.racks // spec.nodes, fleet.next_revision()
         )
         fleet.health[name] = _health(model, count, name)
+    fleet.fabric = fleet.fabric.model_copy(update={"switches": _switch_faults(spec, fleet)})
     for name in spec.cordoned:
         if name not in fleet.nodes:
             raise InputError(f"cordoned node {name!r} is not in the fleet ({names[0]}..{names[-1]})")
@@ -416,15 +414,15 @@ def build_fleet(spec: FleetSpec, text: str = "") -> Fleet:
     return fleet
 
 
-def _switch_faults(spec: FleetSpec, names: list[str]) -> tuple[SwitchFault, ...]:
-    """The faulty leaf switches of ``switches``, each with the nodes of its rack.
+def _switch_faults(spec: FleetSpec, fleet: Fleet) -> tuple[SwitchFault, ...]:
+    """The faulty leaf switches of ``switches``, each with the nodes its rack label names.
 
     Raises:
         InputError: a rack the fleet does not have, or a fault other than ``slow=F``, ``flaky=P``, ``hang``.
     """
     racks: dict[str, list[str]] = {}
-    for i, name in enumerate(names):
-        racks.setdefault(f"rack-{i * spec.racks // spec.nodes:02d}", []).append(name)
+    for name, node in fleet.nodes.items():
+        racks.setdefault(node.labels[vocab.LABEL_RACK], []).append(name)
     found = []
     for rack, fault in sorted(spec.switches.items()):
         where = f"switch fault {rack}:{fault}"
