@@ -8,9 +8,20 @@ after the other, in a run folder under ``--out``.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import typer
+
+from steps.cluster import connect, shareable
+from steps.cluster import vocabulary as vocab
+from steps.errors import InputError
+from steps.sentinel.reconcile import REMEDIATE, plan, submit_workflow
+from workflows.cli.events import _overrides
+from workflows.compiler import compiled_documents
+from workflows.runner.eventplay import local_submitter
+from workflows.runner.events import Submission
+from workflows.runner.model import Phase, RunResult
 
 __all__ = ["reconcile_cmd", "reconcile_now"]
 
@@ -27,12 +38,6 @@ def reconcile_now(
     """One reconciler pass against ``cluster``, printing a line per tainted node (on stderr with ``err``);
     the exit code: 0 when every remediation it ran locally Succeeded (or it only created Workflows), 1
     otherwise."""
-    import time
-
-    from steps.cluster import connect, shareable
-    from steps.cluster import vocabulary as vocab
-    from steps.sentinel.reconcile import REMEDIATE, plan, submit_workflow
-    from workflows.runner.model import Phase, RunResult
 
     spec = cluster or os.environ.get(vocab.ENV_CLUSTER) or "kube"
     port = connect(spec)
@@ -45,10 +50,6 @@ def reconcile_now(
     started: dict[str, str] = {}
     runs: list[RunResult] = []
     if simulated:
-        from workflows.compiler import compiled_documents
-        from workflows.runner.eventplay import local_submitter
-        from workflows.runner.events import Submission
-
         folder = out or Path("dsx-runs") / f"reconcile-{time.strftime('%Y%m%d-%H%M%S')}"
         folder.mkdir(parents=True, exist_ok=True)
         shared = shareable(spec, folder)
@@ -106,8 +107,6 @@ def reconcile_cmd(
     condition the policy remediates, no dsx.dev/state and no remediation under way; print each tainted
     node and why it is started or left alone. Exit 0, 1 when a run on a simulated fleet did not Succeed,
     2 on bad input."""
-    from steps.errors import InputError
-    from workflows.cli.events import _overrides
 
     overrides = _overrides(parameter)
     reserved = sorted({"node", "check", "event"} & set(overrides))

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from steps.cluster import connect
+from steps.cluster.fabric import fabric_model
+from steps.cluster.port import ClusterPort
+from steps.cluster.vocabulary import LABEL_RACK
+from steps.errors import InputError
+from steps.outputs import output_dir
+from steps.readiness.bisect import BisectResult, GroupTest, bisect
+from steps.readiness.bisect.probes import fabric_test, local_test
+from steps.readiness.thresholds import Thresholds
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
-
-if TYPE_CHECKING:
-    from steps.cluster.port import ClusterPort
-    from steps.readiness.bisect import BisectResult, GroupTest
 
 __all__ = ["Measure", "StrategyChoice", "register"]
 
@@ -113,9 +117,6 @@ def _group_test(
         InputError: the cluster has no fabric model, is too large for local ranks, or a seed is given
             for them.
     """
-    from steps.cluster.fabric import fabric_model
-    from steps.errors import InputError
-    from steps.readiness.bisect.probes import fabric_test, local_test
 
     model = fabric_model(port, nodes)
     if model is None:
@@ -136,8 +137,6 @@ def _group_test(
                 f"dsx bisect --measure local: {len(nodes)} nodes is more than {_LOCAL_MAX_NODES} local "
                 "ranks can play; use --nodes to select fewer, or --measure model"
             )
-        from steps.outputs import output_dir
-        from steps.readiness.thresholds import Thresholds
 
         # dsx's default thresholds, as the workflow's steps judge a dsx-bisect of its own
         noise = Thresholds().nccl.noise_band
@@ -186,10 +185,6 @@ def register(app: typer.Typer) -> None:
         Every result is evidence: a node is accused at probability 1-ALPHA, and the group is called
         healthy only once a fault failing P-MIN of its tests would have shown with 99%.
         """
-        from steps.cluster import connect
-        from steps.cluster.vocabulary import LABEL_RACK
-        from steps.errors import InputError
-        from steps.readiness.bisect import bisect
 
         port = connect(cluster)  # once: a simulated fleet of thousands of nodes takes seconds to build
         listed = port.list_nodes(selector)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from steps.runtime.bundle import render_bundle, write_bundle
 from steps.runtime.names import BUNDLE_FORMATS
 from workflows.cli.recipe import (
     ACCELERATOR,
@@ -53,7 +54,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Render the recipe as a bundle with checksums.txt; the same inputs give identical bytes."""
-        from steps.runtime.bundle import render_bundle, write_bundle
 
         result = recipe_from_file_or_flags(
             recipe_file, recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes)

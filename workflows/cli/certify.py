@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from steps.readiness.report import load_report, recheck_report, render_markdown
+from workflows.cli.nccl import print_verdicts
 from workflows.cli.output import OutputFormat, emit, print_table, to_plain
 
 __all__ = ["register"]
@@ -36,7 +38,6 @@ def report_cmd(
     every verdict passed (and the report agrees), 1 when it failed or disagrees with its own verdicts
     (each disagreement named on stderr), 2 when the file is not a report.
     """
-    from steps.readiness.report import load_report, recheck_report, render_markdown
 
     report, disagreements = recheck_report(load_report(file))
     for problem in disagreements:
@@ -54,7 +55,6 @@ def report_cmd(
                 ["node", "status", "reasons"],
                 [[n.name, n.status, "; ".join(n.reasons)] for n in report.nodes],
             )
-            from workflows.cli.nccl import print_verdicts
 
             print_verdicts(report.verdicts)
 

@@ -4,11 +4,15 @@ cluster port the workflows use, against a real cluster or a simulated fleet."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import get_args
 
 import typer
 
-from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
+from steps.cluster import ClusterPort, connect
+from steps.cluster import vocabulary as vocab
+from steps.cluster.node import CordonResult, Node, TaintEffect
+from steps.errors import InputError
+from workflows.cli.output import OUTPUT_OPTION, OutputFormat, console, emit, print_table
 
 CLUSTER_OPTION = typer.Option(
     None,
@@ -28,15 +32,11 @@ BY_OPTION = typer.Option(
 )
 
 
-def _port(cluster: str | None, kubeconfig: str | None, context: str | None) -> Any:
-    from steps.cluster import connect
-
+def _port(cluster: str | None, kubeconfig: str | None, context: str | None) -> ClusterPort:
     return connect(cluster, kubeconfig, context)
 
 
-def _nodes_table(nodes: list[Any]) -> None:
-    from steps.cluster import vocabulary as vocab
-
+def _nodes_table(nodes: list[Node]) -> None:
     rows = []
     for node in nodes:
         gpu = f"{node.gpu_count}x {node.gpu_product.removeprefix('NVIDIA-')}" if node.gpu_product else "-"
@@ -55,7 +55,7 @@ def _nodes_table(nodes: list[Any]) -> None:
     print_table(None, ["node", "ready", "cordoned", "gpus", "rack", "certified", "state", "taints"], rows)
 
 
-def _cordon_cell(node: Any) -> str:
+def _cordon_cell(node: Node) -> str:
     """``no``, the dsx owner of the cordon, or ``outside dsx`` for one made with kubectl or another tool."""
     cordon = node.cordon
     if cordon is None:
@@ -63,24 +63,23 @@ def _cordon_cell(node: Any) -> str:
     return cordon.owner or "outside dsx"
 
 
-def _cordon_result(result: Any) -> None:
+def _cordon_result(result: CordonResult) -> None:
     """The line saying whose cordon it was and what became of it, then the node."""
-    from workflows.cli.output import console
 
     console().print(result.summary, markup=False, highlight=False, soft_wrap=True)
     _nodes_table([result.node])
 
 
-def _parse_taint(text: str) -> tuple[str, str, str, bool]:
+def _parse_taint(text: str) -> tuple[str, str, TaintEffect, bool]:
     """``key[=value]:Effect`` with an optional trailing ``-`` (remove): ``(key, value, effect, remove)``."""
-    from steps.errors import InputError
-
     remove = text.endswith("-")
     body = text[:-1] if remove else text
-    key_value, sep, effect = body.rpartition(":")
+    key_value, sep, written = body.rpartition(":")
     if not sep:
-        key_value, effect = body, "NoSchedule"
-    if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        key_value, written = body, "NoSchedule"
+    effects: tuple[TaintEffect, ...] = get_args(TaintEffect)
+    effect = next((e for e in effects if e == written), None)
+    if effect is None:
         raise InputError(f"taint {text!r}: the effect must be NoSchedule, PreferNoSchedule or NoExecute")
     key, _, value = key_value.partition("=")
     if not key:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from workflows import compiler
+from workflows.cli.output import check_out_dir
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``compile`` command."""
@@ -18,8 +21,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Compile every dsx WorkflowTemplate, CronWorkflow, EventSource and Sensor to YAML."""
-        from workflows import compiler
-        from workflows.cli.output import check_out_dir
 
         check_out_dir(out, "--out")
         files = compiler.compile_objects()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
+from steps.cluster import connect
+from steps.errors import InputError
+from steps.runtime.drift import DriftReport, compare
 from steps.runtime.names import SCOPES
+from steps.runtime.snapshot import Snapshot, read_snapshot, take_snapshot
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 from workflows.cli.output import console as output_console
 from workflows.cli.recipe import (
@@ -22,10 +27,6 @@ from workflows.cli.recipe import (
     criteria_flags,
     recipe_from_file_or_flags,
 )
-
-if TYPE_CHECKING:
-    from steps.runtime.drift import DriftReport
-    from steps.runtime.snapshot import Snapshot
 
 __all__ = ["FailOn", "Scope", "register"]
 
@@ -45,8 +46,6 @@ class FailOn(enum.StrEnum):
 
 
 def _snapshot_table(snapshot: Snapshot) -> None:
-    from collections import Counter
-
     print_table(
         f"nodes of {snapshot.cluster or 'the cluster'} ({len(snapshot.nodes)})",
         ["count", "os", "kernel", "kubelet", "runtime", "gpu", "gpus", "driver", "cuda"],
@@ -115,8 +114,6 @@ def register(app: typer.Typer) -> None:
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
         """Read node software, GPU Feature Discovery labels, Helm releases and images from a cluster."""
-        from steps.cluster import connect
-        from steps.runtime.snapshot import take_snapshot
 
         snapshot = take_snapshot(connect(cluster), cluster=cluster, selector=selector)
         emit(snapshot, output, _snapshot_table)
@@ -145,9 +142,6 @@ def register(app: typer.Typer) -> None:
         output: OutputFormat = OUTPUT_OPTION,
     ) -> None:
         """Compare the cluster with the recipe per node and per component; exit 1 when it drifted."""
-        from steps.errors import InputError
-        from steps.runtime.drift import compare
-        from steps.runtime.snapshot import read_snapshot, take_snapshot
 
         if (snapshot_file is None) == (cluster is None):
             raise InputError("dsx drift: give exactly one of --snapshot FILE and --cluster SPEC")
@@ -157,8 +151,6 @@ def register(app: typer.Typer) -> None:
         if snapshot_file is not None:
             snapshot = read_snapshot(snapshot_file)
         else:
-            from steps.cluster import connect
-
             assert cluster is not None
             snapshot = take_snapshot(connect(cluster), cluster=cluster, selector=selector)
         scopes: Any = SCOPES[scope.value]

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import typer
+
+from steps.cluster import vocabulary as vocab
+from steps.durations import parse_duration
+from steps.errors import InputError
+from workflows.cli._signals import sigterm_as_interrupt
+from workflows.compiler import compiled_documents
+from workflows.runner.eventplay import parse_injection, play
 
 DEFAULT_FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=3"
 """The fleet played on when none is given: small, with a quick simulated repair."""
@@ -13,7 +21,6 @@ DEFAULT_FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=3"
 
 def _overrides(pairs: list[str]) -> dict[str, str]:
     """``-p KEY=VALUE`` pairs as a mapping."""
-    from steps.errors import InputError
 
     overrides = {}
     for pair in pairs:
@@ -26,9 +33,6 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
 
 def _folder(out: Path | None) -> Path:
     """The run folder: ``--out``, which must be new or empty, or a fresh one under ``dsx-runs``."""
-    import time
-
-    from steps.errors import InputError
 
     folder = out or Path("dsx-runs") / f"events-{time.strftime('%Y%m%d-%H%M%S')}"
     if folder.exists() and not folder.is_dir():
@@ -86,14 +90,6 @@ def play_cmd(
     However the play ends (--for, --until-done, Ctrl-C, SIGTERM), a workflow still running is stopped as
     argo stop does (its exit handler runs, its workflow.json is kept) and reported; a second Ctrl-C or
     SIGTERM terminates it. Ctrl-C exits 130, SIGTERM 143."""
-    import time
-
-    from steps.cluster import vocabulary as vocab
-    from steps.durations import parse_duration
-    from steps.errors import InputError
-    from workflows.cli._signals import sigterm_as_interrupt
-    from workflows.compiler import compiled_documents
-    from workflows.runner.eventplay import parse_injection, play
 
     try:
         seconds = parse_duration(duration)

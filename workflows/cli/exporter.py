@@ -6,6 +6,11 @@ from __future__ import annotations
 import threading
 
 import typer
+from prometheus_client import CollectorRegistry, generate_latest
+
+from steps.cluster import connect
+from steps.readiness.metrics import certification_metrics
+from steps.sentinel.exporter import SENTINEL_SOURCES, FleetExporter, serve
 
 
 def exporter_cmd(
@@ -22,14 +27,11 @@ def exporter_cmd(
         False, "--once", help="Print the metrics once, in Prometheus' text format, and exit."
     ),
 ) -> None:
-    """Serve the fleet's metrics: the quarantine breaker and the taint budget (dsx_sentinel_*), the goodput
-    report's figures (dsx_goodput_*) and the newest certification report's (dsx_certification_*), with
-    dsx_exporter_source_up for each source read. The agents export each node's own figures."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    """Serve the fleet's metrics for Prometheus, read from dsx's ConfigMaps.
 
-    from steps.cluster import connect
-    from steps.readiness.metrics import certification_metrics
-    from steps.sentinel.exporter import SENTINEL_SOURCES, FleetExporter, serve
+    The quarantine breaker and the taint budget (dsx_sentinel_*), the goodput report's figures
+    (dsx_goodput_*) and the newest certification report's (dsx_certification_*), with
+    dsx_exporter_source_up for each source read. The agents export each node's own figures."""
 
     exporter = FleetExporter(
         connect(cluster), [*SENTINEL_SOURCES, ("certification", certification_metrics)], refresh_s=refresh

@@ -6,15 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from steps.cluster import changes, connect
+from steps.errors import InputError
+from steps.files import write_text
+from steps.sentinel.goodput.ledger_report import EARLIEST, STATES, GoodputReport, parse_since, report
+from steps.sentinel.goodput.metrics import exposition
+from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
+from steps.sentinel.goodput.simulate import SimulationReport, Spread, expected_faults, simulate
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_file, console, emit, print_table
-
-if TYPE_CHECKING:
-    from steps.sentinel.goodput.ledger_report import GoodputReport
-    from steps.sentinel.goodput.simulate import SimulationReport, Spread
 
 __all__ = ["register"]
 
@@ -150,8 +152,6 @@ _REMEDIATION_COLUMNS = [
 
 
 def _report_table(report: GoodputReport, top: int) -> None:
-    from steps.sentinel.goodput.ledger_report import STATES
-
     fleet = report.fleet
     _fleet_lines(report)
     print_table(
@@ -201,9 +201,6 @@ def _report_table(report: GoodputReport, top: int) -> None:
 
 def _period(since: str, until: str | None) -> tuple[dt.datetime, dt.datetime]:
     """The report's period from ``--since`` and ``--until`` (default: now)."""
-    from steps.cluster import changes
-    from steps.errors import InputError
-    from steps.sentinel.goodput.ledger_report import EARLIEST, parse_since
 
     end = dt.datetime.now(dt.UTC).replace(microsecond=0)
     if until is not None:
@@ -220,7 +217,6 @@ def _period(since: str, until: str | None) -> tuple[dt.datetime, dt.datetime]:
 
 def _finite(value: float, option: str, low: float, high: float, *, open_low: bool = False) -> float:
     """``value`` when finite and within bounds, else an input error naming the option."""
-    from steps.errors import InputError
 
     below = value <= low if open_low else value < low
     if not math.isfinite(value) or below or value > high:
@@ -257,11 +253,6 @@ def report_cmd(
     of every node is counted in one state. Subcommand simulate: what each policy would win."""
     if ctx.invoked_subcommand is not None:
         return
-    from steps.cluster import connect
-    from steps.errors import InputError
-    from steps.files import write_text
-    from steps.sentinel.goodput.ledger_report import report
-    from steps.sentinel.goodput.metrics import exposition
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot {plot}: the plot is a PNG; name the file .png")
@@ -307,9 +298,6 @@ def simulate_cmd(
     (remediation, recertification and periodic certification with bisection, which finds silent
     slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
     by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
-    from steps.errors import InputError
-    from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
-    from steps.sentinel.goodput.simulate import expected_faults, simulate
 
     _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
     if checkpoint_minutes is not None:

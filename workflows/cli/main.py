@@ -1,28 +1,117 @@
-"""Entry point of the ``dsx`` command: the root typer app and its error handling."""
+"""Entry point of the ``dsx`` command: the root typer app, its command registry and its error handling.
+
+The commands load lazily, as pip's command registry does: :data:`COMMANDS` names each top-level command's
+module and the line ``dsx --help`` shows for it, and a command's module is imported only when that
+command runs or its own help is asked for. So a command module imports what it needs at its top and
+``dsx version`` pays for nothing else. A test keeps the registry equal to what the modules register.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # Plain help text: rendering help through rich costs more than the whole start-up budget (0.5 s).
 # Command output still uses rich tables.
 os.environ.setdefault("TYPER_USE_RICH", "0")
 
 import typer
+import typer.main
+from typer.core import TyperGroup
 
 from steps.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, DsxError
 
-__all__ = ["app", "main", "run"]
+__all__ = ["COMMANDS", "LazyGroup", "app", "main", "run"]
 
-_NOT_COMMANDS = {"main", "output", "__main__"}
 _DEBUG_ENV = "DSX_DEBUG"
+
+#: Every top-level command: its module under ``workflows.cli`` (whose ``register(app)`` adds it) and
+#: its summary in ``dsx --help`` (the first line of its help, which a test keeps equal).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bisect": (
+        "bisect",
+        "Screen the group, and if it fails, find the nodes at fault; exit 1 when it is not healthy.",
+    ),
+    "bundle": (
+        "bundle",
+        "Render the recipe as a bundle with checksums.txt; the same inputs give identical bytes.",
+    ),
+    "certify": ("certify", "Readiness certification."),
+    "cluster": (
+        "cluster",
+        "List nodes and cordon, uncordon or taint them, on a real cluster or a simulated fleet.",
+    ),
+    "compile": (
+        "compile_cmd",
+        "Compile every dsx WorkflowTemplate, CronWorkflow, EventSource and Sensor to YAML.",
+    ),
+    "drift": (
+        "drift",
+        "Compare the cluster with the recipe per node and per component; exit 1 when it drifted.",
+    ),
+    "events": ("events", "Argo Events on this machine: dsx's EventSources and Sensors against a cluster."),
+    "exporter": ("exporter", "Serve the fleet's metrics for Prometheus, read from dsx's ConfigMaps."),
+    "goodput": (
+        "goodput",
+        "Goodput: what a fleet lost to faults (from the ledger), and what each policy wins back.",
+    ),
+    "nccl": ("nccl", "NCCL all-reduce: parse nccl-tests logs, run sweeps."),
+    "recipe": (
+        "recipe",
+        "Resolve runtime recipes: pinned components, their dependency graph, the catalogue.",
+    ),
+    "resume": (
+        "resume_cmd",
+        "Resume a suspended step of a local run (one running under its suspend duration).",
+    ),
+    "run": ("run_cmd", "Run a dsx workflow; with --local, on this machine, exiting 0 only if it Succeeded."),
+    "sentinel": (
+        "sentinel",
+        "The per-node health agent: NVML, kernel log and sysfs probes, the fault catalogue.",
+    ),
+    "snapshot": (
+        "drift",
+        "Read node software, GPU Feature Discovery labels, Helm releases and images from a cluster.",
+    ),
+    "train": ("train", "Training smoke runs."),
+    "version": ("version_cmd", "Show dsx's version and the library versions it runs with."),
+}
+
+
+def load(name: str) -> Any:
+    """The click command ``name`` of :data:`COMMANDS`, its module imported and registered on its own."""
+    module = importlib.import_module(f"workflows.cli.{COMMANDS[name][0]}")
+    own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    module.register(own)
+    return typer.main.get_group(own).commands[name]
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands listed from :data:`COMMANDS`, each module imported when first needed."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in COMMANDS:
+            found = load(cmd_name)
+            self.add_command(found, cmd_name)
+        return found
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """``dsx --help``'s command list from the registry, importing no command module."""
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="dsx",
+    cls=LazyGroup,
     help="Keep Kubernetes GPU clusters productive: runtime recipes, readiness certification, sentinel.",
     no_args_is_help=True,
     add_completion=False,
@@ -64,18 +153,6 @@ def _root(
     2 bad input or usage; 70 an unexpected error (a defect of dsx: --debug shows the traceback).
     """
     _State.debug = _State.debug or debug
-
-
-def _register_all() -> None:
-    package = importlib.import_module("workflows.cli")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name in _NOT_COMMANDS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"workflows.cli.{info.name}")
-        module.register(app)
-
-
-_register_all()
 
 
 def _one_line(text: object) -> str:

@@ -11,6 +11,15 @@ from typing import Any
 
 import typer
 
+from steps.cluster import vocabulary as vocab
+from steps.errors import InputError
+from steps.readiness.checks import SweepOutcome, SweepRequest, run_allreduce_sweep
+from steps.readiness.models import CollectiveRun, Subject, Verdict
+from steps.readiness.nccl_tests import exit_code, parse_nccl_tests_file
+from steps.readiness.ranks import sweep
+from steps.readiness.sizes import format_size
+from steps.readiness.thresholds import load_thresholds
+from workflows.cli._signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit, print_table
 
 __all__ = ["MAX_LOCAL_RANKS", "RANKS_OPTION", "register", "run_ranks"]
@@ -39,9 +48,7 @@ def _figure(value: float | None) -> str:
     return "N/A" if value is None else f"{value:.2f}"
 
 
-def _print_run(run: Any) -> None:
-    from steps.readiness.sizes import format_size
-
+def _print_run(run: CollectiveRun) -> None:
     typer.echo(
         f"{run.source} {run.collective or 'collective'}: {run.status}; {len(run.results)} rows, "
         f"{len(run.ranks)} ranks on {len(run.hosts)} hosts ({', '.join(run.hosts) or 'not listed'})"
@@ -75,7 +82,7 @@ def _print_run(run: Any) -> None:
         typer.echo(f"problem: {problem}", err=True)
 
 
-def print_verdicts(verdicts: list[Any]) -> None:
+def print_verdicts(verdicts: list[Verdict]) -> None:
     """The verdicts as a table: status, subject, test, measured, threshold, message."""
     rows = [
         [
@@ -92,8 +99,6 @@ def print_verdicts(verdicts: list[Any]) -> None:
 
 
 def _evidence_dir(out_dir: Path | None, prefix: str) -> str:
-    from steps.cluster import vocabulary as vocab
-
     if out_dir is not None or os.environ.get(vocab.ENV_OUTPUT_DIR):
         return str(out_dir) if out_dir is not None else ""
     return tempfile.mkdtemp(prefix=prefix)
@@ -105,7 +110,6 @@ def run_ranks(work: Callable[[Any], Any], request: Any) -> Any:
     Raises:
         typer.Exit: with status 143 after SIGTERM, 130 after Ctrl-C, once every rank is gone.
     """
-    from workflows.cli._signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():
@@ -129,7 +133,6 @@ def parse_cmd(
     Exit 0 for a complete, clean run; 1 for a failed, corrupted (#wrong above 0, out-of-bounds FAILED)
     or incomplete (no footer) run; 2 for input that is not an nccl-tests log.
     """
-    from steps.readiness.nccl_tests import exit_code, parse_nccl_tests_file
 
     run = parse_nccl_tests_file(file)
     emit(run, output, _print_run)
@@ -171,7 +174,6 @@ def sweep_cmd(
 
     Exit 0 when every verdict passes, 1 when one fails, hangs or errs, 2 for bad input.
     """
-    from steps.errors import InputError
 
     if backend not in ("gloo", "nccl"):
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
@@ -182,9 +184,6 @@ def sweep_cmd(
         raise typer.Exit(
             _torchrun_sweep(backend, min_bytes, max_bytes, factor, warmup, iters, timeout, inject, out_dir)
         )
-    from steps.readiness.checks import SweepRequest, run_allreduce_sweep
-    from steps.readiness.models import Subject
-    from steps.readiness.thresholds import load_thresholds
 
     hosts = [n.strip() for n in nodes.split(",")] if nodes else None
     members = sorted(set(hosts)) if hosts else []
@@ -222,7 +221,6 @@ def _torchrun_sweep(
     out_dir: Path | None,
 ) -> int:
     """Run this process as one rank of a sweep started by torchrun; its exit status."""
-    from steps.readiness.ranks import sweep
 
     args = ["--backend", backend, "--min-bytes", min_bytes, "--max-bytes", max_bytes, "--factor", str(factor)]
     args += ["--warmup", str(warmup), "--iters", str(iters), "--timeout", str(timeout)]
@@ -233,7 +231,7 @@ def _torchrun_sweep(
     return sweep.main(args)
 
 
-def _print_sweep(outcome: Any) -> None:
+def _print_sweep(outcome: SweepOutcome) -> None:
     """A sweep's table (nccl-tests layout), its verdicts and where its evidence is."""
     table_file = Path(outcome.out_dir) / "sweep.txt"
     if outcome.run is not None and table_file.exists():

@@ -7,11 +7,17 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from steps.errors import InputError
 
 __all__ = [
     "OUTPUT_OPTION",
@@ -69,7 +75,6 @@ def check_out_dir(path: Path | None, option: str) -> None:
     Raises:
         InputError: naming the option and the file in the way, or why nothing can be written there.
     """
-    from steps.errors import InputError
 
     if path is None:
         return
@@ -84,9 +89,6 @@ def check_out_dir(path: Path | None, option: str) -> None:
 
 def _writable(place: Path, name: str) -> None:
     """Refuse a folder that takes no new file: one made and removed there is the one sure test."""
-    import tempfile
-
-    from steps.errors import InputError
 
     try:
         handle, probe = tempfile.mkstemp(prefix=".dsx-write-check.", dir=place)
@@ -103,7 +105,6 @@ def check_out_file(path: Path | None, option: str) -> None:
     Raises:
         InputError: naming the option and why.
     """
-    from steps.errors import InputError
 
     if path is None:
         return
@@ -117,10 +118,9 @@ def check_out_file(path: Path | None, option: str) -> None:
             return
 
 
-def console() -> Any:
+def console() -> Console:
     """A rich console on stdout; a pipe or a CI log has no width of its own, so none is imposed (no
     wrapping at rich's default of 80 columns)."""
-    from rich.console import Console
 
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
     return Console(width=width)
@@ -128,7 +128,6 @@ def console() -> Any:
 
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print rows as a rich table on stdout."""
-    from rich.table import Table
 
     table = Table(title=title)
     for column in columns:
@@ -144,8 +143,6 @@ def emit(data: Any, fmt: OutputFormat, table: Callable[[Any], None] | None = Non
     if fmt is OutputFormat.json or (fmt is OutputFormat.table and table is None):
         sys.stdout.write(json.dumps(plain, indent=2, sort_keys=True, allow_nan=False) + "\n")
     elif fmt is OutputFormat.yaml:
-        import yaml
-
         sys.stdout.write(yaml.safe_dump(plain, sort_keys=True))
     else:
         assert table is not None

@@ -6,19 +6,22 @@ Also the options every runtime command shares (``--recipes`` and the criteria fl
 from __future__ import annotations
 
 import enum
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
+from steps.errors import InputError
+from steps.runtime import graph
+from steps.runtime.catalogue import Catalogue, load_catalogue
+from steps.runtime.criteria import Criteria, parse_criteria
 from steps.runtime.names import ALLOWED, ANY, FIELDS
+from steps.runtime.recipefile import read_recipe
+from steps.runtime.resolve import RecipeResult, resolve
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 from workflows.cli.output import console as output_console
-
-if TYPE_CHECKING:
-    from steps.runtime.criteria import Criteria
-    from steps.runtime.resolve import RecipeResult
 
 __all__ = [
     "ACCELERATOR",
@@ -58,7 +61,6 @@ NODES = typer.Option(_ANY, "--nodes", help="Number of nodes, or any.")
 
 def criteria_from_flags(**flags: Any) -> Criteria:
     """Criteria from the CLI flags; an unknown value is an error naming the flag and allowed values."""
-    from steps.runtime.criteria import parse_criteria
 
     return parse_criteria(flags, "--")
 
@@ -72,8 +74,6 @@ def criteria_flags(
 
 def resolve_from_flags(recipes: Path | None, **flags: Any) -> RecipeResult:
     """Load the catalogue and resolve the recipe the flags describe."""
-    from steps.runtime.catalogue import load_catalogue
-    from steps.runtime.resolve import resolve
 
     query = criteria_from_flags(**flags)
     return resolve(load_catalogue(recipes), query)
@@ -87,9 +87,6 @@ def recipe_from_file_or_flags(recipe_file: Path | None, recipes: Path | None, **
             was resolved already, so those flags would be ignored without a word.
     """
     if recipe_file is not None:
-        from steps.errors import InputError
-        from steps.runtime.recipefile import read_recipe
-
         given = [f"--{name} {value}" for name, value in flags.items() if value != _ANY]
         if recipes is not None:
             given.insert(0, f"--recipes {recipes}")
@@ -113,7 +110,7 @@ class GraphFormat(enum.StrEnum):
     mermaid = "mermaid"
 
 
-def _print_result(result: Any) -> None:
+def _print_result(result: RecipeResult) -> None:
     console = output_console()
     criteria = ", ".join(f"{k}={v}" for k, v in result.criteria.items())
     console.print(f"recipe [bold]{result.digest}[/bold]")
@@ -163,9 +160,6 @@ def graph_cmd(
     output: GraphFormat = typer.Option(GraphFormat.table, "--output", "-o", help="Output format."),
 ) -> None:
     """Show the dependency graph of the resolved recipe (dot and mermaid for drawings)."""
-    import json
-
-    from steps.runtime import graph
 
     result = resolve_from_flags(recipes, **criteria_flags(service, accelerator, os_, intent, platform, nodes))
     dependency_graph = graph.DependencyGraph(
@@ -180,7 +174,7 @@ def graph_cmd(
         emit(data, OutputFormat(output.value), _graph_table)
 
 
-def _list_components(catalogue: Any, output: OutputFormat) -> None:
+def _list_components(catalogue: Catalogue, output: OutputFormat) -> None:
     rows = [
         {
             "name": name,
@@ -220,7 +214,7 @@ def _overlays_table(data: list[dict[str, Any]]) -> None:
     )
 
 
-def _list_overlays(catalogue: Any, output: OutputFormat) -> None:
+def _list_overlays(catalogue: Catalogue, output: OutputFormat) -> None:
     overlays = sorted(catalogue.overlays.values(), key=lambda o: (o.specificity, o.name))
     data = [
         {
@@ -244,7 +238,6 @@ def list_cmd(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """List the catalogue's overlays (criteria, specificity, base) or its components."""
-    from steps.runtime.catalogue import load_catalogue
 
     catalogue = load_catalogue(recipes)
     if components:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from steps.errors import InputError
+from workflows.runner.resume import request_resume
+
 
 def resume_cmd(
     run_dir: Path = typer.Argument(..., help="The run folder of the local run (dsx run --local --out)."),
@@ -18,8 +21,6 @@ def resume_cmd(
     As `argo resume` marks a Workflow's suspended nodes Succeeded, this marks the run's: the step goes
     on at once instead of waiting out its duration.
     """
-    from steps.errors import InputError
-    from workflows.runner.resume import request_resume
 
     if "/" in node or "\\" in node or node in (".", ".."):
         # the name becomes a file of <run folder>/resume/: a path would write elsewhere, or nowhere

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import os
 import shlex
 import sys
@@ -11,9 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from hera.workflows import models
+from pydantic import BaseModel, ValidationError
 
+from steps.cluster import shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.retry import RetryPolicy
 from steps.errors import DsxError, InputError
+from steps.yamlio import line_of, load_yaml, parse_yaml, plain
+from workflows import runner
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit
+from workflows.compiler import compiled_documents
+from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
 
 DEFAULT_LOCAL_FLEET = "sim:nodes=4,gpu=h100,racks=2"
 """The cluster of a local run given none: a small simulated fleet of two racks."""
@@ -48,10 +58,6 @@ def _check_types(path: Path, raw: Any, doc: dict[str, Any], index: int) -> None:
     list (``inputs: x``, ``tasks: 7``) would otherwise fail deep inside it. Hera's models are Argo's
     schema, generated from its OpenAPI document.
     """
-    from hera.workflows import models
-    from pydantic import BaseModel, ValidationError
-
-    from steps.yamlio import line_of
 
     schemas: dict[str, type[BaseModel]] = {
         "Workflow": models.Workflow,
@@ -84,7 +90,6 @@ def _manifest_problem(doc: dict[str, Any]) -> tuple[tuple[Any, ...], str] | None
     A manifest that is not YAML yet may become YAML once Argo substitutes its ``{{...}}`` variables, so
     only one that parses, and holds no variable, is judged here.
     """
-    from steps.yamlio import parse_yaml
 
     spec = doc.get("spec") or {}
     prefix: tuple[str, ...]
@@ -117,8 +122,6 @@ def _without_nulls(data: Any) -> Any:
 
 
 def _load_file(path: Path) -> list[dict[str, Any]]:
-    from steps.yamlio import load_yaml, plain
-
     raws = [d for d in load_yaml(path, f"--file {path}", documents=True) if d is not None]
     docs: list[dict[str, Any]] = []
     for index, raw in enumerate(raws):
@@ -187,7 +190,6 @@ def _submit_hint(
     """The ``argo submit`` command that runs ``entry`` on a cluster, every value quoted for a POSIX shell."""
     name = sorted(_names(entry))[0]
     kind = entry.get("kind")
-    from steps.cluster import vocabulary as vocab
 
     chosen = namespace or os.environ.get(vocab.ENV_NAMESPACE) or DEFAULT_NAMESPACE
     words = ["argo", "submit", "-n", chosen]
@@ -203,9 +205,6 @@ def _submit_hint(
 def _check_step_environment(cluster: str | None) -> None:
     """Refuse, before a step runs, what every step would refuse on its own (and fail the run with 1):
     ``DSX_RETRY_*`` values, and a ``state:`` cluster path that is empty, a folder or missing."""
-    from steps.cluster import shareable
-    from steps.cluster import vocabulary as vocab
-    from steps.cluster.retry import RetryPolicy
 
     RetryPolicy.from_env()
     spec = cluster if cluster is not None else os.environ.get(vocab.ENV_CLUSTER, "")
@@ -224,7 +223,6 @@ def _check_approvals(
     printed ``argo submit`` command too), before anything runs."""
     if not approve:
         return
-    from workflows import runner
 
     workflow = _scheduled_run(chosen) if chosen.get("kind") == "CronWorkflow" else chosen
     known = runner.plan(workflow, library, params, entry).approvals
@@ -395,7 +393,6 @@ def _check_parameters(chosen: dict[str, Any], params: dict[str, str]) -> None:
     name = str((chosen.get("metadata") or {}).get("name", ""))
     if name not in _PARAMETER_CHECKS:
         return
-    import importlib
 
     module, function, names = _PARAMETER_CHECKS[name]
     declared = {
@@ -433,7 +430,6 @@ def _documents(file: Path | None) -> tuple[list[dict[str, Any]], str]:
     """The documents to pick the workflow from (the file's, else dsx's compiled ones) and where they are."""
     if file is not None:
         return _load_file(file), str(file)
-    from workflows.compiler import compiled_documents
 
     return list(compiled_documents().values()), "dsx's workflows"
 
@@ -449,8 +445,6 @@ def _library(chosen: dict[str, Any], docs: list[dict[str, Any]], file: Path | No
     if file is not None:
         present = {n for d in docs for n in _names(d)}
         if _referenced(docs) - present:  # a file may call dsx's own templates through templateRef
-            from workflows.compiler import compiled_documents
-
             library += [
                 d
                 for d in compiled_documents().values()
@@ -462,7 +456,6 @@ def _library(chosen: dict[str, Any], docs: list[dict[str, Any]], file: Path | No
 def _local_cluster(request: _Request) -> str | None:
     """The cluster the steps of a local run act on: the one asked for, else the simulated fleet (a
     rehearsal on this machine never reaches a real cluster unless asked to)."""
-    from steps.cluster import vocabulary as vocab
 
     if request.cluster is not None or request.kubeconfig is not None or os.environ.get(vocab.ENV_CLUSTER):
         return request.cluster
@@ -493,9 +486,6 @@ def _run(request: _Request) -> int:
     if chosen.get("kind") == "CronWorkflow":
         chosen = _scheduled_run(chosen)
     if request.dry_run:
-        from workflows import runner
-        from workflows.runner.report import plan_text
-
         plan = runner.plan(chosen, library, request.params, request.entry)
         emit(plan.to_dict(), request.output, lambda _: print(plan_text(plan), end=""))
         return 0
@@ -511,8 +501,6 @@ def _run_locally(
     request: _Request, chosen: dict[str, Any], library: list[dict[str, Any]], cluster: str | None
 ) -> int:
     """Run the workflow on this machine, reporting progress; its exit code (0 only if it Succeeded)."""
-    from workflows import runner
-    from workflows.runner.report import LineReporter, LiveReporter, result_text
 
     output = request.output
     reporter: Any

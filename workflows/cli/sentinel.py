@@ -3,6 +3,7 @@ fleet-wide brakes a person resets: the quarantine breaker and the agents' taint 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import threading
@@ -11,6 +12,15 @@ from typing import Any
 
 import typer
 
+from steps.cluster import ClusterError, NotFoundError, connect
+from steps.durations import parse_duration
+from steps.errors import InputError
+from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault, serve
+from steps.sentinel.budget import TaintBudget, TaintBudgetSettings, parse_daemonset
+from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
+from steps.sentinel.node import build_probes, build_sentinel
+from steps.sentinel.policy import Breaker
+from steps.sentinel.probes import parse_fabric_nics
 from workflows.cli._reconcile import reconcile_cmd, reconcile_now
 from workflows.cli._signals import EXIT_TERMINATED
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
@@ -74,9 +84,7 @@ FLEET_DAEMONSET_OPTION = typer.Option(
 )
 
 
-def _catalogue(overrides: Path | None) -> Any:
-    from steps.sentinel.catalogue import load_catalogue
-
+def _catalogue(overrides: Path | None) -> FaultCatalogue:
     return load_catalogue(overrides=overrides)
 
 
@@ -94,8 +102,6 @@ def _events_table(events: list[Any]) -> None:
 
 
 def _source(value: str) -> Any:
-    from steps.errors import InputError
-
     if value not in ("auto", "nvml", "cluster"):
         raise InputError(f"--source {value!r}: expected auto, nvml or cluster")
     return value
@@ -145,18 +151,11 @@ def probe_cmd(
     """Run every probe once on this node and print the readings. Exit 1 when one finds a degraded
     or fatal fault (a machine without a GPU: NVML unavailable; a probe that did not answer within
     --probe-timeout), 0 when all are healthy."""
-    import datetime as dt
-
-    from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault
-    from steps.sentinel.node import build_probes
-    from steps.sentinel.probes import parse_fabric_nics
 
     catalogue = _catalogue(overrides)
     fabric = parse_fabric_nics(fabric_nics) if fabric_nics is not None else ()
     port = None
     if cluster is not None:
-        from steps.cluster import connect
-
         port = connect(cluster)
     probes, nvml = build_probes(
         node,
@@ -228,12 +227,6 @@ def agent_cmd(
     """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint
     (never on a node labelled dsx.dev/managed=false, never past the fleet-wide taint budget).
     With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
-    from steps.cluster import ClusterError, NotFoundError, connect
-    from steps.errors import InputError
-    from steps.sentinel.agent import serve
-    from steps.sentinel.budget import parse_daemonset
-    from steps.sentinel.node import build_sentinel
-    from steps.sentinel.probes import parse_fabric_nics
 
     if not node:
         raise InputError("--node: no node name given (or set $DSX_NODE_NAME)")
@@ -298,9 +291,6 @@ def agent_cmd(
 def _budget_settings(share: float, window: str) -> Any:
     """The taint budget's settings from ``--taint-budget`` and ``--taint-budget-window``; InputError
     naming the option when one is out of range."""
-    from steps.durations import parse_duration
-    from steps.errors import InputError
-    from steps.sentinel.budget import TaintBudgetSettings
 
     if not 0 < share <= 1:
         raise InputError(
@@ -326,8 +316,6 @@ def budget_status_cmd(
 ) -> None:
     """Print whether the taint budget holds, since when and why, and the nodes agents tainted in its
     window (ConfigMap dsx-taint-budget in dsx's namespace, $DSX_NAMESPACE)."""
-    from steps.cluster import connect
-    from steps.sentinel.budget import TaintBudget
 
     emit(TaintBudget(connect(cluster)).status(), output, _budget_table)
 
@@ -340,9 +328,6 @@ def budget_reset_cmd(
     """Let the agents taint again: the budget stops holding and its window empties, so the taints
     withheld land at the agents' next ask (as many as the budget allows before it holds again). It never
     lets go by itself once it held."""
-    from steps.cluster import connect
-    from steps.errors import InputError
-    from steps.sentinel.budget import TaintBudget
 
     if not by.strip():
         raise InputError("--by: name who resets the taint budget (it is recorded)")
@@ -360,8 +345,6 @@ def breaker_status_cmd(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Print whether the breaker is open, since when and why, and the nodes in its window."""
-    from steps.cluster import connect
-    from steps.sentinel.policy import Breaker
 
     status = Breaker(connect(cluster)).status()
     emit(status, output, _breaker_table)
@@ -379,9 +362,6 @@ def breaker_reset_cmd(
 ) -> None:
     """Close the breaker and empty its window (it never closes by itself once tripped); then, unless
     --no-resubmit, a reconciler pass re-submits the nodes it refused."""
-    from steps.cluster import connect
-    from steps.errors import InputError
-    from steps.sentinel.policy import Breaker
 
     if not by.strip():
         raise InputError("--by: name who resets the breaker (it is recorded)")

@@ -7,7 +7,11 @@ from typing import Any
 
 import typer
 
-from workflows.cli.nccl import RANKS_OPTION
+from steps.errors import InputError
+from steps.readiness.checks import SmokeRequest, run_training_smoke
+from steps.readiness.models import Subject
+from steps.readiness.thresholds import load_thresholds
+from workflows.cli.nccl import RANKS_OPTION, _evidence_dir, print_verdicts, run_ranks
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit, print_table
 
 __all__ = ["register"]
@@ -48,11 +52,6 @@ def smoke_cmd(
 
     Exit 0 when every verdict passes, 1 when one fails, hangs or errs, 2 for bad input.
     """
-    from steps.errors import InputError
-    from steps.readiness.checks import SmokeRequest, run_training_smoke
-    from steps.readiness.models import Subject
-    from steps.readiness.thresholds import load_thresholds
-    from workflows.cli.nccl import _evidence_dir, run_ranks
 
     if backend not in ("gloo", "nccl"):
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
@@ -83,7 +82,6 @@ def smoke_cmd(
 
 def _print_smoke(outcome: Any) -> None:
     """A smoke run's figures, its ranks, its verdicts and where its evidence is."""
-    from workflows.cli.nccl import print_verdicts
 
     result = outcome.result
     if result is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 import typer
 
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
@@ -13,7 +15,6 @@ def register(app: typer.Typer) -> None:
     @app.command("version")
     def version_cmd(output: OutputFormat = OUTPUT_OPTION) -> None:
         """Show dsx's version and the library versions it runs with."""
-        from importlib.metadata import PackageNotFoundError, version
 
         info: dict[str, str] = {}
         for dist in ("dsx", "hera", "kubernetes", "pydantic"):
