@@ -81,6 +81,11 @@ def test_the_import_contracts_hold_on_the_tree() -> None:
             "import steps.readiness.launchers.local",
             "rank programs touch neither the cluster nor their launchers",
         ),
+        (
+            "workflows/runner/events.py",
+            "import steps.sentinel.node",
+            "the runner runs only YAML: no templates, CLI, player or steps' parts",
+        ),
     ],
 )
 def test_an_import_against_the_arrows_breaks_its_contract(

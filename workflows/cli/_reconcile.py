@@ -19,7 +19,7 @@ from steps.errors import InputError
 from steps.sentinel.reconcile import REMEDIATE, plan, submit_workflow
 from workflows.cli.events import _overrides
 from workflows.compiler import compiled_documents
-from workflows.runner.eventplay import local_submitter
+from workflows.eventplay import local_submitter
 from workflows.runner.events import Submission
 from workflows.runner.model import Phase, RunResult
 

@@ -13,7 +13,7 @@ from steps.durations import parse_duration
 from steps.errors import InputError
 from workflows.cli._signals import sigterm_as_interrupt
 from workflows.compiler import compiled_documents
-from workflows.runner.eventplay import parse_injection, play
+from workflows.eventplay import parse_injection, play
 
 DEFAULT_FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=3"
 """The fleet played on when none is given: small, with a quick simulated repair."""

@@ -26,19 +26,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.port import ClusterPort, Node
 from steps.errors import InputError
 from steps.files import make_folder
+from steps.sentinel.catalogue import load_catalogue
+from steps.sentinel.node import Sentinel, build_sentinel
+from workflows.runner.api import RunControl, run
 from workflows.runner.events import Player, Submission, load
 from workflows.runner.model import Phase, RunOptions, RunResult
 from workflows.runner.state import Shutdown, stronger
-
-if TYPE_CHECKING:
-    from workflows.runner.api import RunControl
 
 __all__ = ["Injection", "PlayResult", "Runs", "local_submitter", "parse_injection", "play"]
 
@@ -110,7 +110,6 @@ class Runs:
 
     def begin(self, name: str) -> RunControl:
         """The control of a run about to start (stopped already when the play is winding down)."""
-        from workflows.runner.api import RunControl
 
         control = RunControl()
         with self._lock:
@@ -159,10 +158,7 @@ class _Observer:
             self.last[node.name] = now
 
 
-def _agents(spec: str, nodes: Sequence[str]) -> list[Any]:
-    from steps.sentinel.catalogue import load_catalogue
-    from steps.sentinel.node import build_sentinel
-
+def _agents(spec: str, nodes: Sequence[str]) -> list[Sentinel]:
     catalogue = load_catalogue()
     return [build_sentinel(connect(spec), node, catalogue) for node in nodes]
 
@@ -180,7 +176,6 @@ def local_submitter(
     in a run folder of its own under ``out``; each result is appended to ``runs``, each run going is in
     ``running`` (which can stop it). Raises InputError (a failed submission) when the template is not
     there."""
-    from workflows.runner.api import run
 
     templates = {str(d["metadata"]["name"]): d for d in documents if d.get("kind") == "WorkflowTemplate"}
     lock = threading.Lock()
