@@ -82,6 +82,11 @@ def test_the_import_contracts_hold_on_the_tree() -> None:
             "rank programs touch neither the cluster nor their launchers",
         ),
         (
+            "workflows/runner/exit_handler.py",
+            "from workflows.runner.templates import execute",
+            "steps, DAG and exit handler reach templates through the run state",
+        ),
+        (
             "workflows/runner/events.py",
             "import steps.sentinel.node",
             "the runner runs only YAML: no templates, CLI, player or steps' parts",

@@ -96,6 +96,7 @@ class Engine:
             parameters=dict(parameters),
             cluster_spec=cluster_spec,
             launcher=Launcher(preload(library, start)),
+            execute=execute,
             spec=spec,
         )
         self.state.globals.update(workflow_globals(self.state))

@@ -14,7 +14,6 @@ from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase, timestamp
 from workflows.runner.names import pod_name
 from workflows.runner.state import Ctx, Member, RunState
-from workflows.runner.templates import execute
 from workflows.runner.values import go_json, go_quote
 
 __all__ = ["run_member_exit", "run_workflow_exit"]
@@ -35,7 +34,7 @@ def run_member_exit(
         sort_key=(10**9,),
         step_name=None,
     )
-    execute(state, f"{name}.onExit", {"template": exit_template}, scope, state.parameters, exit_ctx)
+    state.execute(state, f"{name}.onExit", {"template": exit_template}, scope, state.parameters, exit_ctx)
 
 
 def run_workflow_exit(state: RunState, root: NodeStatus, on_exit: str) -> NodeStatus:
@@ -48,7 +47,7 @@ def run_workflow_exit(state: RunState, root: NodeStatus, on_exit: str) -> NodeSt
     exit_ctx = Ctx(
         boundary_id=None, parent_id=None, depth=1, display=f"{state.workflow}.onExit", sort_key=(1,)
     )
-    return execute(
+    return state.execute(
         state,
         f"{state.workflow}.onExit",
         {"template": on_exit},

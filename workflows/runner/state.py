@@ -17,15 +17,16 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from workflows.runner.executor import Launcher
-from workflows.runner.library import Library
+from workflows.runner.library import Library, TemplateScope
 from workflows.runner.model import NodeStatus, RunOptions
 
-__all__ = ["Ctx", "Member", "RunState", "Shutdown", "Stopped", "stronger"]
+__all__ = ["Ctx", "Execute", "Member", "RunState", "Shutdown", "Stopped", "stronger"]
 
 Shutdown = Literal["Stop", "Terminate"]
 """Argo's shutdown strategies: ``Terminate`` (``argo terminate``) kills running steps and skips the exit
@@ -70,6 +71,22 @@ class Member:
     done: bool = False
 
 
+class Execute(Protocol):
+    """Invoke a template as a node (Argo's executeTemplate): what a steps or DAG template, or an exit
+    handler, calls for each member. The run state carries it (:attr:`RunState.execute`), so they reach
+    :func:`workflows.runner.templates.execute` without importing the module that dispatches to them."""
+
+    def __call__(
+        self,
+        state: RunState,
+        name: str,
+        holder: Mapping[str, Any],
+        scope: TemplateScope,
+        args: Mapping[str, str],
+        ctx: Ctx,
+    ) -> NodeStatus: ...
+
+
 def _sys_path() -> list[str]:
     """Where steps import from: the working folder, then this checkout (so ``steps`` resolves)."""
     roots = [os.getcwd(), str(Path(__file__).resolve().parents[2])]
@@ -88,6 +105,7 @@ class RunState:
         parameters: the workflow's parameter values.
         cluster_spec: the cluster steps talk to (``DSX_CLUSTER``), None for the default.
         launcher: starts step processes (forked from a preloaded server where it can).
+        execute: invokes a template as a node (:class:`Execute`).
         spec: the workflow's spec.
         created: when the run started (``workflow.creationTimestamp``), seconds since the epoch.
         uid: the workflow's uid.
@@ -113,6 +131,7 @@ class RunState:
     parameters: dict[str, str]
     cluster_spec: str | None
     launcher: Launcher
+    execute: Execute
     spec: dict[str, Any]
     created: float = field(default_factory=time.time)
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))

@@ -22,7 +22,6 @@ from workflows.runner.model import NodeStatus, Phase
 from workflows.runner.nodes import error_node, finish, new_node
 from workflows.runner.scope import ABSENT, Dropped, Lookup, aggregate_error, member_lookup, template_outputs
 from workflows.runner.state import Ctx, Member, RunState, Stopped
-from workflows.runner.templates import execute
 from workflows.runner.templating import TAG, Unresolved, render, render_all
 from workflows.runner.values import item_label, item_text
 from workflows.runner.when import WhenError, evaluate_when
@@ -155,7 +154,7 @@ def run_member(
     if items is None:
         skipped = when_skip(state, name, holder, member_ctx)
         member.node = (
-            skipped if skipped is not None else execute(state, name, holder, scope, args, member_ctx)
+            skipped if skipped is not None else state.execute(state, name, holder, scope, args, member_ctx)
         )
     elif not items:
         member.node = new_node(
@@ -200,7 +199,9 @@ def _run_items(
             return
         node = when_skip(state, item_name, item_holder, item_ctx)
         results[index] = (
-            node if node is not None else execute(state, item_name, item_holder, scope, item_args, item_ctx)
+            node
+            if node is not None
+            else state.execute(state, item_name, item_holder, scope, item_args, item_ctx)
         )
 
     threads = []

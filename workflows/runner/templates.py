@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from steps.durations import humanize_duration, parse_duration
-from workflows.runner import resource, workflowpod
+from workflows.runner import dag, resource, steps, workflowpod
 from workflows.runner.errors import NodeError
 from workflows.runner.library import TemplateScope
 from workflows.runner.model import NodeStatus, Phase
@@ -319,10 +319,6 @@ def execute_body(state: RunState, call: Invocation) -> NodeStatus:
 
 
 def _run_kind(state: RunState, node: NodeStatus, body: Mapping[str, Any], call: Invocation) -> None:
-    # dag and steps templates invoke templates in turn (they import this module), so they are
-    # imported here, once this module is complete, rather than at its top.
-    from workflows.runner import dag, steps
-
     if call.kind in ("script", "container"):
         workflowpod.run_pod(state, node, body, call.kind, call.ctx)
     elif call.kind == "resource":
