@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ClusterConfigError
 from steps.cluster.port import ClusterPort
 from steps.cluster.retry import RetryPolicy
@@ -35,7 +36,7 @@ _KUBE = "kube"
 
 
 def _resolve(spec: str | None) -> str:
-    chosen = spec if spec is not None else os.environ.get("DSX_CLUSTER", "")
+    chosen = spec if spec is not None else os.environ.get(vocab.ENV_CLUSTER, "")
     return chosen.strip() or _KUBE
 
 
@@ -93,7 +94,7 @@ def connect(
     """
     chosen = _resolve(spec)
     retry = retry or RetryPolicy.from_env()
-    ns = namespace or os.environ.get("DSX_NAMESPACE") or None
+    ns = namespace or os.environ.get(vocab.ENV_NAMESPACE) or None
     if chosen == _KUBE:
         from steps.cluster.kube import KubeCluster, load_api_client
 

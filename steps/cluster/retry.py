@@ -99,7 +99,8 @@ class RetryPolicy:
                 attempts = 0
             if not 1 <= attempts <= MAX_ATTEMPTS:
                 raise InputError(
-                    f"DSX_RETRY_ATTEMPTS={attempts_text!r}: expected a whole number from 1 to {MAX_ATTEMPTS}"
+                    f"{vocab.ENV_RETRY_ATTEMPTS}={attempts_text!r}: expected a whole number "
+                    f"from 1 to {MAX_ATTEMPTS}"
                 )
         if base_text:
             try:
@@ -108,6 +109,7 @@ class RetryPolicy:
                 base = math.nan
             if not (math.isfinite(base) and 0 <= base <= cls.max_delay):
                 raise InputError(
-                    f"DSX_RETRY_BASE_DELAY={base_text!r}: expected seconds from 0 to {cls.max_delay:g}"
+                    f"{vocab.ENV_RETRY_BASE_DELAY}={base_text!r}: expected seconds "
+                    f"from 0 to {cls.max_delay:g}"
                 )
         return cls(attempts=attempts, base_delay=base)

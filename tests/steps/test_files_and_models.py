@@ -74,3 +74,27 @@ def test_the_cli_default_taint_is_the_vocabulary_taint() -> None:
     from workflows.cli import cluster
 
     assert f"{vocab.TAINT_UNHEALTHY}:{vocab.TAINT_UNHEALTHY_EFFECT}" == cluster.DEFAULT_TAINT
+
+
+def test_every_dsx_variable_is_named_once_in_the_vocabulary() -> None:
+    """No ``DSX_*`` name is spelled as a string anywhere in ``steps`` or ``workflows`` but the vocabulary
+    (and the command line's debug switch, read before anything of ``steps`` loads; checked above)."""
+    import ast
+
+    from steps.cluster import vocabulary as vocab
+    from tests.paths import REPO
+
+    spelled: list[str] = []
+    for path in sorted([*(REPO / "steps").rglob("*.py"), *(REPO / "workflows").rglob("*.py")]):
+        if path == REPO / "steps" / "cluster" / "vocabulary.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith("DSX_")
+            ):
+                if (node.value == vocab.ENV_DEBUG and path.name == "main.py") or node.value == "DSX_":
+                    continue
+                spelled.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value}")
+    assert spelled == []

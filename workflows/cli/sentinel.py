@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from steps.cluster import ClusterError, NotFoundError, connect
+from steps.cluster import vocabulary as vocab
 from steps.durations import parse_duration
 from steps.errors import InputError
 from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault, serve
@@ -28,18 +29,18 @@ from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
 OVERRIDES_OPTION = typer.Option(
     None,
     "--overrides",
-    envvar="DSX_SENTINEL_OVERRIDES",
+    envvar=vocab.ENV_SENTINEL_OVERRIDES,
     help="A FaultOverrides file: this cluster's severities, actions and modes.",
 )
 KERNEL_LOG_OPTION = typer.Option(
     None,
     "--kernel-log",
-    envvar="DSX_SENTINEL_KERNEL_LOG",
+    envvar=vocab.ENV_SENTINEL_KERNEL_LOG,
     help="Read XIDs from this file of dmesg, journalctl -k or syslog lines, such as /var/log/kern.log "
     "(default /dev/kmsg on a GPU node); only this boot's lines count.",
 )
 SYSFS_OPTION = typer.Option(
-    None, "--sysfs", envvar="DSX_SENTINEL_SYSFS", help="Where the node's /sys is mounted (default /sys)."
+    None, "--sysfs", envvar=vocab.ENV_SENTINEL_SYSFS, help="Where the node's /sys is mounted (default /sys)."
 )
 SOURCE_OPTION = typer.Option(
     "auto",
@@ -56,7 +57,7 @@ EXPECTED_OPTION = typer.Option(
 STATE_DIR_OPTION = typer.Option(
     None,
     "--state-dir",
-    envvar="DSX_SENTINEL_STATE_DIR",
+    envvar=vocab.ENV_SENTINEL_STATE_DIR,
     help="Keep the agent's state in this directory of the node, so that a restart in the same boot "
     "neither reports again nor forgets (default: none).",
 )
@@ -135,7 +136,7 @@ PROBE_TIMEOUT_OPTION = typer.Option(
 
 def probe_cmd(
     node: str = typer.Option(
-        os.environ.get("DSX_NODE_NAME") or os.uname().nodename, "--node", help="This node's name."
+        os.environ.get(vocab.ENV_NODE_NAME) or os.uname().nodename, "--node", help="This node's name."
     ),
     cluster: str | None = typer.Option(
         None, "--cluster", help="Probe a simulated node of this fleet instead of this machine."
@@ -193,7 +194,7 @@ def probe_cmd(
 
 def agent_cmd(
     node: str = typer.Option(
-        os.environ.get("DSX_NODE_NAME") or "",
+        os.environ.get(vocab.ENV_NODE_NAME) or "",
         "--node",
         help="The node this agent watches ($DSX_NODE_NAME).",
     ),
