@@ -30,7 +30,7 @@ __all__ = [
     "take",
 ]
 
-HOLDER_KIND = "dsx-certify"
+HOLDER_KIND = vocab.WORKFLOW_CERTIFY
 """The first part of every run's holder identity."""
 LOCAL_RUN_NAME = "dsx-certify-local"
 """The name of a run with no Workflow behind it (steps called directly, not by Argo)."""

@@ -136,7 +136,15 @@ __all__ = [
     "REPLACE_REQUESTED",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
+    "WORKFLOW_BISECT",
+    "WORKFLOW_BUNDLE",
+    "WORKFLOW_CERTIFY",
+    "WORKFLOW_DRIFT",
     "WORKFLOW_FINISHED_PHASES",
+    "WORKFLOW_GOODPUT",
+    "WORKFLOW_RECIPE",
+    "WORKFLOW_RECONCILE",
+    "WORKFLOW_REMEDIATE",
     "ApiVersion",
     "Certification",
     "NodeState",
@@ -199,6 +207,15 @@ REPLACE_REQUESTED: Final = "requested"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
+# The names of dsx's WorkflowTemplates and CronWorkflows, and so of the Workflows they make.
+WORKFLOW_BISECT: Final = "dsx-bisect"
+WORKFLOW_BUNDLE: Final = "dsx-bundle"
+WORKFLOW_CERTIFY: Final = "dsx-certify"
+WORKFLOW_DRIFT: Final = "dsx-drift"
+WORKFLOW_GOODPUT: Final = "dsx-goodput"
+WORKFLOW_RECIPE: Final = "dsx-recipe"
+WORKFLOW_RECONCILE: Final = "dsx-reconcile"
+WORKFLOW_REMEDIATE: Final = "dsx-remediate"
 WORKFLOW_FINISHED_PHASES: Final = ("Succeeded", "Failed", "Error")
 """The phases of an Argo Workflow that has ended (``WorkflowSucceeded``, ``WorkflowFailed``,
 ``WorkflowError``): its steps run no more."""

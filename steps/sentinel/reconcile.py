@@ -38,7 +38,7 @@ from steps.sentinel.standing import standing
 
 __all__ = ["REMEDIATE", "Plan", "Skip", "Start", "plan", "reconcile", "remediations", "submit_workflow"]
 
-REMEDIATE = "dsx-remediate"
+REMEDIATE = vocab.WORKFLOW_REMEDIATE
 """The WorkflowTemplate the reconciler starts."""
 _WORKFLOW = ("argoproj.io/v1alpha1", "Workflow")
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generateName suffixes
@@ -174,7 +174,7 @@ def submit_workflow(
                 "name": name,
                 "namespace": namespace or port.namespace,
                 "labels": {"app.kubernetes.io/part-of": "dsx"},
-                "annotations": {"dsx.dev/started-by": by or "dsx-reconcile"},
+                "annotations": {"dsx.dev/started-by": by or vocab.WORKFLOW_RECONCILE},
             },
             "spec": {
                 "workflowTemplateRef": {"name": REMEDIATE},

@@ -66,7 +66,7 @@ def reconcile_now(
         for s in found.starts:
             submit(
                 Submission(
-                    "dsx-reconcile",
+                    vocab.WORKFLOW_RECONCILE,
                     "reconcile",
                     REMEDIATE,
                     {"node": s.node, "check": s.check, "event": s.event},

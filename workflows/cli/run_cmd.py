@@ -351,7 +351,7 @@ def register(app: typer.Typer) -> None:
 #: dsx workflows whose parameters their first step would refuse: checked before anything runs, so a
 #: typo exits 2 at once instead of failing the workflow's first step (exit 1, "did not succeed").
 _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
-    "dsx-certify": (
+    vocab.WORKFLOW_CERTIFY: (
         "steps.readiness.certify",
         "check_options",
         {
@@ -367,7 +367,7 @@ _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
             "p-min": "p_min",
         },
     ),
-    "dsx-remediate": (
+    vocab.WORKFLOW_REMEDIATE: (
         "steps.sentinel.remediate",
         "check_parameters",
         {

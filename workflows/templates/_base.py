@@ -122,14 +122,14 @@ priority class, ``/dev/shm`` size, capabilities, host network, node selector, pu
 replaces it with ``rankPods`` rendered as JSON."""
 
 SERVICE_ACCOUNTS = {
-    "bisect": "dsx-bisect",
-    "certify": "dsx-certify",
-    "recipe": "dsx-recipe",
-    "bundle": "dsx-bundle",
-    "drift": "dsx-drift",
+    "bisect": vocab.WORKFLOW_BISECT,
+    "certify": vocab.WORKFLOW_CERTIFY,
+    "recipe": vocab.WORKFLOW_RECIPE,
+    "bundle": vocab.WORKFLOW_BUNDLE,
+    "drift": vocab.WORKFLOW_DRIFT,
     "ranks": RANK_SERVICE_ACCOUNT,
-    "remediate": "dsx-remediate",
-    "goodput": "dsx-goodput",
+    "remediate": vocab.WORKFLOW_REMEDIATE,
+    "goodput": vocab.WORKFLOW_GOODPUT,
 }
 """The service account of each workflow (named like the workflow) and of the rank pods. The chart maps
 each compiled name ``dsx-KEY`` to ``serviceAccounts.names.KEY`` and gives each account its own RBAC."""

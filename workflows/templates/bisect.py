@@ -35,7 +35,7 @@ from workflows.templates._base import (
 
 __all__ = ["NAME", "PARALLELISM", "STAGE_ENDED", "bisect_stage", "bisect_targets_step", "templates"]
 
-NAME = "dsx-bisect"
+NAME = vocab.WORKFLOW_BISECT
 PARALLELISM = 8
 """Group tests (pods) of one bisection at once, and failed groups of a certification bisected at once."""
 

@@ -155,7 +155,7 @@ def templates() -> list[Any]:
     release = step(readiness.release, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE})
     with (
         workflow_template(
-            "dsx-certify",
+            vocab.WORKFLOW_CERTIFY,
             "Certify GPU nodes for production: NCCL all-reduce sweeps on each node, then on each rack, then "
             "over the whole set, then a short DDP training run, judged against the recipe's thresholds. "
             "Every node ends labelled dsx.dev/certification=passed|failed|pending (pending: not certified, "

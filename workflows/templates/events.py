@@ -102,9 +102,9 @@ __all__ = [
 
 EVENT_SOURCE = "dsx-nodes"
 EVENT_NAME = "node-health"
-SENSOR = "dsx-remediate"
-TRIGGER = "dsx-remediate"
-REMEDIATE = "dsx-remediate"
+SENSOR = vocab.WORKFLOW_REMEDIATE
+TRIGGER = vocab.WORKFLOW_REMEDIATE
+REMEDIATE = vocab.WORKFLOW_REMEDIATE
 SOURCE_ACCOUNT = "dsx-node-events"
 SENSOR_ACCOUNT = "dsx-remediate-sensor"
 RATE_LIMIT = RateLimit(unit="Minute", requests_per_unit=6)

@@ -11,6 +11,7 @@ from typing import Any
 
 from hera.workflows import DAG, Artifact, CronWorkflow
 
+from steps.cluster import vocabulary as vocab
 from steps.sentinel.goodput import keep
 from workflows.templates._base import DESCRIPTION_ANNOTATION, OUTPUT_DIR, PART_OF, param, step, workflow_spec
 
@@ -29,7 +30,7 @@ def templates() -> list[Any]:
     )
     with (
         CronWorkflow(
-            name="dsx-goodput",
+            name=vocab.WORKFLOW_GOODPUT,
             schedules=["0 7 * * 1"],
             concurrency_policy="Forbid",
             starting_deadline_seconds=3600,
@@ -47,7 +48,7 @@ def templates() -> list[Any]:
             arguments=[
                 param("since", "The period: a duration back from now (7d, 36h) or an RFC 3339 time.", "7d")
             ],
-            **workflow_spec("dsx-goodput"),
+            **workflow_spec(vocab.WORKFLOW_GOODPUT),
         ) as cron,
         DAG(name="main"),
     ):

@@ -63,7 +63,7 @@ RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
 LEDGER_ENV = {vocab.ENV_LEDGER_RETENTION_DAYS: str(ledger.RETENTION_DAYS)}
 _ENDED = TaskResult.succeeded | TaskResult.failed | TaskResult.errored
 _ANY_END = _ENDED | TaskResult.skipped | TaskResult.omitted
-_BISECT = "dsx-bisect"
+_BISECT = vocab.WORKFLOW_BISECT
 # The repair wait's own deadline: it waits repair-timeout (at most this) itself.
 _REPAIR_WAIT_BOUND = f"{steps.REPAIR_WAIT_LIMIT_S // 3600}h"
 
@@ -191,7 +191,7 @@ def _recertify() -> DAG:
         marked = mark(arguments={"node": node})
         certified = Task(
             name="certify",
-            template_ref=TemplateRef(name="dsx-certify", template="certify"),
+            template_ref=TemplateRef(name=vocab.WORKFLOW_CERTIFY, template="certify"),
         )
         unmarked = unmark(arguments={"node": node})
         run = {"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID}
@@ -242,7 +242,7 @@ def _reconciler() -> CronWorkflow:
     )
     with (
         CronWorkflow(
-            name="dsx-reconcile",
+            name=vocab.WORKFLOW_RECONCILE,
             schedules=["*/5 * * * *"],
             concurrency_policy="Forbid",
             starting_deadline_seconds=240,
@@ -269,7 +269,7 @@ def _reconciler() -> CronWorkflow:
                     "{}",
                 ),
             ],
-            **workflow_spec("dsx-reconcile"),
+            **workflow_spec(vocab.WORKFLOW_RECONCILE),
         ) as cron,
         DAG(name="main"),
     ):
@@ -295,7 +295,7 @@ def templates() -> list[Any]:
     repaired = step(steps.repaired, timeout="5m", retries=2, env=LEDGER_ENV)
     conclude = step(steps.conclude, timeout="5m", retries=2, env=LEDGER_ENV)
     with workflow_template(
-        "dsx-remediate",
+        vocab.WORKFLOW_REMEDIATE,
         "Remediate a faulty node: guard (managed, breaker closed, attempts), cordon and taint it "
         "(dsx.dev/state=quarantined), drain it through the Eviction API, ask for a repair and wait for it "
         "(a new boot id, Ready, the fault's condition cleared), recertify it with dsx-certify, and "

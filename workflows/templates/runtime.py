@@ -95,7 +95,7 @@ def _resolving_template(
 def _recipe_template() -> Any:
     return _resolving_template(
         runtime.resolve_recipe,
-        "dsx-recipe",
+        vocab.WORKFLOW_RECIPE,
         "Resolve the runtime recipe for a cluster: which components, at which pinned versions, in which "
         "order. The result lists the digest, order and versions; the 'recipe' artifact holds the "
         "resolved recipe (recipe.yaml) and its dependency graph (graph.dot, graph.mmd, graph.json).",
@@ -107,7 +107,7 @@ def _recipe_template() -> Any:
 def _bundle_template() -> Any:
     return _resolving_template(
         runtime.bundle_recipe,
-        "dsx-bundle",
+        vocab.WORKFLOW_BUNDLE,
         "Resolve the runtime recipe and render it as a bundle for a GitOps repository: Helm (install "
         "script), Argo CD (app of apps, sync waves by tier) or Flux (HelmReleases with dependsOn). "
         "The 'bundle' artifact verifies with sha256sum -c checksums.txt.",
@@ -135,7 +135,7 @@ def _drift_cron() -> Any:
     gate = step(runtime.gate, timeout="1m")
     with (
         CronWorkflow(
-            name="dsx-drift",
+            name=vocab.WORKFLOW_DRIFT,
             schedules=["0 6 * * *"],
             concurrency_policy="Forbid",
             starting_deadline_seconds=3600,
@@ -154,7 +154,7 @@ def _drift_cron() -> Any:
                 param("label", "Node label marking drifted nodes; empty: label nothing.", DRIFT_LABEL),
                 *_criteria_params(),
             ],
-            **workflow_spec("dsx-drift"),
+            **workflow_spec(vocab.WORKFLOW_DRIFT),
         ) as cron,
         DAG(name="main"),
     ):
