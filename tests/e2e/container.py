@@ -1,12 +1,12 @@
 """Start one container of the process kubelet: ``python container.py SPEC.json`` (as root).
 
-The kubelet runs this inside the pod's network namespace and a new mount and UTS namespace of the
-container's own (``unshare --mount --uts --propagation private``). It sets the pod's host name, mounts a
-private ``/tmp``, binds the pod's volumes at their mount paths (sub-paths and read-only included), the
-cluster's hosts file at ``/etc/hosts`` and the container's termination-message file, drops to the pod's
-user and groups (``setpriv``), then ``exec``s the container's command with exactly the environment the kubelet
-resolved. A command that cannot be started leaves ``start-error`` beside the spec and exits 128, as a
-container runtime's StartError does.
+The kubelet runs this inside the pod's network namespace and new mount, UTS and PID namespaces of the
+container's own (``unshare --mount --uts --pid --fork --kill-child --propagation private``). It sets the
+pod's host name, mounts a private ``/tmp``, binds the pod's volumes at their mount paths (sub-paths and
+read-only included), the cluster's hosts file at ``/etc/hosts``, the pod's ``/etc/resolv.conf`` and the
+container's termination-message file, drops to the pod's user and groups (``setpriv``), then ``exec``s
+the container's command with exactly the environment the kubelet resolved. A command that cannot be
+started leaves ``start-error`` beside the spec and exits 128, as a container runtime's StartError does.
 
 Standard library only: it runs before anything of the container exists.
 """
@@ -70,6 +70,8 @@ def main(spec_path: str) -> int:
             (spec["hosts"], "/etc/hosts", True),
             (spec["terminationLog"], spec["terminationMessagePath"], False),
         ]
+        if spec.get("resolv"):
+            mounts.append((spec["resolv"], "/etc/resolv.conf", True))
         # Every source is held open first: the sources may live under the host's /tmp, which the
         # container's own /tmp is about to hide. A bind of /proc/self/fd/N mounts what N refers to.
         held = [

@@ -12,10 +12,14 @@ What it does, as the real kubelet does it (``pkg/kubelet``):
 - **Pods.** Watches pods bound to its nodes. Each pod gets a network namespace of its own on the cluster's
   bridge (``hostNetwork`` pods stay in the host's), an IP, and an entry in the hosts file every container
   mounts at ``/etc/hosts`` (``HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local`` and its shorter forms, as
-  cluster DNS answers for pods behind a headless Service). Volumes: emptyDir, configMap, secret,
-  downwardAPI, hostPath, and projected (service-account tokens through the TokenRequest API,
-  ``kube-root-ca.crt``, the namespace). Each container runs in a mount namespace of its own
-  (:mod:`tests.e2e.container`): a private ``/tmp``, the volume mounts with ``subPath`` and ``readOnly``,
+  cluster DNS answers for pods behind a headless Service), and a ``/etc/resolv.conf`` as ``ClusterFirst``
+  writes it, whose nameserver refuses at once (:meth:`PodWorker._resolv_conf`). Volumes: emptyDir,
+  configMap, secret, downwardAPI, hostPath, and projected (service-account tokens through the
+  TokenRequest API, ``kube-root-ca.crt``, the namespace). Each container runs in a mount namespace of its own
+  (:mod:`tests.e2e.container`) and a PID namespace of its own, as a container runtime gives it: when its
+  first process ends or is killed, the kernel ends every other (torchrun starts its ranks in sessions of
+  their own, which a process-group kill misses; left alive they would hold the pod's IP once it is given
+  to a new pod). A private ``/tmp``, the volume mounts with ``subPath`` and ``readOnly``,
   ``/dev/termination-log``, the pod's ``runAsUser``, ``runAsGroup``, ``fsGroup`` and supplemental groups.
   Environment: ``value``, ``fieldRef``, ``resourceFieldRef``, ``configMapKeyRef``, ``secretKeyRef``,
   ``envFrom``, the image's own variables and ``KUBERNETES_SERVICE_HOST``/``PORT``. Init containers run in
@@ -109,7 +113,9 @@ def image_for(name: str, bin_dir: Path) -> Image | None:
         }
         return Image([], ["dsx", "--help"], env, "/tmp")
     if "/pause" in name:
-        return Image(["sleep", "infinity"], [], {"PATH": SYSTEM_PATH}, "/")
+        # The pause program ends at SIGTERM or SIGINT (with a handler, as PID 1 must have one to hear them).
+        pause = 'trap "exit 0" TERM INT; sleep infinity & wait'
+        return Image(["sh", "-c", pause], [], {"PATH": SYSTEM_PATH}, "/")
     return None
 
 
@@ -159,10 +165,26 @@ class Network:
                     raise OSError(f"{' '.join(step)}: {done.stderr.strip()}")
         return ns, ip
 
-    def release(self, ns: str, ip: str) -> None:
+    def release(self, ns: str, ip: str) -> list[int]:
+        """Give the pod's IP back once nothing is left in its namespace: the processes still there are
+        killed first (returned, for the log), as a runtime's sandbox teardown does. A process left alive
+        would keep the namespace, its veth and the IP on the bridge, beside the next pod given it."""
+        left = self._pids(ns)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while left and self._pids(ns) and time.monotonic() < deadline:
+            time.sleep(0.1)
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         with self.lock:
             self.used.pop(int(ip.rsplit(".", 1)[1]), None)
+        return left
+
+    @staticmethod
+    def _pids(ns: str) -> list[int]:
+        done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        return [int(pid) for pid in done.stdout.split()]
 
     def publish(self, uid: str, ip: str, names: list[str]) -> None:
         with self.lock:
@@ -213,6 +235,8 @@ class PodWorker:
     start_time: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     finished: bool = False
+    deleting: bool = False
+    resolv: Path | None = None
 
     @property
     def uid(self) -> str:
@@ -262,6 +286,8 @@ class PodWorker:
             names = [f"{base}.{ns}.svc.cluster.local", f"{base}.{ns}.svc", f"{base}.{ns}", base, hostname]
         self.kubelet.network.publish(self.uid, self.ip, names)
         self.hostname = hostname
+        if self.netns:
+            self.resolv = self._resolv_conf()
         for c in spec.get("initContainers") or []:
             self.init_statuses[c["name"]] = _waiting(c, "PodInitializing")
         for c in spec.get("containers") or []:
@@ -290,6 +316,22 @@ class PodWorker:
             self._launch(c, self.statuses)
         self._report()
         self._supervise(restart)
+
+    def _resolv_conf(self) -> Path:
+        """The pod's ``/etc/resolv.conf`` as the kubelet writes it for ``dnsPolicy: ClusterFirst``: the
+        cluster's search domains, ``ndots:5`` and the cluster's nameserver. No cluster DNS runs here (the
+        names live in the hosts file), so the nameserver is the bridge's gateway, whose closed port 53
+        refuses at once, as cluster DNS answers at once: a reverse lookup of a peer's address (which
+        c10d makes for every connection it logs) fails in a millisecond instead of the 10 s the host's
+        unreachable resolver takes from a pod's network, stalls that made gloo's rendezvous time out."""
+        ns = self.pod["metadata"]["namespace"]
+        path = self.dir / "resolv.conf"
+        path.write_text(
+            f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
+            f"nameserver {self.kubelet.network.gateway}\n"
+            "options ndots:5\n"
+        )
+        return path
 
     def _deadline_passed(self) -> bool:
         deadline = self.spec.get("activeDeadlineSeconds")
@@ -406,6 +448,7 @@ class PodWorker:
             "workingDir": c.get("workingDir") or image.workdir,
             "mounts": self._mounts(c),
             "hosts": str(self.kubelet.network.hosts),
+            "resolv": str(self.resolv) if self.resolv else None,
             "terminationLog": str(term),
             "terminationMessagePath": c.get("terminationMessagePath") or "/dev/termination-log",
             "uid": uid,
@@ -414,7 +457,10 @@ class PodWorker:
         }
         spec_path = cdir / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        wrapper = ["unshare", "--mount", "--uts", "--propagation", "private", "--"]
+        # --pid --fork: the container's command is PID 1 of a namespace of its own, so its end ends every
+        # process it started, whichever session they joined; --kill-child ends it when unshare is killed.
+        namespaces = ["--mount", "--uts", "--pid", "--fork", "--kill-child", "--propagation", "private"]
+        wrapper = ["unshare", *namespaces, "--"]
         if self.netns:
             wrapper = ["ip", "netns", "exec", self.netns, *wrapper]
         log = cdir.with_suffix(".log")
@@ -491,7 +537,9 @@ class PodWorker:
     def cleanup(self) -> None:
         self.kubelet.network.withdraw(self.uid)
         if self.netns:
-            self.kubelet.network.release(self.netns, self.ip)
+            left = self.kubelet.network.release(self.netns, self.ip)
+            if left:
+                self.kubelet.log(f"{self.key}: {len(left)} processes outlived its containers, killed: {left}")
             self.netns = ""
 
     # --------------------------------------------------------------------------------- identity
@@ -1056,8 +1104,10 @@ class ProcessKubelet:
                 worker.start()
                 return
             worker.pod = pod
-        if pod["metadata"].get("deletionTimestamp") and not getattr(worker, "deleting", False):
-            worker.deleting = True  # type: ignore[attr-defined]
+            # Checked and set under the lock: the watch and the resync may both bring the deletion.
+            deleting = bool(pod["metadata"].get("deletionTimestamp")) and not worker.deleting
+            worker.deleting = worker.deleting or deleting
+        if deleting:
             grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
             threading.Thread(target=self._delete, args=(worker, grace), daemon=True).start()
 
@@ -1075,7 +1125,8 @@ class ProcessKubelet:
         keep = self.dir / "deleted" / worker.key.replace("/", "_")
         keep.mkdir(parents=True, exist_ok=True)
         for log in (worker.dir / "containers").glob("*.log"):
-            shutil.move(str(log), keep / log.name)
+            with contextlib.suppress(FileNotFoundError):
+                shutil.move(str(log), keep / log.name)
         shutil.rmtree(worker.dir, ignore_errors=True)
 
     def _confirm_deletion(self, pod: dict[str, Any]) -> None:
