@@ -47,6 +47,7 @@ __all__ = [
     "now",
     "parse_drill",
     "plan_outputs",
+    "sweep_sizes",
 ]
 
 Launcher = Literal["local", "job"]
@@ -55,6 +56,11 @@ LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
 
 AUTO = "auto"
 """The value of an option that the plan works out itself (launcher, recipe criteria, message sizes)."""
+
+SWEEP_SIZES: dict[Launcher, tuple[str, str]] = {"local": ("64KiB", "4MiB"), "job": ("1MiB", "8GiB")}
+"""The all-reduce sweep's smallest and largest message when the options leave them ``auto``, by
+launcher: local gloo ranks on this machine's CPUs sweep small sizes; a cluster's GPUs sweep from 1 MiB,
+where latency stops ruling, to 8 GiB, where bus bandwidth has settled (the fabric model's cap)."""
 
 RECIPE_INTENT = "training"
 """The recipe intent certification judges against: its tests are collectives and a training run."""
@@ -343,19 +349,28 @@ def _settings(
         accelerator = "cpu" if options.accelerator == AUTO else options.accelerator
         service = "local" if options.service == AUTO else options.service
         gpus = LOCAL_RANKS_PER_NODE
-        default_min, default_max = "64KiB", "4MiB"
     else:
         accelerator = _accelerator(ready) if options.accelerator == AUTO else options.accelerator
         service = _service(ready) if options.service == AUTO else options.service
         gpus = min(n.gpu_count for n in ready)
-        default_min, default_max = "1MiB", "8GiB"
     os_name = _os(ready) if options.os == AUTO else options.os
-    smallest = parse_size(default_min if options.min_bytes == AUTO else options.min_bytes, "min-bytes")
-    largest = parse_size(default_max if options.max_bytes == AUTO else options.max_bytes, "max-bytes")
-    if smallest > largest:
-        raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
+    smallest, largest = sweep_sizes(chosen, options.min_bytes, options.max_bytes)
     criteria = {"service": service, "accelerator": accelerator, "os": os_name}
     return chosen, criteria, gpus, smallest, largest
+
+
+def sweep_sizes(launcher: Launcher, min_bytes: str, max_bytes: str) -> tuple[int, int]:
+    """The sweep's smallest and largest message in bytes: as given, or :data:`SWEEP_SIZES`' on ``auto``.
+
+    Raises:
+        InputError: a size cannot be read, or the smallest is larger than the largest.
+    """
+    default_min, default_max = SWEEP_SIZES[launcher]
+    smallest = parse_size(default_min if min_bytes == AUTO else min_bytes, "min-bytes")
+    largest = parse_size(default_max if max_bytes == AUTO else max_bytes, "max-bytes")
+    if smallest > largest:
+        raise InputError(f"min-bytes {smallest} is larger than max-bytes {largest}")
+    return smallest, largest
 
 
 def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> CertifyPlan:

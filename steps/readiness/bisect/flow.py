@@ -35,8 +35,7 @@ from steps.readiness.checks import SweepOutcome
 from steps.readiness.judge import only_slow
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
-from steps.readiness.planning import LOCAL_RANKS_PER_NODE
-from steps.readiness.sizes import parse_size
+from steps.readiness.planning import LOCAL_RANKS_PER_NODE, sweep_sizes
 from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
@@ -90,10 +89,6 @@ def _run_ref(text: RunRef | str) -> RunRef:
         raise input_error(exc, "bisect run") from None
 
 
-def _size(given: str, default: str) -> str:
-    return default if given == certify.AUTO else given
-
-
 def prepare(
     selector: str = "",
     workflow_name: str = "",
@@ -141,14 +136,15 @@ def prepare(
         what = f"selector {selector!r}" if selector else "the cluster"
         raise InputError(f"nothing to bisect: {what} has {len(names)} Ready managed node(s) with GPUs")
     local = not port.runs_pods
+    smallest, largest = sweep_sizes("local" if local else "job", min_bytes, max_bytes)
     plan = certify.CertifyPlan(
         options=options,
         launcher="local" if local else "job",
         nodes=names,
         groups=[Subject(kind="group", name=STANDALONE, members=names)],
         gpus_per_node=LOCAL_RANKS_PER_NODE if local else min(n.gpu_count for n in nodes),
-        min_bytes=parse_size(_size(min_bytes, "64KiB" if local else "1MiB"), "min-bytes"),
-        max_bytes=parse_size(_size(max_bytes, "4MiB" if local else "8GiB"), "max-bytes"),
+        min_bytes=smallest,
+        max_bytes=largest,
         criteria={} if accelerator == certify.AUTO else {"accelerator": accelerator},
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         run=run,

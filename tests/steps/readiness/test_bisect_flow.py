@@ -226,3 +226,19 @@ def test_an_unschedulable_test_gives_no_verdict_stops_the_search_names_and_clear
     assert summary.outcome == "none" and "unschedulable" in summary.reason
     with pytest.raises(DsxError, match=r"named no node: a test gave no verdict"):
         flow.finish(run)
+
+
+def test_a_bisection_of_its_own_sizes_its_sweep_as_certification_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steps.errors import InputError
+    from steps.readiness.planning import SWEEP_SIZES
+    from steps.readiness.sizes import parse_size
+
+    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("DSX_CLUSTER", shareable("sim:nodes=4,gpu=h100,racks=2", tmp_path))
+    started = flow.prepare()
+    plan, _ = certify.load_plan(started.run)
+    assert (plan.min_bytes, plan.max_bytes) == tuple(parse_size(s, "") for s in SWEEP_SIZES["local"])
+    with pytest.raises(InputError, match="min-bytes 8388608 is larger than max-bytes 1048576"):
+        flow.prepare(min_bytes="8MiB", max_bytes="1MiB")
