@@ -134,6 +134,7 @@ __all__ = [
     "MANAGED_FALSE",
     "PREFIX",
     "REPLACE_REQUESTED",
+    "SENTINEL_CHECKS",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
     "WORKFLOW_BISECT",
@@ -148,6 +149,7 @@ __all__ = [
     "ApiVersion",
     "Certification",
     "NodeState",
+    "SentinelComponent",
     "is_managed",
 ]
 
@@ -242,21 +244,28 @@ CONDITION_GPU_FAILED: Final = "DsxGpuFailed"
 CONDITION_NIC_DEGRADED: Final = "DsxNicDegraded"
 CONDITION_NOT_CERTIFIED: Final = "DsxNotCertified"
 
-CONDITION_SENTINEL: Final[dict[str, str]] = {
-    "gpu-missing": "DsxGpuMissing",
-    "xid": CONDITION_GPU_XID,
-    "sxid": "DsxNvswitchSxid",
-    "ecc": "DsxGpuEcc",
-    "remap": "DsxGpuMemoryRemap",
-    "thermal": "DsxGpuThermal",
-    "pcie": "DsxGpuPcieDegraded",
-    "nvlink": "DsxNvlinkDegraded",
-    "reset-required": "DsxGpuResetRequired",
-    "nic": CONDITION_NIC_DEGRADED,
-    "nvml": "DsxNvmlUnavailable",
-    "probe": "DsxSentinelProbeFailed",
+SentinelComponent = Literal["gpu", "nvlink", "nic", "node"]
+"""What a sentinel check is about: a GPU, its NVLink or NVSwitch fabric, a NIC, the node."""
+
+SENTINEL_CHECKS: Final[dict[str, tuple[SentinelComponent, str]]] = {
+    "gpu-missing": ("gpu", "DsxGpuMissing"),
+    "xid": ("gpu", CONDITION_GPU_XID),
+    "sxid": ("nvlink", "DsxNvswitchSxid"),
+    "ecc": ("gpu", "DsxGpuEcc"),
+    "remap": ("gpu", "DsxGpuMemoryRemap"),
+    "thermal": ("gpu", "DsxGpuThermal"),
+    "pcie": ("gpu", "DsxGpuPcieDegraded"),
+    "nvlink": ("nvlink", "DsxNvlinkDegraded"),
+    "reset-required": ("gpu", "DsxGpuResetRequired"),
+    "nic": ("nic", CONDITION_NIC_DEGRADED),
+    "nvml": ("node", "DsxNvmlUnavailable"),
+    "probe": ("node", "DsxSentinelProbeFailed"),
 }
-"""The node condition each sentinel check sets (``status=True``: the problem is present), by check name."""
+"""Every check the sentinel's probes run, by name: the component it is about, and the node condition it
+sets (``status=True``: the problem is present). The one table of checks; the views below read it."""
+
+CONDITION_SENTINEL: Final[dict[str, str]] = {check: cond for check, (_, cond) in SENTINEL_CHECKS.items()}
+"""The node condition each sentinel check sets, by check name (a view of :data:`SENTINEL_CHECKS`)."""
 
 
 class Certification(enum.StrEnum):

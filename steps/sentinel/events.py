@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
+from steps.cluster import vocabulary as vocab
 from steps.models import Frozen
 
 __all__ = [
@@ -33,27 +34,14 @@ __all__ = [
 
 Severity = Literal["fatal", "degraded", "info"]
 Action = Literal["none", "restart-app", "reset-gpu", "reboot", "replace", "contact-support"]
-Component = Literal["gpu", "nvlink", "nic", "node"]
+Component = vocab.SentinelComponent
 SEVERITIES: tuple[Severity, ...] = ("fatal", "degraded", "info")
 ACTIONS: tuple[Action, ...] = ("none", "restart-app", "reset-gpu", "reboot", "replace", "contact-support")
-COMPONENTS: tuple[Component, ...] = ("gpu", "nvlink", "nic", "node")
+COMPONENTS: tuple[Component, ...] = get_args(vocab.SentinelComponent)
 
-CHECKS: dict[str, Component] = {
-    "gpu-missing": "gpu",
-    "xid": "gpu",
-    "sxid": "nvlink",
-    "ecc": "gpu",
-    "remap": "gpu",
-    "thermal": "gpu",
-    "pcie": "gpu",
-    "nvlink": "nvlink",
-    "reset-required": "gpu",
-    "nic": "nic",
-    "nvml": "node",
-    "probe": "node",
-}
-"""Every check the probes run, with the component it is about. Each sets one node condition
-(:data:`steps.cluster.vocabulary.CONDITION_SENTINEL`)."""
+CHECKS: dict[str, Component] = {check: component for check, (component, _) in vocab.SENTINEL_CHECKS.items()}
+"""Every check the probes run, with the component it is about (a view of
+:data:`steps.cluster.vocabulary.SENTINEL_CHECKS`, which also names the node condition each sets)."""
 
 PER_CODE_CHECKS: frozenset[str] = frozenset({"xid", "sxid"})
 """Checks whose faults are occurrences (kernel-log lines, NVML events), not levels: each code on an entity
