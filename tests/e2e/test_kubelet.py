@@ -1,0 +1,134 @@
+"""The process kubelet where dsx leans on what a container runtime and cluster DNS do.
+
+A rank pod's torchrun starts its ranks in sessions of their own, and c10d looks up the name of every peer
+it connects to. On a real node the container's PID namespace ends the ranks with the pod, and cluster DNS
+answers at once; these tests hold the process kubelet to both, on the real control plane.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from steps.cluster.kube import load_api_client
+from tests.e2e.conftest import RealCluster
+
+pytestmark = pytest.mark.e2e
+
+IMAGE = "ghcr.io/dsx-dev/dsx:0.1.0"
+
+# Starts a child in a session of its own, as torchrun starts a rank, then waits to be stopped.
+ESCAPER = """
+import subprocess, sys, time
+subprocess.Popen(["sleep", "3600"], start_new_session=True)
+open("/dev/termination-log", "w").write("started")
+time.sleep(3600)
+"""
+
+# Times a reverse lookup of an address no hosts file names (c10d makes one for every connection).
+LOOKUP = """
+import socket, time
+start = time.monotonic()
+try:
+    socket.getnameinfo(("10.244.250.250", 80), socket.NI_NAMEREQD)
+except OSError:
+    pass
+open("/dev/termination-log", "w").write(f"{time.monotonic() - start:.3f}")
+"""
+
+
+def _pod(name: str, code: str, marker: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "nodeSelector": {"kubernetes.io/hostname": "node-00"},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "command": ["python", "-c", code],
+                    "env": [{"name": "DSX_TEST_MARK", "value": marker}],
+                }
+            ],
+        },
+    }
+
+
+def _marked(marker: str) -> list[int]:
+    """This machine's processes whose environment holds ``DSX_TEST_MARK=marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"DSX_TEST_MARK={marker}".encode() in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _wait(condition: Any, seconds: float, what: str) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {seconds:.0f} s")
+
+
+def _terminated(core: client.CoreV1Api, namespace: str, name: str) -> Any:
+    statuses = core.read_namespaced_pod(name, namespace).status.container_statuses or []
+    return statuses[0].state.terminated if statuses else None
+
+
+@pytest.fixture
+def namespace(real_cluster: RealCluster) -> Any:
+    if real_cluster.own is None:
+        pytest.skip("reads this machine's processes: runs against the process kubelet only")
+    api, _ = load_api_client(str(real_cluster.kubeconfig))
+    core = client.CoreV1Api(api)
+    name = f"kubelet-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    _wait(lambda: _account(core, name), 30, "the default service account")
+    try:
+        yield core, name
+    finally:
+        core.delete_namespace(name)
+
+
+def _account(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+        return True
+    except ApiException:
+        return False
+
+
+def test_a_deleted_pod_takes_every_process_it_started_whatever_session_they_joined(namespace: Any) -> None:
+    core, ns = namespace
+    marker = uuid.uuid4().hex
+    core.create_namespaced_pod(ns, _pod("escaper", ESCAPER, marker))
+    _wait(lambda: len(_marked(marker)) >= 2, 90, "the pod's process and its child in its own session")
+    core.delete_namespaced_pod("escaper", ns)
+    _wait(lambda: not _marked(marker), 30, "every process of the deleted pod gone")
+
+
+def test_a_reverse_lookup_from_a_pod_answers_at_once_as_cluster_dns_does(namespace: Any) -> None:
+    core, ns = namespace
+    core.create_namespaced_pod(ns, _pod("lookup", LOOKUP, uuid.uuid4().hex))
+    ended = _wait(lambda: _terminated(core, ns, "lookup"), 90, "the lookup pod's end")
+    assert ended.exit_code == 0, ended
+    assert float(ended.message) < 1.0, f"a reverse lookup took {ended.message} s"
