@@ -46,3 +46,14 @@ def k8s_cluster(tmp_path: Path) -> Iterator[Callable[..., EmulatedCluster]]:
             return stack.enter_context(emulated_cluster(tmp_path / f"cluster-{count}", **options))
 
         yield make
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The e2e tier runs only when a marker expression names it (``pytest -m e2e tests/e2e``, as
+    ``.ci/run`` runs it): any other selection, ``pytest -m "not story"`` included, leaves it out."""
+    if "e2e" in (config.getoption("markexpr") or ""):
+        return
+    dropped = [item for item in items if item.get_closest_marker("e2e") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.get_closest_marker("e2e") is None]

@@ -574,6 +574,7 @@ def test_the_sentinel_daemonset_runs_a_dsx_command_of_the_control_image() -> Non
     }
 
 
+@pytest.mark.story
 def test_a_chart_pod_running_what_the_control_image_lacks_is_found() -> None:
     df = _dockerfile()
     base = {"image": _base.DEFAULT_IMAGE, "command": ["dsx", "sentinel", "agent"], "args": ["--interval=10"]}

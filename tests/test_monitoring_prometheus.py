@@ -156,6 +156,7 @@ def _query(api: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+@pytest.mark.story
 def test_a_fatal_fault_fires_the_tainted_node_alert_within_for_plus_two_scrapes(
     stack: dict[str, Any],
 ) -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from steps.cluster import connect
@@ -45,6 +46,7 @@ def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None
     assert groups["parallelism"] == 8
 
 
+@pytest.mark.story
 def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"

@@ -32,6 +32,7 @@ def _labels(out: Path) -> dict[str, str]:
     return {n.name: n.labels.get(vocab.LABEL_CERTIFICATION, "") for n in port.list_nodes()}
 
 
+@pytest.mark.story
 def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
     result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -42,6 +43,7 @@ def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
     assert {"report.md", "busbw.png", "step-time.png"} <= set(report["files"])
 
 
+@pytest.mark.story
 def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
     result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1,faults=node-01:slow-nic")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
@@ -57,6 +59,7 @@ def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
     assert "injected" in markdown
 
 
+@pytest.mark.story
 def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(tmp_path: Path) -> None:
     """A failed check omits nothing after it: the stages run on, the report labels every node."""
     doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
@@ -121,6 +124,7 @@ def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_g
         assert verdict["name"] == "verdict" and verdict["valueFrom"]["default"] == ""
 
 
+@pytest.mark.story
 def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path: Path) -> None:
     """The plan step would refuse them; dsx run refuses them first, exit 2, and starts nothing."""
     for bad, message in (
@@ -136,6 +140,7 @@ def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path:
         assert message in result.stderr and not out.exists()
 
 
+@pytest.mark.story
 def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_path: Path) -> None:
     """Issue 12's story: the node checks pass; rack-01 fails together; dsx-bisect names node-02."""
     result, out = _certify(tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic")
@@ -162,6 +167,7 @@ def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_pat
     assert screening["rack-01"]["bisected"] and screening["rack-01"]["passes"] >= 21
 
 
+@pytest.mark.story
 def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(tmp_path: Path) -> None:
     """A compute straggler: no sweep sees it (an all-reduce does no arithmetic worth timing), the smoke
     run's step time does, and its rank names the node."""
@@ -177,6 +183,7 @@ def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(
     assert _labels(out) == {n: ("failed" if n == "node-02" else "passed") for n in _labels(out)}
 
 
+@pytest.mark.story
 def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tmp_path: Path) -> None:
     """``-p p-min=0.5``: the operator screens for faults failing half their tests or more, so node-03 is
     cleared after 7 passes beside its partner (not 21), and the report says what that screening catches."""
@@ -197,6 +204,7 @@ def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tm
     assert 0.48 <= screening["rack-01"]["caught"] <= 0.5
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("where", ["state", "kube"])
 def test_two_local_certifications_of_one_fleet_at_once_the_second_is_refused_naming_the_first(
     tmp_path: Path, where: str, k8s_cluster: Callable[..., Any]

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.cli import dsx as _dsx
 from tests.paths import REPO
 
@@ -21,6 +23,7 @@ def test_starting_the_cli_imports_no_heavy_library() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.story
 def test_every_command_has_help() -> None:
     from workflows.cli.main import COMMANDS
 

@@ -147,6 +147,7 @@ def test_bad_input_exits_2_naming_it(
     assert code == 2 and message in err
 
 
+@pytest.mark.story
 def test_real_local_ranks_find_the_slow_nic_the_node_checks_miss(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.paths import REPO
 
 
@@ -44,6 +46,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.story
 def test_sigterm_stops_a_sweep_promptly_with_every_rank_reaped(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     command = [

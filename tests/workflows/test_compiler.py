@@ -135,6 +135,7 @@ def test_step_modules_with_postponed_annotations_are_refused() -> None:
         step(namespace["f"])  # type: ignore[arg-type]
 
 
+@pytest.mark.story
 def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None:
     out = tmp_path / "files"
     cli = [sys.executable, "-m", "workflows.cli", "compile", "--out", str(out)]

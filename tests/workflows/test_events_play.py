@@ -14,6 +14,7 @@ from tests.cli import dsx_here
 FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=1"
 
 
+@pytest.mark.story
 def test_a_fatal_xid_mid_run_is_remediated_and_the_node_returns_certified(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +114,7 @@ def _stopped_run(out: Path) -> dict[str, object]:
     return workflow
 
 
+@pytest.mark.story
 def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -133,6 +135,7 @@ def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
     assert node.unschedulable  # a stopped remediation leaves its node quarantined, never half given back
 
 
+@pytest.mark.story
 def test_sigterm_stops_the_plays_runs_with_their_exit_handlers_and_exits_143(tmp_path: Path) -> None:
     import signal
     import subprocess

@@ -106,6 +106,7 @@ def _state_of(port: SimCluster) -> str:
         return "gone"
 
 
+@pytest.mark.story
 def test_the_node_disappears_mid_drain(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,blocking-pdb=true")
     thread, phases = _in_background(state, tmp_path / "run")
@@ -123,6 +124,7 @@ def test_the_node_disappears_mid_drain(tmp_path: Path) -> None:
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
     port.inject_api(errors=3, conflicts=3)
@@ -135,6 +137,7 @@ def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_the_repair_never_comes(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never,cordoned=node-03")
     assert _remediate(state, tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
@@ -145,6 +148,7 @@ def test_the_repair_never_comes(tmp_path: Path) -> None:
     _lost_nothing(port, {"node-03"})
 
 
+@pytest.mark.story
 def test_a_repair_wait_that_errors_never_escalates_the_node(tmp_path: Path) -> None:
     """The repair check runs after a wait that ended, never after one that failed: a wait that could not
     run (here its timeout unreadable, as a wait the API server refused to the end would be) leaves the node
@@ -172,6 +176,7 @@ def _marked(tmp_path: Path, reboot: str) -> tuple[str, SimCluster]:
     return state, port
 
 
+@pytest.mark.story
 def test_a_reboot_in_stages_ends_in_service_not_escalated(tmp_path: Path) -> None:
     # As a real node comes back: the new boot id at once, Ready 2 s later, the sentinel's condition
     # cleared 3 s after that. A wait that ended on the boot id alone escalated this node as not Ready.
@@ -185,6 +190,7 @@ def test_a_reboot_in_stages_ends_in_service_not_escalated(tmp_path: Path) -> Non
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_a_reboot_whose_condition_never_clears_is_escalated_at_the_timeout(tmp_path: Path) -> None:
     state, port = _marked(tmp_path, "reboot-ready=1s,reboot-clear=600s")
     assert _remediate(state, tmp_path / "run", **{"repair-timeout": "4s"}) == Phase.Failed
@@ -202,6 +208,7 @@ def _busy(tmp_path: Path, *busy: str) -> tuple[str, SimCluster]:
     return _fleet(tmp_path, f"sim:nodes=4,gpu=h100,faults={faults},repair-delay=0.5")
 
 
+@pytest.mark.story
 def test_a_busy_partner_is_passed_over_for_one_whose_gpus_are_free(tmp_path: Path) -> None:
     state, port = _busy(tmp_path, "node-00", "node-02")
     assert _remediate(state, tmp_path / "run") == Phase.Succeeded
@@ -212,6 +219,7 @@ def test_a_busy_partner_is_passed_over_for_one_whose_gpus_are_free(tmp_path: Pat
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_with_every_partner_busy_the_node_stays_recertifying_and_is_not_escalated(tmp_path: Path) -> None:
     state, port = _busy(tmp_path, "node-00", "node-02", "node-03")
     assert _remediate(state, tmp_path / "run") == Phase.Failed
@@ -227,6 +235,7 @@ def test_with_every_partner_busy_the_node_stays_recertifying_and_is_not_escalate
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_recertification_fails(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5")
     assert _remediate(state, tmp_path / "run") == Phase.Failed
@@ -237,6 +246,7 @@ def test_recertification_fails(tmp_path: Path) -> None:
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_the_breaker_is_open(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79")
     breaker = Breaker(connect(state), BreakerSettings(max_share=0.25))
@@ -249,6 +259,7 @@ def test_the_breaker_is_open(tmp_path: Path) -> None:
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_two_events_for_one_node_run_one_remediation_at_a_time(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
     first, phases_a = _in_background(state, tmp_path / "a")
@@ -267,6 +278,7 @@ def test_two_events_for_one_node_run_one_remediation_at_a_time(tmp_path: Path) -
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_an_operator_uncordons_by_hand_mid_remediation(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
     thread, phases = _in_background(state, tmp_path / "run", **{"repair-timeout": "3s"})
@@ -282,6 +294,7 @@ def test_an_operator_uncordons_by_hand_mid_remediation(tmp_path: Path) -> None:
     _lost_nothing(port)
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
 def test_stopped_and_resubmitted_picks_up_where_it_stopped(tmp_path: Path, stop_at: str) -> None:
     spec = "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=2,blocking-pdb=true"
@@ -334,6 +347,7 @@ def test_stopped_and_resubmitted_picks_up_where_it_stopped(tmp_path: Path, stop_
     ]  # the one deletion the namespace's mode asks for
 
 
+@pytest.mark.story
 def test_a_node_that_passes_alone_but_fails_beside_a_known_good_node_escalates(tmp_path: Path) -> None:
     # The repair fixes the GPU (repair=ok), but the node's NIC is slow: certification of the node alone
     # cannot see it (no second node), the pair test beside a known-good node does.
@@ -358,6 +372,7 @@ def test_a_node_that_passes_alone_but_fails_beside_a_known_good_node_escalates(t
     _lost_nothing(port, {"node-00"})
 
 
+@pytest.mark.story
 def test_with_no_known_good_node_the_node_is_judged_on_its_own_certification(tmp_path: Path) -> None:
     # A fleet dsx never certified: no node is known good.
     state, port = _fleet(
@@ -372,6 +387,7 @@ def test_with_no_known_good_node_the_node_is_judged_on_its_own_certification(tmp
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_a_pair_test_beside_a_known_good_node_puts_the_node_back(tmp_path: Path) -> None:
     spec = "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5,certified=node-01;node-03"
     state, port = _fleet(tmp_path, spec)
@@ -384,6 +400,7 @@ def test_a_pair_test_beside_a_known_good_node_puts_the_node_back(tmp_path: Path)
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_an_operator_resumes_the_repair_suspend_and_the_node_comes_back(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
     booted = port.get_node(NODE).node_info.boot_id
@@ -420,6 +437,7 @@ def test_an_operator_resumes_the_repair_suspend_and_the_node_comes_back(tmp_path
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_a_repair_suspend_nobody_resumes_escalates_at_its_deadline(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
     extra = {"repair-wait": "suspend", "repair-timeout": "2s"}
@@ -431,6 +449,7 @@ def test_a_repair_suspend_nobody_resumes_escalates_at_its_deadline(tmp_path: Pat
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -458,6 +477,7 @@ def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     _lost_nothing(port)
 
 
+@pytest.mark.story
 def test_two_local_runs_of_one_node_in_two_processes_wait_for_each_other(tmp_path: Path) -> None:
     """dsx-remediate's mutex (dsx-remediate-<node>) holds between processes that share a fleet's state
     file, as between two Workflows: the second run waits for the first to end (exit handler included),

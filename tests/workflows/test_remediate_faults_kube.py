@@ -256,6 +256,7 @@ def _in_service(made: EmulatedCluster) -> None:
 # ----------------------------------------------------------------------------------------- the faults
 
 
+@pytest.mark.story
 def test_a_repaired_node_is_recertified_and_back_in_service(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -277,6 +278,7 @@ def test_a_repaired_node_is_recertified_and_back_in_service(
     _lost_nothing(made, frozenset({"node-00"}))
 
 
+@pytest.mark.story
 def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
     made = cluster()
     _cordon_by_hand(made, "node-03")
@@ -292,6 +294,7 @@ def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_pat
     _lost_nothing(made, frozenset({"node-03"}))
 
 
+@pytest.mark.story
 def test_recertification_fails_on_the_repaired_node(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,6 +335,7 @@ def test_recertification_fails_on_the_repaired_node(
     _lost_nothing(made, frozenset({"node-02"}))
 
 
+@pytest.mark.story
 def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
     made = cluster()
     breaker = Breaker(made.port(NAMESPACE), BreakerSettings(max_share=0.25))
@@ -358,6 +362,7 @@ def _one_after_the_other(made: EmulatedCluster) -> None:
     _lost_nothing(made)
 
 
+@pytest.mark.story
 def test_two_remediations_for_one_node_never_run_at_once(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -371,6 +376,7 @@ def test_two_remediations_for_one_node_never_run_at_once(
     _one_after_the_other(made)
 
 
+@pytest.mark.story
 def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -393,6 +399,7 @@ def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
     _one_after_the_other(made)
 
 
+@pytest.mark.story
 def test_an_operator_uncordons_by_hand_mid_remediation(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -414,6 +421,7 @@ def test_an_operator_uncordons_by_hand_mid_remediation(
     _lost_nothing(made)
 
 
+@pytest.mark.story
 def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -431,6 +439,7 @@ def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
     _lost_nothing(made)
 
 
+@pytest.mark.story
 def test_a_throttled_eviction_api_is_waited_out_within_the_drain_deadline(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -449,6 +458,7 @@ def test_a_throttled_eviction_api_is_waited_out_within_the_drain_deadline(
     _lost_nothing(made)
 
 
+@pytest.mark.story
 def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
     made = cluster(f"{FLEET},blocking-pdb=true")
     thread, phases = _in_background(made, tmp_path / "run")
@@ -462,6 +472,7 @@ def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], 
     _lost_nothing(made)
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
 def test_stopped_and_resubmitted_picks_up_where_it_stopped(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, stop_at: str
@@ -536,6 +547,7 @@ def _needs(method: str, path: str) -> tuple[str, str, str, str]:
     return namespace, group, resource, verb
 
 
+@pytest.mark.story
 def test_every_call_a_remediation_makes_is_granted_to_its_account(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -556,6 +568,7 @@ def test_every_call_a_remediation_makes_is_granted_to_its_account(
     assert not missing, f"dsx-remediate may not: {missing}"
 
 
+@pytest.mark.story
 def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -581,6 +594,7 @@ def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
     _lost_nothing(made)
 
 
+@pytest.mark.story
 def test_a_partner_a_workload_takes_gives_no_verdict_and_the_node_is_not_escalated(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -263,6 +263,7 @@ def test_the_reconciler_starts_nothing_while_the_breaker_is_open(fleet: str) -> 
     assert "waits for the breaker" in {s.node: s.why for s in found.skips}["node-01"]
 
 
+@pytest.mark.story
 def test_reconcile_cli_dry_run_then_a_run_that_puts_the_node_back(
     fleet: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -298,6 +299,7 @@ def _play(capsys: pytest.CaptureFixture[str], out: Path, *injections: str) -> tu
     return stdout, f"state:{out / 'fleet.json'}"
 
 
+@pytest.mark.story
 def test_a_degraded_xid_then_a_fatal_one_is_remediated_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -307,6 +309,7 @@ def test_a_degraded_xid_then_a_fatal_one_is_remediated_once(
     assert not node.unschedulable and not node.has_taint(vocab.TAINT_UNHEALTHY)
 
 
+@pytest.mark.story
 def test_a_second_trigger_for_a_node_just_repaired_is_superseded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.cli import dsx as _dsx
 from tests.paths import REPO
 
@@ -72,6 +74,7 @@ def test_graph_and_list_outputs(tmp_path: Path) -> None:
     assert {"base", "eks", "h100", "local-cpu-training"} <= names
 
 
+@pytest.mark.story
 def test_drift_names_the_node_on_an_older_driver_and_exits_1(tmp_path: Path) -> None:
     conforming = _dsx("drift", "--cluster", f"sim:{FLEET}", *CRITERIA, "-o", "json", cwd=tmp_path)
     assert conforming.returncode == 0, conforming.stdout + conforming.stderr

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from steps.cluster.kube import load_api_client
@@ -81,6 +82,7 @@ def _reported(cluster: EmulatedCluster, name: str, what: str) -> dict[str, Any]:
     )
 
 
+@pytest.mark.story
 def test_each_node_can_start_late_never_start_or_fail_its_pods(k8s_cluster: MakeCluster) -> None:
     behaviours = {
         "node-01": NodeBehaviour(never_starts=True),
@@ -172,6 +174,7 @@ def test_a_deleted_pod_gets_its_grace_period_then_is_killed(k8s_cluster: MakeClu
     eventually(lambda: cluster.emulator.get("pods", "stubborn", "dsx") is None, what="stubborn killed")
 
 
+@pytest.mark.story
 def test_groups_that_compete_for_the_same_gpus_fail_at_their_deadline(k8s_cluster: MakeCluster) -> None:
     """Issue 9's third point on the emulator: node checks, rack groups and the whole set started at once
     each ask for every GPU of their nodes; the deadline counts from the start, so the groups that wait

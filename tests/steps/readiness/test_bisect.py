@@ -55,6 +55,7 @@ def _scenario(rng: random.Random, n: int, k: int) -> dict[int, str]:
     return {i: rng.choice(kinds) for i in rng.sample(range(n), k)}
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("strategy", ["halving", "pairs", "auto"])
 @pytest.mark.parametrize("noise", [0.0, 0.03])
 def test_random_hard_faults_are_named_with_their_kind_and_a_probability_of_at_least_1_minus_alpha(
@@ -170,6 +171,7 @@ def test_a_second_intermittent_node_is_found_though_the_first_seemed_to_explain_
     assert {s.node for s in result.suspects} == {names[i] for i in bad}
 
 
+@pytest.mark.story
 def test_a_healthy_node_that_failed_beside_faulty_ones_is_tested_again_not_accused() -> None:
     """Four links in 64 failing half their tests: a healthy node fails beside a faulty member of a split and
     then beside a faulty partner that had passed its tests. One fault at a time, that is 0.99 against it;

@@ -206,6 +206,7 @@ def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_
     assert local_injections(port, "node-05", 2, "group") == ["2:fail"]
 
 
+@pytest.mark.story
 def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
     plan = certify.plan(max_bytes="256KiB", iters=8)
@@ -245,6 +246,7 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     assert certify.plan().nodes == plan.nodes  # the run let go of its nodes
 
 
+@pytest.mark.story
 def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fleet("sim:nodes=3,gpu=h100")
     plan = certify.plan(max_bytes="256KiB", iters=8, inject="node-02:delay=40ms")
@@ -384,6 +386,7 @@ def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path)
     assert store.delete() == 1 and store.sweeps("node") == []
 
 
+@pytest.mark.story
 def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Argo keeps a Workflow in one etcd object (1 MiB): no step input may grow with the fleet."""
     monkeypatch.setenv("DSX_CLUSTER", "sim:nodes=3000,gpu=h100,racks=200")

@@ -122,6 +122,7 @@ def _certify(port: Any, name: str) -> certify.CertifySummary:
         certify.release(name, uid)
 
 
+@pytest.mark.story
 def test_sixteen_nodes_in_four_racks_are_certified_through_jobs_and_nothing_is_left(cluster) -> None:  # type: ignore[no-untyped-def]
     port = cluster.port(NS)
     summary = _certify(port, "dsx-certify-a1")
@@ -135,6 +136,7 @@ def test_sixteen_nodes_in_four_racks_are_certified_through_jobs_and_nothing_is_l
     assert len([e for e in events if e["reason"] == "DsxCertificationPassed"]) == 16
 
 
+@pytest.mark.story
 def test_a_run_stopped_halfway_then_started_again_ends_certified_and_leaves_nothing(  # type: ignore[no-untyped-def]
     cluster, tmp_path: Path
 ) -> None:

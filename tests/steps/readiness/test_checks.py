@@ -89,6 +89,7 @@ def test_a_rank_that_dies_is_an_error_with_its_stderr_kept(tmp_path: Path) -> No
     assert "injected failure" in Path(verdict.evidence[0]).read_text()
 
 
+@pytest.mark.story
 def test_a_rank_that_hangs_is_a_hang_verdict_at_the_timeout(tmp_path: Path) -> None:
     outcome = run_allreduce_sweep(
         SweepRequest(subject=LOCAL, ranks=2, inject=["1:hang"], timeout_s=8, out_dir=str(tmp_path), **SMALL)
@@ -109,6 +110,7 @@ def test_a_wrong_reduction_is_an_error_never_a_number(tmp_path: Path) -> None:
     assert any(v.test == "allreduce-data" and v.status == "error" for v in outcome.verdicts)
 
 
+@pytest.mark.story
 def test_the_smoke_run_learns_and_names_the_straggler(tmp_path: Path) -> None:
     outcome = run_training_smoke(
         SmokeRequest(

@@ -249,6 +249,7 @@ class _WedgedNvml(FakeNvml):
         return super().nvmlEventSetWait(event_set, timeout_ms)
 
 
+@pytest.mark.story
 def test_nvml_that_stops_answering_is_a_degraded_nvml_reading_and_healthz_stays_up(tmp_path: Path) -> None:
     (tmp_path / "class/net/eth0").mkdir(parents=True)
     (tmp_path / "class/net/eth0/operstate").write_text("up\n")

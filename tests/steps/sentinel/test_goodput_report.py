@@ -38,6 +38,7 @@ def _sums_to_period(report: dict) -> None:
     )
 
 
+@pytest.mark.story
 def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counted(tmp_path: Path) -> None:
     # The repair takes 1.5 s, so the wait for it crosses a second's boundary: the ledger's times are to the
     # second, and a shorter wait could read as none.
@@ -88,6 +89,7 @@ def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counte
     assert (tmp_path / "goodput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.story
 def test_detection_time_outlives_the_event_through_the_ledger(tmp_path: Path) -> None:
     # The Sensor's event says the agent saw XID 79 two hours ago: its Event has aged out of the API server
     # (none here), the ledger's requested entry keeps when.
@@ -247,6 +249,7 @@ def test_a_ledger_that_lies_is_read_with_a_warning_for_each_entry_passed_over(tm
     assert report["warnings"] == [w.removeprefix("warning: ") for w in warned]
 
 
+@pytest.mark.story
 def test_the_weekly_workflow_keeps_the_report_in_a_configmap(tmp_path: Path) -> None:
     spec = shareable("sim:nodes=3,gpu=h100,workloads=false", tmp_path)
     port = connect(spec)

@@ -160,6 +160,7 @@ def emulator(tmp_path: Path) -> Iterator[tuple[Emulator, KubeCluster]]:
 # ----------------------------------------------------------------------------- the fleet's year
 
 
+@pytest.mark.story
 def test_three_weeks_of_a_big_fleet_overflow_one_configmap_but_not_the_ledger() -> None:
     """Three weeks of a 10,000-node fleet at the Llama 3 rate, through ``ledger.record`` alone, on the
     simulated fleet (which refuses a ConfigMap over 1 MiB as the API server does). One ConfigMap for the
@@ -180,6 +181,7 @@ def test_three_weeks_of_a_big_fleet_overflow_one_configmap_but_not_the_ledger() 
     assert all([e.model_dump() for e in ledger.entries(port, n)] == fleet[n] for n in sample)
 
 
+@pytest.mark.story
 def test_a_year_of_a_10000_node_fleet_fits_and_reads_back(emulator: tuple[Emulator, KubeCluster]) -> None:
     """A year of a 10,000-node fleet at the Llama 3 rate (1.4 remediations a node, 8 entries each), every
     object created through the emulated API server's request handling, which refuses a ConfigMap over

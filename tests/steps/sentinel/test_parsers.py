@@ -270,6 +270,7 @@ def test_the_catalogue_gives_nvidias_immediate_action_for_the_xids_operators_mee
     assert catalogue.rule("xid", "999").action == "contact-support"  # unlisted: the default
 
 
+@pytest.mark.story
 def test_an_xid_storm_is_read_in_bounded_chunks_and_memory(tmp_path: Path) -> None:
     """200,000 lines of an application's MMU faults (Xid 31, each with its own pid and address): each
     read takes what its budget allows, a chunk at a time, and lets each go; the reader keeps a count and

@@ -229,6 +229,7 @@ def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_
     assert ledger.changed_attempts(ledger.entries(port, "node-01")) == 0
 
 
+@pytest.mark.story
 def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
     # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's
     # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy.
@@ -260,6 +261,7 @@ def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_p
     assert not [p for p in port.pods_on("node-01") if not p.daemonset]
 
 
+@pytest.mark.story
 def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None:
     code, port, output = _remediate(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
     assert code == 1, output
@@ -268,6 +270,7 @@ def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None
     assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
 
 
+@pytest.mark.story
 def test_remediate_escalates_when_recertification_fails(tmp_path: Path) -> None:
     code, port, output = _remediate(
         tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5"

@@ -190,6 +190,7 @@ def test_the_argo_submit_command_names_the_namespace_and_quotes_every_value(
     ]
 
 
+@pytest.mark.story
 def test_the_dsx_process_exits_with_the_phase(tmp_path: Path) -> None:
     def dsx(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

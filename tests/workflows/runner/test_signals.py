@@ -96,6 +96,7 @@ def _ranks_running(folder: Path, process: subprocess.Popen[str]) -> list[dict[st
     return [json.loads(n.read_text()) for n in notes]
 
 
+@pytest.mark.story
 @pytest.mark.parametrize(
     ("signals", "code"),
     [([signal.SIGTERM], 143), ([signal.SIGINT, signal.SIGINT], 130)],
@@ -128,6 +129,7 @@ def test_a_stopped_run_keeps_its_evidence_and_leaves_no_process(
     assert left, f"processes of the run still alive: {_marked(marker)}"
 
 
+@pytest.mark.story
 def test_a_run_that_ends_leaves_no_process(tmp_path: Path) -> None:
     marker = f"DSX_TEST_MARK={uuid.uuid4()}"
     process, _, out = _start(tmp_path, 0.5, marker)

@@ -97,6 +97,7 @@ spec:
 """
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("strategy", ["Stop", "Terminate"])
 def test_a_run_stopped_while_it_waits_for_its_workflows_mutex_ends_failed_having_run_nothing(
     tmp_path: Path, strategy: str

@@ -447,6 +447,7 @@ def test_rankpod_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
 # ----------------------------------------------------------------------------- the step on a cluster
 
 
+@pytest.mark.story
 def test_a_sweep_job_runs_rank_pods_for_real_and_passes_leaving_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
