@@ -4,6 +4,7 @@ emulated clusters with a kubelet double."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,12 @@ def k8s_cluster(tmp_path: Path) -> Iterator[Callable[..., EmulatedCluster]]:
             return stack.enter_context(emulated_cluster(tmp_path / f"cluster-{count}", **options))
 
         yield make
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tables are read as a CI log shows them (200 columns, the CLI's width without a terminal), whatever
+    the terminal the tests run from says (pytest-xdist's workers, for one, inherit ``COLUMNS=80``)."""
+    os.environ["COLUMNS"] = "200"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
