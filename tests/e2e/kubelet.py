@@ -123,7 +123,16 @@ def image_for(name: str, bin_dir: Path) -> Image | None:
 
 
 class Network:
-    """Pod network namespaces on one bridge, IPs from its /24, and the cluster's hosts file."""
+    """Pod network namespaces on one bridge, IPs from its /24, and the cluster's hosts file.
+
+    IPs are handed out round-robin, as the host-local IPAM of the CNI plugins does (it continues from the
+    last address it reserved): an address just given back is not given again at once. Handing out the
+    lowest free one reused a deleted pod's IP within the second, while the kernel was still tearing the
+    old namespace down in the background with its veth on the bridge: two interfaces answered for one IP,
+    and a peer that learnt the dying one's address lost its packets until its ARP entry was probed again,
+    some 5 s later (the training smoke's gloo ranks aborted in that window). The veth is also deleted
+    at once on release, not left to the namespace's deferred teardown.
+    """
 
     def __init__(self, bridge: str, gateway: str, hosts: Path) -> None:
         self.bridge = bridge
@@ -135,17 +144,20 @@ class Network:
         self.used: dict[int, str] = {}
         self.names: dict[str, list[str]] = {}
         self.counter = 0
+        self.last = 1
         self._write_hosts()
 
     def create(self, uid: str) -> tuple[str, str]:
         """A network namespace for pod ``uid``: (namespace name, pod IP)."""
         with self.lock:
-            octet = next(n for n in range(2, 255) if n not in self.used)
+            order = [*range(self.last + 1, 255), *range(2, self.last + 1)]
+            octet = next(n for n in order if n not in self.used)
             self.used[octet] = uid
+            self.last = octet
             self.counter += 1
             number = self.counter
         ns = f"{self.bridge}-{number}"
-        veth = f"v{self.bridge[-3:]}x{number}"
+        veth = self._veth(ns)
         ip = f"{self.prefix}.{octet}"
         steps = [
             ["ip", "netns", "add", ns],
@@ -176,10 +188,15 @@ class Network:
         deadline = time.monotonic() + 10
         while left and self._pids(ns) and time.monotonic() < deadline:
             time.sleep(0.1)
+        subprocess.run(["ip", "link", "delete", self._veth(ns)], capture_output=True)
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         with self.lock:
             self.used.pop(int(ip.rsplit(".", 1)[1]), None)
         return left
+
+    def _veth(self, ns: str) -> str:
+        """The host side of namespace ``ns``'s veth pair (its peer is the pod's ``eth0``)."""
+        return f"v{self.bridge[-3:]}x{ns.rsplit('-', 1)[1]}"
 
     @staticmethod
     def _pids(ns: str) -> list[int]:
