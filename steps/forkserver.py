@@ -468,9 +468,14 @@ class ForkServer:
         return box[0]
 
     def _send(self, message: Mapping[str, Any]) -> None:
+        """Raises OSError when the server's input is gone, closed by :meth:`close` included (which
+        may come between the liveness check and the write: the pipe then says ValueError)."""
         with self._send_lock:
-            self._in.write(json.dumps(message).encode() + b"\n")
-            self._in.flush()
+            try:
+                self._in.write(json.dumps(message).encode() + b"\n")
+                self._in.flush()
+            except ValueError as exc:  # "write to closed file"
+                raise OSError(f"its input is closed: {exc}") from exc
 
     def preload(
         self, modules: Iterable[str], wait: bool = True, timeout: float | None = None

@@ -132,3 +132,27 @@ def test_a_reverse_lookup_from_a_pod_answers_at_once_as_cluster_dns_does(namespa
     ended = _wait(lambda: _terminated(core, ns, "lookup"), 90, "the lookup pod's end")
     assert ended.exit_code == 0, ended
     assert float(ended.message) < 1.0, f"a reverse lookup took {ended.message} s"
+
+
+def test_a_deleted_pods_ip_is_not_given_to_the_next_pod_at_once(namespace: Any) -> None:
+    """Round-robin, as the CNI's host-local IPAM: the kernel tears a deleted pod's namespace down in the
+    background, and an IP handed out again meanwhile would be answered for twice on the bridge."""
+    core, ns = namespace
+    ips = []
+    for name in ("first", "second"):
+        core.create_namespaced_pod(ns, _pod(name, "print('ok')", uuid.uuid4().hex))
+        _wait(lambda n=name: _terminated(core, ns, n), 90, f"pod {name}'s end")
+        ips.append(core.read_namespaced_pod(name, ns).status.pod_ip)
+        core.delete_namespaced_pod(name, ns)
+        _wait(lambda n=name: not _exists(core, ns, n), 60, f"pod {name} gone")
+    assert ips[0] and ips[1] and ips[0] != ips[1], ips
+
+
+def _exists(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, namespace)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
