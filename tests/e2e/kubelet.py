@@ -130,8 +130,9 @@ class Network:
     lowest free one reused a deleted pod's IP within the second, while the kernel was still tearing the
     old namespace down in the background with its veth on the bridge: two interfaces answered for one IP,
     and a peer that learnt the dying one's address lost its packets until its ARP entry was probed again,
-    some 5 s later (the training smoke's gloo ranks aborted in that window). The veth is also deleted
-    at once on release, not left to the namespace's deferred teardown.
+    some 5 s later (the likely cause of the training smoke's gloo ranks aborting about 5 s after their
+    last connection). The veth is also deleted at once on release, not left to the namespace's deferred
+    teardown.
     """
 
     def __init__(self, bridge: str, gateway: str, hosts: Path) -> None:
@@ -340,7 +341,7 @@ class PodWorker:
         names live in the hosts file), so the nameserver is the bridge's gateway, whose closed port 53
         refuses at once, as cluster DNS answers at once: a reverse lookup of a peer's address (which
         c10d makes for every connection it logs) fails in a millisecond instead of the 10 s the host's
-        unreachable resolver takes from a pod's network, stalls that made gloo's rendezvous time out."""
+        unreachable resolver takes from a pod's network, stalls that slowed every rank pod."""
         ns = self.pod["metadata"]["namespace"]
         path = self.dir / "resolv.conf"
         path.write_text(
