@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from steps.cluster.kube import load_api_client
 from tests.e2e.conftest import RealCluster
+from tests.processes import marked
 
 pytestmark = pytest.mark.e2e
 
@@ -64,21 +64,6 @@ def _pod(name: str, code: str, marker: str) -> dict[str, Any]:
     }
 
 
-def _marked(marker: str) -> list[int]:
-    """This machine's processes whose environment holds ``DSX_TEST_MARK=marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"DSX_TEST_MARK={marker}".encode() in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
 def _wait(condition: Any, seconds: float, what: str) -> Any:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -121,9 +106,13 @@ def test_a_deleted_pod_takes_every_process_it_started_whatever_session_they_join
     core, ns = namespace
     marker = uuid.uuid4().hex
     core.create_namespaced_pod(ns, _pod("escaper", ESCAPER, marker))
-    _wait(lambda: len(_marked(marker)) >= 2, 90, "the pod's process and its child in its own session")
+    _wait(
+        lambda: len(marked(f"DSX_TEST_MARK={marker}")) >= 2,
+        90,
+        "the pod's process and its child in its own session",
+    )
     core.delete_namespaced_pod("escaper", ns)
-    _wait(lambda: not _marked(marker), 30, "every process of the deleted pod gone")
+    _wait(lambda: not marked(f"DSX_TEST_MARK={marker}"), 30, "every process of the deleted pod gone")
 
 
 def test_a_reverse_lookup_from_a_pod_answers_at_once_as_cluster_dns_does(namespace: Any) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO
+from tests.processes import marked
 
 WORKFLOW = """\
 apiVersion: argoproj.io/v1alpha1
@@ -40,21 +41,6 @@ spec:
       args: [-m, hera.workflows.runner, -e, tests.workflows.runner.fixture_steps:launch_ranks]
       source: '{{inputs.parameters}}'
 """
-
-
-def _marked(marker: str) -> list[int]:
-    """Pids of the processes whose environment holds the marker."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours
-            continue
-        if marker.encode() in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
 
 
 def _wait(condition: object, seconds: float) -> bool:
@@ -125,8 +111,8 @@ def test_a_stopped_run_keeps_its_evidence_and_leaves_no_process(
     assert document["spec"]["shutdown"] == "Terminate"
     assert (out / "nodes").is_dir()  # the steps' logs are kept
     assert f"Stopped by: {signals[0].name} (exit status {code})" in stdout
-    left = _wait(lambda: not _marked(marker), 15)
-    assert left, f"processes of the run still alive: {_marked(marker)}"
+    left = _wait(lambda: not marked(marker), 15)
+    assert left, f"processes of the run still alive: {marked(marker)}"
 
 
 @pytest.mark.story
@@ -141,4 +127,4 @@ def test_a_run_that_ends_leaves_no_process(tmp_path: Path) -> None:
             process.wait()
     assert process.returncode == 0, stderr
     assert json.loads((out / "workflow.json").read_text())["status"]["phase"] == "Succeeded"
-    assert _wait(lambda: not _marked(marker), 15), f"processes of the run still alive: {_marked(marker)}"
+    assert _wait(lambda: not marked(marker), 15), f"processes of the run still alive: {marked(marker)}"
