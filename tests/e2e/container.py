@@ -3,10 +3,11 @@
 The kubelet runs this inside the pod's network namespace and new mount, UTS and PID namespaces of the
 container's own (``unshare --mount --uts --pid --fork --kill-child --propagation private``). It sets the
 pod's host name, mounts a private ``/tmp``, binds the pod's volumes at their mount paths (sub-paths and
-read-only included), the cluster's hosts file at ``/etc/hosts``, the pod's ``/etc/resolv.conf`` and the
-container's termination-message file, drops to the pod's user and groups (``setpriv``), then ``exec``s
-the container's command with exactly the environment the kubelet resolved. A command that cannot be
-started leaves ``start-error`` beside the spec and exits 128, as a container runtime's StartError does.
+read-only included), the pod's ``/etc/hosts`` and ``/etc/resolv.conf`` (when it has one of its own) and
+the container's termination-message file, drops to the pod's user and groups (``setpriv``), then
+``exec``s the container's command with exactly the environment the kubelet resolved. A command that
+cannot be started leaves ``start-error`` beside the spec and exits 128, as a container runtime's
+StartError does.
 
 Standard library only: it runs before anything of the container exists.
 """

@@ -10,10 +10,10 @@ What it does, as the real kubelet does it (``pkg/kubelet``):
   ``.memory``), a rack label (``topology.dsx.dev/rack``), ``status.nodeInfo`` with a boot id; renews each
   node's Lease in ``kube-node-lease`` every 10 s and posts its status every minute.
 - **Pods.** Watches pods bound to its nodes. Each pod gets a network namespace of its own on the cluster's
-  bridge (``hostNetwork`` pods stay in the host's), an IP, and an entry in the hosts file every container
-  mounts at ``/etc/hosts`` (``HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local`` and its shorter forms, as
-  cluster DNS answers for pods behind a headless Service), and a ``/etc/resolv.conf`` as ``ClusterFirst``
-  writes it, whose nameserver refuses at once (:meth:`PodWorker._resolv_conf`). Volumes: emptyDir,
+  bridge (``hostNetwork`` pods stay in the host's), an IP, its names in cluster DNS (:class:`ClusterDns`,
+  on the bridge's gateway: ``HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local`` for pods behind a headless
+  Service, and the IP's reverse name), and an ``/etc/hosts`` and ``/etc/resolv.conf`` of its own as the
+  kubelet writes them (:meth:`PodWorker._hosts_file`, :meth:`PodWorker._resolv_conf`). Volumes: emptyDir,
   configMap, secret, downwardAPI, hostPath, and projected (service-account tokens through the
   TokenRequest API, ``kube-root-ca.crt``, the namespace). Each container runs in a mount namespace of its own
   (:mod:`tests.e2e.container`) and a PID namespace of its own, as a container runtime gives it: when its
@@ -52,6 +52,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -62,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dnslib
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -70,6 +72,7 @@ CHECKOUT = HERE.parents[1]
 CONTAINER_HELPER = HERE / "container.py"
 #: GPUs a fake node reports unless told (``--gpus``): what an H100 node has.
 GPUS = 8
+CLUSTER_DOMAIN = "cluster.local"
 GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 KUBELET_VERSION = "v1.37.2"
 OS_IMAGE = "Ubuntu 22.04.5 LTS"
@@ -123,7 +126,7 @@ def image_for(name: str, bin_dir: Path) -> Image | None:
 
 
 class Network:
-    """Pod network namespaces on one bridge, IPs from its /24, and the cluster's hosts file.
+    """Pod network namespaces on one bridge, IPs from its /24, and the names cluster DNS answers for.
 
     IPs are handed out round-robin, as the host-local IPAM of the CNI plugins does (it continues from the
     last address it reserved): an address just given back is not given again at once. Handing out the
@@ -135,18 +138,16 @@ class Network:
     teardown.
     """
 
-    def __init__(self, bridge: str, gateway: str, hosts: Path) -> None:
+    def __init__(self, bridge: str, gateway: str) -> None:
         self.bridge = bridge
         self.gateway = gateway
         self.prefix = gateway.rsplit(".", 1)[0]
-        self.hosts = hosts
         self.lock = threading.Lock()
         self.create_lock = threading.Lock()
         self.used: dict[int, str] = {}
         self.names: dict[str, list[str]] = {}
         self.counter = 0
         self.last = 1
-        self._write_hosts()
 
     def create(self, uid: str) -> tuple[str, str]:
         """A network namespace for pod ``uid``: (namespace name, pod IP)."""
@@ -205,24 +206,104 @@ class Network:
         return [int(pid) for pid in done.stdout.split()]
 
     def publish(self, uid: str, ip: str, names: list[str]) -> None:
+        """Let cluster DNS answer ``names`` (fully qualified; the first is the reverse answer) with ``ip``."""
         with self.lock:
             self.names[uid] = [ip, *names]
-            self._write_hosts()
 
     def withdraw(self, uid: str) -> None:
         with self.lock:
-            if self.names.pop(uid, None) is not None:
-                self._write_hosts()
+            self.names.pop(uid, None)
 
-    def _write_hosts(self) -> None:
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        lines += ["\t".join([entry[0], " ".join(entry[1:])]) for entry in self.names.values()]
-        text = "\n".join(lines) + "\n"
-        # Rewritten in place: every container binds this very file, so a new inode would go unseen.
-        with open(self.hosts, "a+") as f:
-            f.seek(0)
-            f.truncate()
-            f.write(text)
+    def resolve(self, name: str) -> str | None:
+        """The IP of a published name (fully qualified, lower case), or ``None``."""
+        with self.lock:
+            return next((entry[0] for entry in self.names.values() if name in entry[1:]), None)
+
+    def reverse(self, ip: str) -> str | None:
+        """The first name published for ``ip``, or ``None``."""
+        with self.lock:
+            return next(
+                (entry[1] for entry in self.names.values() if entry[0] == ip and len(entry) > 1), None
+            )
+
+
+class ClusterDns:
+    """The cluster's DNS as CoreDNS serves pods (its ``kubernetes`` plugin), on the bridge's gateway, port 53.
+
+    A pod behind a headless Service (``hostname`` and ``subdomain``) is
+    ``HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local``, and its IP's reverse name points back there; any
+    pod is ``A-B-C-D.NAMESPACE.pod.cluster.local`` (``pods insecure``). A known name asked for another
+    type answers with no records, anything else NXDOMAIN: every query is answered at once, as a cluster's
+    DNS answers. A closed port is not the same: the host's ICMP rate limit lets about one refusal a second
+    through, so a burst of lookups (c10d makes one for every connection it logs) waited out the
+    resolver's 5 s timeout every third or fourth query. Whether the Service exists is not checked. UDP
+    only: glibc asks over UDP and these answers are small.
+    """
+
+    def __init__(self, network: Network, port: int = 53) -> None:
+        self.network = network
+        self.port = port
+
+    def start(self) -> int:
+        """Bind the gateway's port and answer from a thread of its own; the port bound."""
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        server.bind((self.network.gateway, self.port))
+        threading.Thread(target=self._serve, args=(server,), name="cluster dns", daemon=True).start()
+        return int(server.getsockname()[1])
+
+    def _serve(self, server: socket.socket) -> None:
+        while True:
+            try:
+                data, peer = server.recvfrom(4096)
+            except OSError:
+                return
+            reply = self.answer(data)
+            if reply is not None:
+                with contextlib.suppress(OSError):
+                    server.sendto(reply, peer)
+
+    def answer(self, data: bytes) -> bytes | None:
+        """The reply to one query packet, or ``None`` for a packet that is not a query."""
+        try:
+            request = dnslib.DNSRecord.parse(data)
+        except dnslib.DNSError:
+            return None
+        if request.header.qr or not request.questions:
+            return None
+        reply = request.reply()
+        question = request.q
+        name = str(question.qname).rstrip(".").lower()
+        if question.qtype == dnslib.QTYPE.PTR:
+            target = self.network.reverse(_reverse_ip(name) or "")
+            if target is None:
+                reply.header.rcode = dnslib.RCODE.NXDOMAIN
+            else:
+                reply.add_answer(
+                    dnslib.RR(question.qname, dnslib.QTYPE.PTR, rdata=dnslib.PTR(target), ttl=30)
+                )
+            return reply.pack()
+        ip = self.network.resolve(name)
+        if ip is None:
+            reply.header.rcode = dnslib.RCODE.NXDOMAIN
+        elif question.qtype in (dnslib.QTYPE.A, dnslib.QTYPE.ANY):
+            reply.add_answer(dnslib.RR(question.qname, dnslib.QTYPE.A, rdata=dnslib.A(ip), ttl=30))
+        return reply.pack()
+
+
+def _reverse_ip(name: str) -> str | None:
+    """``d.c.b.a.in-addr.arpa`` as ``a.b.c.d``; ``None`` for any other name."""
+    labels = name.split(".")
+    if len(labels) != 6 or labels[4:] != ["in-addr", "arpa"]:
+        return None
+    return ".".join(reversed(labels[:4]))
+
+
+def pod_dns_names(ip: str, namespace: str, hostname: str, subdomain: str | None) -> list[str]:
+    """The names cluster DNS gives a pod, the one its IP's reverse lookup answers first."""
+    names = [f"{ip.replace('.', '-')}.{namespace}.pod.{CLUSTER_DOMAIN}"]
+    if subdomain:
+        names.insert(0, f"{hostname}.{subdomain}.{namespace}.svc.{CLUSTER_DOMAIN}")
+    return [name.lower() for name in names]
 
 
 # ---------------------------------------------------------------------------------------------- pods
@@ -255,6 +336,8 @@ class PodWorker:
     finished: bool = False
     deleting: bool = False
     resolv: Path | None = None
+    hosts: Path | None = None
+    hostname: str = ""
 
     @property
     def uid(self) -> str:
@@ -296,16 +379,14 @@ class PodWorker:
             self.ip = self.kubelet.network.gateway
         else:
             self.netns, self.ip = self.kubelet.network.create(self.uid)
-        hostname = spec.get("hostname") or self.pod["metadata"]["name"]
-        names = [hostname]
-        if spec.get("subdomain"):
-            ns = self.pod["metadata"]["namespace"]
-            base = f"{hostname}.{spec['subdomain']}"
-            names = [f"{base}.{ns}.svc.cluster.local", f"{base}.{ns}.svc", f"{base}.{ns}", base, hostname]
-        self.kubelet.network.publish(self.uid, self.ip, names)
-        self.hostname = hostname
+        self.hostname = spec.get("hostname") or self.pod["metadata"]["name"]
         if self.netns:
-            self.resolv = self._resolv_conf()
+            names = pod_dns_names(
+                self.ip, self.pod["metadata"]["namespace"], self.hostname, spec.get("subdomain")
+            )
+            self.kubelet.network.publish(self.uid, self.ip, names)
+        self.hosts = self._hosts_file()
+        self.resolv = self._resolv_conf()
         for c in spec.get("initContainers") or []:
             self.init_statuses[c["name"]] = _waiting(c, "PodInitializing")
         for c in spec.get("containers") or []:
@@ -335,20 +416,63 @@ class PodWorker:
         self._report()
         self._supervise(restart)
 
-    def _resolv_conf(self) -> Path:
-        """The pod's ``/etc/resolv.conf`` as the kubelet writes it for ``dnsPolicy: ClusterFirst``: the
-        cluster's search domains, ``ndots:5`` and the cluster's nameserver. No cluster DNS runs here (the
-        names live in the hosts file), so the nameserver is the bridge's gateway, whose closed port 53
-        refuses at once, as cluster DNS answers at once: a reverse lookup of a peer's address (which
-        c10d makes for every connection it logs) fails in a millisecond instead of the 10 s the host's
-        unreachable resolver takes from a pod's network, stalls that slowed every rank pod."""
+    def _hosts_file(self) -> Path:
+        """The pod's ``/etc/hosts``, written once as the kubelet writes it (``managedHostsFileContent``):
+        localhost, the pod's own IP with its names (the fully qualified one first when it has a
+        ``subdomain``) and its ``hostAliases``; a ``hostNetwork`` pod's names the node. Peers are
+        found through cluster DNS (:class:`ClusterDns`), never here."""
+        spec = self.spec
+        lines = [
+            "# Kubernetes-managed hosts file.",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            "fe00::0\tip6-localnet",
+            "fe00::0\tip6-mcastprefix",
+            "fe00::1\tip6-allnodes",
+            "fe00::2\tip6-allrouters",
+        ]
+        if self.netns:
+            own = [self.hostname]
+            if spec.get("subdomain"):
+                ns = self.pod["metadata"]["namespace"]
+                own.insert(0, f"{self.hostname}.{spec['subdomain']}.{ns}.svc.{CLUSTER_DOMAIN}")
+            lines.append(f"{self.ip}\t" + "\t".join(own))
+        else:
+            lines.append(f"{self.ip}\t{spec.get('nodeName') or self.hostname}")
+        for alias in spec.get("hostAliases") or []:
+            lines.append(f"{alias['ip']}\t" + "\t".join(alias.get("hostnames") or []))
+        path = self.dir / "hosts"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def _resolv_conf(self) -> Path | None:
+        """The pod's ``/etc/resolv.conf`` as the kubelet writes it for its ``dnsPolicy``: ``ClusterFirst``
+        (the default; a ``hostNetwork`` pod takes the node's instead) and ``ClusterFirstWithHostNet`` name
+        cluster DNS (:class:`ClusterDns`) with the cluster's search domains and ``ndots:5``; ``Default``
+        keeps the node's (``None``: nothing mounted); ``None`` is the pod's ``dnsConfig`` alone."""
+        spec = self.spec
+        policy = spec.get("dnsPolicy") or "ClusterFirst"
         ns = self.pod["metadata"]["namespace"]
+        servers: list[str] = []
+        searches: list[str] = []
+        options: list[str] = []
+        if policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst" and self.netns):
+            servers = [self.kubelet.network.gateway]
+            searches = [f"{ns}.svc.{CLUSTER_DOMAIN}", f"svc.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN]
+            options = ["ndots:5"]
+        elif policy != "None":
+            return None
+        config = spec.get("dnsConfig") or {}
+        servers += config.get("nameservers") or []
+        searches += config.get("searches") or []
+        for option in config.get("options") or []:
+            value = option.get("value")
+            options.append(option["name"] + (f":{value}" if value is not None else ""))
+        lines = [f"search {' '.join(searches)}"] if searches else []
+        lines += [f"nameserver {server}" for server in servers]
+        lines += [f"options {' '.join(options)}"] if options else []
         path = self.dir / "resolv.conf"
-        path.write_text(
-            f"search {ns}.svc.cluster.local svc.cluster.local cluster.local\n"
-            f"nameserver {self.kubelet.network.gateway}\n"
-            "options ndots:5\n"
-        )
+        path.write_text("\n".join(lines) + "\n")
         return path
 
     def _deadline_passed(self) -> bool:
@@ -465,7 +589,7 @@ class PodWorker:
             "env": self._env(c, image),
             "workingDir": c.get("workingDir") or image.workdir,
             "mounts": self._mounts(c),
-            "hosts": str(self.kubelet.network.hosts),
+            "hosts": str(self.hosts),
             "resolv": str(self.resolv) if self.resolv else None,
             "terminationLog": str(term),
             "terminationMessagePath": c.get("terminationMessagePath") or "/dev/termination-log",
@@ -879,7 +1003,8 @@ class ProcessKubelet:
         self.core = client.CoreV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
         self.auth = client.AuthenticationV1Api(self.api)
-        self.network = Network(args.bridge, args.gateway, self.dir / "hosts")
+        self.network = Network(args.bridge, args.gateway)
+        self.dns = ClusterDns(self.network)
         self.nodes = [f"node-{i:02d}" for i in range(args.nodes)]
         self.racks = {n: f"rack-{i * args.racks // args.nodes:02d}" for i, n in enumerate(self.nodes)}
         self.gpus: int = args.gpus
@@ -1203,6 +1328,7 @@ class ProcessKubelet:
         for node in self.nodes:
             self.register(node)
             self.renew_lease(node)
+        self.dns.start()
         threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True).start()
         threading.Thread(target=self._watch_pods, name="pods", daemon=True).start()
         self.log(f"kubelet: {len(self.nodes)} nodes registered")
