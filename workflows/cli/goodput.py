@@ -15,7 +15,15 @@ from steps.files import write_text
 from steps.sentinel.goodput.ledger_report import EARLIEST, STATES, GoodputReport, parse_since, report
 from steps.sentinel.goodput.metrics import exposition
 from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
-from steps.sentinel.goodput.simulate import SimulationReport, Spread, expected_faults, simulate
+from steps.sentinel.goodput.simulate import (
+    CheckpointSweep,
+    SimulationReport,
+    Spread,
+    expected_faults,
+    simulate,
+    sweep_checkpoint,
+    sweep_intervals,
+)
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_file, console, emit, print_table
 
 __all__ = ["register"]
@@ -52,7 +60,8 @@ def _table(report: SimulationReport) -> None:
     out.print(
         f"the rate table expects {report.expected_interruptions:,.1f} interruptions "
         f"(one every {every:.1f} h) and {report.expected_slow_nodes:,.1f} silent slow nodes; "
-        f"checkpoint every {report.checkpoint_minutes:g} min, restart {report.restart_minutes:g} min"
+        f"checkpoint every {report.checkpoint_minutes:g} min (a save stops the job "
+        f"{report.checkpoint_save_seconds:g} s), restart {report.restart_minutes:g} min"
     )
     policies = report.policies
     total = report.gpu_hours
@@ -88,6 +97,32 @@ def _table(report: SimulationReport) -> None:
         if any(p.lost_by_class[name] for p in policies)
     ]
     print_table("GPU-hours lost by fault class (mean)", ["class", *(p.policy for p in policies)], by_class)
+
+
+def _sweep_table(sweep: CheckpointSweep) -> None:
+    out = console()
+    out.print(
+        f"{sweep.nodes:,} nodes x {sweep.gpus_per_node} GPUs over {sweep.days:g} days; "
+        f"{_seeds(sweep.seeds)}; rates {sweep.rates}"
+    )
+    out.print(
+        f"one interruption every {sweep.hours_between_interruptions:.2f} h (M) and a save of "
+        f"{sweep.checkpoint_save_seconds:g} s (S): Young and Daly's interval sqrt(2 S M) is "
+        f"{sweep.young_daly_minutes:.1f} min; restart {sweep.restart_minutes:g} min"
+    )
+    policies = list(sweep.best_minutes)
+    rows = [
+        [
+            f"{point.checkpoint_minutes:g}",
+            *(
+                _percent(point.goodput[policy])
+                + (" *" if point.checkpoint_minutes == sweep.best_minutes[policy] else "")
+                for policy in policies
+            ),
+        ]
+        for point in sweep.points
+    ]
+    print_table("goodput by checkpoint interval (* the best of each policy)", ["minutes", *policies], rows)
 
 
 def _duration(seconds: float | None) -> str:
@@ -290,6 +325,17 @@ def simulate_cmd(
     restart_minutes: float | None = typer.Option(
         None, "--restart-minutes", help="What a restart of the job costs (default: the table's)."
     ),
+    checkpoint_save_seconds: float | None = typer.Option(
+        None,
+        "--checkpoint-save-seconds",
+        help="How long a checkpoint's save stops the job (default: the table's).",
+    ),
+    sweep: bool = typer.Option(
+        False,
+        "--sweep-checkpoint",
+        help="Goodput at checkpoint intervals from a quarter to four times Young and Daly's sqrt(2 S M) "
+        "instead of the table (needs a save that costs).",
+    ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Simulate one synchronous training job across the fleet over the period, with faults drawn
@@ -297,21 +343,45 @@ def simulate_cmd(
     agent taints the node; repair by hand), remediate (agent and automated repair), full
     (remediation, recertification and periodic certification with bisection, which finds silent
     slow nodes). Prints goodput, effective training time, interruptions, restarts and GPU-hours lost
-    by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days."""
+    by cause per policy. The defaults are the published run: 2,048 nodes x 8 GPUs over 54 days.
+    With --sweep-checkpoint, each policy's goodput against the checkpoint interval instead."""
 
     _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
     if checkpoint_minutes is not None:
         _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
     if restart_minutes is not None:
         _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
+    if checkpoint_save_seconds is not None:
+        _finite(checkpoint_save_seconds, "--checkpoint-save-seconds", 0.0, 86_400)
+    if sweep and checkpoint_minutes is not None:
+        raise InputError(
+            "dsx goodput simulate: --sweep-checkpoint chooses the intervals; drop --checkpoint-minutes"
+        )
     table = load_rates(rates)
-    faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * seeds * 4
+    runs = seeds * 4 * (len(sweep_intervals(1.0)) if sweep else 1)
+    faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * runs
     if faults > _MAX_FAULTS:
         raise InputError(
             f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
-            f"{seeds} seed(s) is about {faults:,.0f} simulated faults, over the limit of "
+            f"{seeds} seed(s){' at each interval of the sweep' if sweep else ''} is about {faults:,.0f} "
+            f"simulated faults, over the limit of "
             f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
         )
+    label = str(rates) if rates is not None else f"{table.name} (shipped)"
+    if sweep:
+        curve = sweep_checkpoint(
+            table,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            days=days,
+            seed=seed,
+            seeds=seeds,
+            restart_minutes=restart_minutes,
+            checkpoint_save_seconds=checkpoint_save_seconds,
+            label=label,
+        )
+        emit(curve, output, _sweep_table)
+        return
     report = simulate(
         table,
         nodes=nodes,
@@ -321,7 +391,8 @@ def simulate_cmd(
         seeds=seeds,
         checkpoint_minutes=checkpoint_minutes,
         restart_minutes=restart_minutes,
-        label=str(rates) if rates is not None else f"{table.name} (shipped)",
+        checkpoint_save_seconds=checkpoint_save_seconds,
+        label=label,
     )
     emit(report, output, _table)
 

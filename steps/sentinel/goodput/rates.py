@@ -77,10 +77,12 @@ class Exposure(Camel):
 
 
 class JobSettings(Camel):
-    """The synchronous training job: how often it checkpoints and what a restart costs."""
+    """The synchronous training job: how often it checkpoints, how long a save stops it, what a restart
+    costs."""
 
     checkpoint_minutes: Figure = Field(ge=MIN_CHECKPOINT_MINUTES)
     restart_minutes: Figure = Field(ge=0)
+    checkpoint_save_seconds: Figure = Field(default=0.0, ge=0, le=86_400)
 
 
 class Repairs(Camel):

@@ -23,6 +23,11 @@ The model, in the words a reader checks it against:
 - Periodic certification stops the job at a checkpoint for ``certifyMinutes``, sends every slow node it
   finds to repair, and restarts the job (all of it ``certification``). A certification due while the job
   is down waits until it is back.
+- The job trains for a checkpoint interval, then saves for ``checkpointSaveSeconds`` (blocking: it trains
+  no further while it saves, ``checkpoint``), and the work becomes safe when the save ends; a fault during
+  the save loses the interval's work and the save. Over ``checkpointMinutes`` of training and a save of
+  S seconds against a mean time between interruptions M, the goodput is best near Young and Daly's
+  interval sqrt(2 S M). The certification's stop and the end of the period save at no cost.
 - At the end of the period the job checkpoints: work not yet lost is kept.
 
 Every GPU-hour of the period is either useful or lost to one of :data:`LOSS_KINDS`; the report says both,
@@ -37,22 +42,28 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from steps.errors import InputError
 from steps.models import Frozen
-from steps.sentinel.goodput.rates import POLICIES, FaultRates, Policy
+from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, POLICIES, FaultRates, Policy
 
 __all__ = [
     "LOSS_KINDS",
+    "CheckpointSweep",
     "PolicyResult",
     "RunResult",
     "SimulationReport",
     "Spread",
+    "SweepPoint",
     "expected_faults",
     "simulate",
     "simulate_run",
+    "sweep_checkpoint",
+    "sweep_intervals",
+    "young_daly_minutes",
 ]
 
 #: Where lost GPU-hours go, in the order a report lists them.
-LOSS_KINDS = ("rework", "detection", "restart", "repair", "slow", "certification")
+LOSS_KINDS = ("rework", "detection", "restart", "repair", "slow", "checkpoint", "certification")
 
 _ARRIVAL, _RETURN, _SWEEP = 0, 1, 2
 _NO_CLASS = -1
@@ -147,6 +158,7 @@ class SimulationReport(Frozen):
     seeds: list[int]
     checkpoint_minutes: float
     restart_minutes: float
+    checkpoint_save_seconds: float
     gpu_hours: float
     expected_interruptions: float
     expected_slow_nodes: float
@@ -192,6 +204,7 @@ class _Run:
     hours: float
     checkpoint_h: float
     restart_h: float
+    save_h: float = 0.0
     now: float = 0.0
     out: set[int] = field(default_factory=set)
     slow: dict[int, _Slow] = field(default_factory=dict)
@@ -201,6 +214,9 @@ class _Run:
     restart_kind: str = "restart"
     down_cls: int = _NO_CLASS
     run_start: float = 0.0
+    train_until: float = 0.0
+    """When the running job's current interval of training ends and its save begins."""
+    saving: bool = False
     unsaved_gpuh: float = 0.0
     unsaved_h: float = 0.0
     useful: float = 0.0
@@ -218,6 +234,7 @@ class _Run:
 
     def __post_init__(self) -> None:
         self.lost = dict.fromkeys(LOSS_KINDS, 0.0)
+        self.train_until = self.checkpoint_h
         self.by_class = [0.0] * len(self.rates.classes)
         self.struck = [0] * len(self.rates.classes)
 
@@ -249,22 +266,29 @@ class _Run:
                 self.now = end
                 if self.now >= self.resume_at:
                     self.run_start = self.resume_at
+                    self.train_until, self.saving = self.run_start + self.checkpoint_h, False
                     self.restarts += 1
                 continue
+            if self.saving:
+                end = min(until, self.train_until + self.save_h)
+                self._book("checkpoint", _NO_CLASS, in_gpus * (end - self.now))
+                self.now = end
+                if self.now >= self.train_until + self.save_h:
+                    self._save()
+                    self.train_until, self.saving = self.now + self.checkpoint_h, False
+                continue
+            end = min(until, self.train_until)
             speed, slow_cls = self._speed()
-            span = until - self.now
-            self._book("slow", slow_cls, (1.0 - speed) * in_gpus * span)
-            rate = speed * in_gpus
-            periods = math.floor((until - self.run_start) / self.checkpoint_h)
-            checkpoint = min(until, self.run_start + periods * self.checkpoint_h)
-            if checkpoint > self.now:
-                self.useful += self.unsaved_gpuh + rate * (checkpoint - self.now)
-                self.trained_h += self.unsaved_h + (checkpoint - self.now)
-                self.unsaved_gpuh, self.unsaved_h = rate * (until - checkpoint), until - checkpoint
-            else:
-                self.unsaved_gpuh += rate * span
-                self.unsaved_h += span
-            self.now = until
+            self._book("slow", slow_cls, (1.0 - speed) * in_gpus * (end - self.now))
+            self.unsaved_gpuh += speed * in_gpus * (end - self.now)
+            self.unsaved_h += end - self.now
+            self.now = end
+            if self.now >= self.train_until:
+                if self.save_h > 0:
+                    self.saving = True
+                else:
+                    self._save()
+                    self.train_until = self.now + self.checkpoint_h
 
     def _save(self) -> None:
         self.useful += self.unsaved_gpuh
@@ -373,6 +397,7 @@ def simulate_run(
     seed: int,
     checkpoint_minutes: float | None = None,
     restart_minutes: float | None = None,
+    checkpoint_save_seconds: float | None = None,
 ) -> RunResult:
     """One policy over one seed (see the module's description of the model)."""
     hours = days * 24.0
@@ -384,6 +409,7 @@ def simulate_run(
         hours=hours,
         checkpoint_h=(checkpoint_minutes or rates.job.checkpoint_minutes) / 60.0,
         restart_h=(rates.job.restart_minutes if restart_minutes is None else restart_minutes) / 60.0,
+        save_h=_save_seconds(rates, checkpoint_save_seconds) / 3600.0,
     )
     for drawn in _draw(rates, nodes, gpus_per_node, hours, seed):
         run.push(drawn.time, _ARRIVAL, drawn.node, drawn)
@@ -419,6 +445,17 @@ def simulate_run(
     )
 
 
+def young_daly_minutes(save_seconds: float, hours_between_interruptions: float) -> float:
+    """Young's and Daly's best checkpoint interval, sqrt(2 S M), in minutes, for a save of ``save_seconds``
+    against a mean time between interruptions of ``hours_between_interruptions`` (J. W. Young, CACM 1974;
+    J. T. Daly, FGCS 2006, its first-order term)."""
+    return math.sqrt(2.0 * save_seconds * hours_between_interruptions * 3600.0) / 60.0
+
+
+def _save_seconds(rates: FaultRates, given: float | None) -> float:
+    return rates.job.checkpoint_save_seconds if given is None else given
+
+
 def _mean(values: list[float]) -> float:
     return round(statistics.fmean(values), 3)
 
@@ -433,6 +470,7 @@ def simulate(
     seeds: int = 1,
     checkpoint_minutes: float | None = None,
     restart_minutes: float | None = None,
+    checkpoint_save_seconds: float | None = None,
     label: str = "",
 ) -> SimulationReport:
     """Every policy over seeds ``seed`` .. ``seed + seeds - 1``, side by side.
@@ -446,6 +484,7 @@ def simulate(
         seeds: how many seeds (each its own draw of faults, met by every policy).
         checkpoint_minutes: the job's checkpoint interval (default: the table's).
         restart_minutes: the job's restart cost (default: the table's).
+        checkpoint_save_seconds: how long a checkpoint's save stops the job (default: the table's).
         label: how the report names the table (its file).
     """
     seed_list = list(range(seed, seed + seeds))
@@ -461,6 +500,7 @@ def simulate(
                 seed=s,
                 checkpoint_minutes=checkpoint_minutes,
                 restart_minutes=restart_minutes,
+                checkpoint_save_seconds=checkpoint_save_seconds,
             )
             for s in seed_list
         ]
@@ -489,8 +529,112 @@ def simulate(
         seeds=seed_list,
         checkpoint_minutes=checkpoint_minutes or rates.job.checkpoint_minutes,
         restart_minutes=rates.job.restart_minutes if restart_minutes is None else restart_minutes,
+        checkpoint_save_seconds=_save_seconds(rates, checkpoint_save_seconds),
         gpu_hours=nodes * gpus_per_node * days * 24.0,
         expected_interruptions=round(sum(v for name, v in expected.items() if name not in slow), 3),
         expected_slow_nodes=round(sum(v for name, v in expected.items() if name in slow), 3),
         policies=results,
+    )
+
+
+class SweepPoint(Frozen):
+    """Every policy's goodput at one checkpoint interval."""
+
+    checkpoint_minutes: float
+    goodput: dict[str, Spread]
+
+
+class CheckpointSweep(Frozen):
+    """Goodput against the checkpoint interval, beside Young's and Daly's interval.
+
+    Attributes:
+        hours_between_interruptions: the table's mean time between interruptions of the job (M).
+        young_daly_minutes: sqrt(2 S M).
+        best_minutes: per policy, the swept interval of the highest mean goodput.
+    """
+
+    rates: str
+    nodes: int
+    gpus_per_node: int
+    days: float
+    seeds: list[int]
+    restart_minutes: float
+    checkpoint_save_seconds: float
+    hours_between_interruptions: float
+    young_daly_minutes: float
+    best_minutes: dict[str, float]
+    points: list[SweepPoint]
+
+
+#: The sweep's intervals: Young's and Daly's times 2^(k/4), k from -8 to 8 (a quarter to four times).
+SWEEP_STEPS = range(-8, 9)
+
+
+def sweep_intervals(young_daly: float) -> list[float]:
+    """The intervals a sweep around ``young_daly`` minutes tries, in minutes (at least the table's least)."""
+    chosen = {round(max(MIN_CHECKPOINT_MINUTES, young_daly * 2 ** (k / 4)), 2) for k in SWEEP_STEPS}
+    return sorted(chosen)
+
+
+def sweep_checkpoint(
+    rates: FaultRates,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    days: float,
+    seed: int = 0,
+    seeds: int = 1,
+    restart_minutes: float | None = None,
+    checkpoint_save_seconds: float | None = None,
+    label: str = "",
+) -> CheckpointSweep:
+    """Every policy's goodput at :func:`sweep_intervals` around Young's and Daly's interval.
+
+    Raises:
+        InputError: the save costs nothing or the table expects no interruption: no interval is best.
+    """
+    save_s = _save_seconds(rates, checkpoint_save_seconds)
+    if save_s <= 0:
+        raise InputError(
+            "a checkpoint sweep needs a save that stops the job: give --checkpoint-save-seconds "
+            "(or checkpointSaveSeconds in the rate table); without one the shortest interval is best"
+        )
+    expected = expected_faults(rates, nodes, gpus_per_node, days)
+    interruptions = sum(expected[c.name] for c in rates.classes if not c.slow)
+    if interruptions <= 0:
+        raise InputError("the rate table expects no interruption of the job: no checkpoint interval is best")
+    between = days * 24.0 / interruptions
+    best_guess = young_daly_minutes(save_s, between)
+    points: list[SweepPoint] = []
+    for minutes in sweep_intervals(best_guess):
+        report = simulate(
+            rates,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            days=days,
+            seed=seed,
+            seeds=seeds,
+            checkpoint_minutes=minutes,
+            restart_minutes=restart_minutes,
+            checkpoint_save_seconds=save_s,
+        )
+        points.append(
+            SweepPoint(checkpoint_minutes=minutes, goodput={p.policy: p.goodput for p in report.policies})
+        )
+    best = {
+        policy: max(points, key=lambda point: point.goodput[policy].mean).checkpoint_minutes
+        for policy in POLICIES
+    }
+    return CheckpointSweep(
+        rates=label or rates.name,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        days=days,
+        seeds=list(range(seed, seed + seeds)),
+        restart_minutes=rates.job.restart_minutes if restart_minutes is None else restart_minutes,
+        checkpoint_save_seconds=save_s,
+        hours_between_interruptions=round(between, 4),
+        young_daly_minutes=round(best_guess, 3),
+        best_minutes=best,
+        points=points,
     )

@@ -15,7 +15,13 @@ import yaml
 
 from steps.errors import InputError
 from steps.sentinel.goodput.rates import POLICIES, FaultRates, default_rates_path, load_rates
-from steps.sentinel.goodput.simulate import LOSS_KINDS, SimulationReport, simulate, simulate_run
+from steps.sentinel.goodput.simulate import (
+    LOSS_KINDS,
+    SimulationReport,
+    simulate,
+    simulate_run,
+    young_daly_minutes,
+)
 
 PUBLISHED = {"nodes": 2048, "gpus_per_node": 8, "days": 54.0}
 SEEDS = 5
@@ -99,8 +105,12 @@ def test_useful_and_lost_hours_add_up_to_the_fleets_hours_for_every_policy_and_s
             assert run.useful_gpu_hours + lost == pytest.approx(report.gpu_hours, rel=1e-9)
             assert run.goodput == pytest.approx(run.useful_gpu_hours / report.gpu_hours, abs=1e-6)
             assert set(run.lost_gpu_hours) == set(LOSS_KINDS)
-            # every loss but the certification's belongs to a fault class
-            by_class = sum(run.lost_by_class.values()) + run.lost_gpu_hours["certification"]
+            # every loss but the certification's and the checkpoints' belongs to a fault class
+            by_class = (
+                sum(run.lost_by_class.values())
+                + run.lost_gpu_hours["certification"]
+                + run.lost_gpu_hours["checkpoint"]
+            )
             assert by_class == pytest.approx(lost, rel=1e-9)
             assert min(run.lost_gpu_hours.values()) >= 0
             assert 0 < run.goodput <= run.effective_training_time <= 1
@@ -204,6 +214,73 @@ def test_a_shorter_checkpoint_interval_loses_less_work() -> None:
     assert often.lost_gpu_hours["rework"] < seldom.lost_gpu_hours["rework"] / 4
     # never more than one interval of the whole fleet per interruption
     assert seldom.lost_gpu_hours["rework"] <= seldom.interruptions * 1.0 * 512 * 8
+
+
+def test_a_blocking_save_costs_its_share_of_every_interval() -> None:
+    rates = table(classes=one_class("gpu", count=0))
+    run = simulate_run(
+        rates,
+        "remediate",
+        nodes=4,
+        gpus_per_node=8,
+        days=10,
+        seed=0,
+        checkpoint_minutes=15,
+        checkpoint_save_seconds=60,
+    )
+    # 15 minutes of training, then a minute's save: 1/16 of the time, and nothing else is lost
+    assert run.lost_gpu_hours["checkpoint"] == pytest.approx(10 * 24 * 32 / 16, rel=1e-3)
+    assert run.goodput == pytest.approx(15 / 16, abs=1e-3) == run.effective_training_time
+    assert sum(run.lost_gpu_hours.values()) == run.lost_gpu_hours["checkpoint"]
+
+
+def _every_three_hours(save_seconds: float) -> FaultRates:
+    """A job on one node that a software fault (no node at fault) interrupts every 3 h on average."""
+    exposure = shipped()["exposure"]
+    count = exposure["gpus"] * exposure["days"] * 24 / (8 * 3.0)
+    return table(
+        classes=one_class("software", count=count),
+        job={**shipped()["job"], "checkpointSaveSeconds": save_seconds},
+    )
+
+
+def test_a_fault_during_the_save_loses_the_interval_it_was_saving() -> None:
+    kwargs: dict[str, Any] = {
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "days": 200,
+        "seed": 5,
+        "checkpoint_minutes": 10,
+    }
+    free = simulate_run(_every_three_hours(0), "none", **kwargs)
+    slow = simulate_run(_every_three_hours(300), "none", **kwargs)
+    assert free.interruptions == slow.interruptions
+    # a five-minute save after ten of training: a third of the faults land in a save and lose all ten
+    per_fault_free = free.lost_gpu_hours["rework"] / free.interruptions / 8 * 60
+    per_fault_slow = slow.lost_gpu_hours["rework"] / slow.interruptions / 8 * 60
+    assert 4.0 < per_fault_free < 6.0
+    assert per_fault_slow > per_fault_free + 1.5
+
+
+def test_the_best_interval_is_young_and_dalys() -> None:
+    """Young (1974) and Daly (2006): a save of S against a mean time between interruptions M is best
+    repeated every sqrt(2 S M); here S = 60 s and M = 3 h, so about 19 minutes."""
+    rates = _every_three_hours(60)
+    intervals = [8.0, 11.0, 14.0, 17.0, 20.0, 23.0, 26.0, 30.0, 36.0]
+    goodput = [
+        simulate_run(rates, "none", nodes=1, gpus_per_node=8, days=400, seed=0, checkpoint_minutes=t).goodput
+        for t in intervals
+    ]
+    best = max(range(len(intervals)), key=goodput.__getitem__)
+    assert 0 < best < len(intervals) - 1, goodput
+    # the vertex of the parabola through the best point and its neighbours
+    (x0, x1, x2), (y0, y1, y2) = intervals[best - 1 : best + 2], goodput[best - 1 : best + 2]
+    slope_left, slope_right = (y1 - y0) / (x1 - x0), (y2 - y1) / (x2 - x1)
+    curvature = (slope_right - slope_left) / (x2 - x0)
+    vertex = (x0 + x1) / 2 - slope_left / (2 * curvature)
+    young_daly = young_daly_minutes(60, 3.0)
+    assert young_daly == pytest.approx(18.97, abs=0.01)
+    assert abs(vertex - young_daly) <= 0.15 * young_daly, (vertex, goodput)
 
 
 def test_expected_faults_scale_with_the_fleet_and_the_period() -> None:
