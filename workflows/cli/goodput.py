@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -367,33 +368,20 @@ def simulate_cmd(
             f"simulated faults, over the limit of "
             f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
         )
-    label = str(rates) if rates is not None else f"{table.name} (shipped)"
+    common: dict[str, Any] = {
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "days": days,
+        "seed": seed,
+        "seeds": seeds,
+        "restart_minutes": restart_minutes,
+        "checkpoint_save_seconds": checkpoint_save_seconds,
+        "label": str(rates) if rates is not None else f"{table.name} (shipped)",
+    }
     if sweep:
-        curve = sweep_checkpoint(
-            table,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            days=days,
-            seed=seed,
-            seeds=seeds,
-            restart_minutes=restart_minutes,
-            checkpoint_save_seconds=checkpoint_save_seconds,
-            label=label,
-        )
-        emit(curve, output, _sweep_table)
+        emit(sweep_checkpoint(table, **common), output, _sweep_table)
         return
-    report = simulate(
-        table,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        days=days,
-        seed=seed,
-        seeds=seeds,
-        checkpoint_minutes=checkpoint_minutes,
-        restart_minutes=restart_minutes,
-        checkpoint_save_seconds=checkpoint_save_seconds,
-        label=label,
-    )
+    report = simulate(table, checkpoint_minutes=checkpoint_minutes, **common)
     emit(report, output, _table)
 
 
