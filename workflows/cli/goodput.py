@@ -17,11 +17,13 @@ from steps.sentinel.goodput.ledger_report import EARLIEST, STATES, GoodputReport
 from steps.sentinel.goodput.metrics import exposition
 from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
 from steps.sentinel.goodput.simulate import (
+    BestSpares,
     CheckpointSweep,
     SimulationReport,
     Spread,
     expected_faults,
     simulate,
+    spare_candidates,
     sweep_checkpoint,
     sweep_intervals,
 )
@@ -47,6 +49,10 @@ def _count(spread: Spread) -> str:
     return f"{spread.mean:,.1f} ±{spread.stdev:.1f} ({spread.min:,.0f}-{spread.max:,.0f})"
 
 
+def _best(best: BestSpares | None) -> str:
+    return "-" if best is None else f"{best.spares}: {_percent(best.goodput)}"
+
+
 def _seeds(seeds: list[int]) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
 
@@ -60,8 +66,12 @@ def _table(report: SimulationReport) -> None:
     )
     out.print(
         f"the rate table expects {report.expected_interruptions:,.1f} interruptions "
-        f"(one every {every:.1f} h) and {report.expected_slow_nodes:,.1f} silent slow nodes; "
-        f"checkpoint every {report.checkpoint_minutes:g} min (a save stops the job "
+        f"(one every {every:.1f} h) and {report.expected_slow_nodes:,.1f} silent slow nodes"
+    )
+    out.print(
+        f"the job: {report.job_nodes:,} nodes in replicas of {report.replica_nodes} "
+        f"({'elastic' if report.elastic else 'rigid'}), {report.nodes - report.job_nodes:,} spare; "
+        f"checkpoint every {report.checkpoint_minutes:g} min (a save stops it "
         f"{report.checkpoint_save_seconds:g} s), restart {report.restart_minutes:g} min"
     )
     policies = report.policies
@@ -72,7 +82,10 @@ def _table(report: SimulationReport) -> None:
         ["interruptions", *(_count(p.interruptions) for p in policies)],
         ["job restarts", *(_count(p.restarts) for p in policies)],
         ["slow nodes found", *(_count(p.slow_nodes_found) for p in policies)],
+        ["nodes out for repair", *(_count(p.nodes_out) for p in policies)],
     ]
+    if all(p.best_spares is not None for p in policies):
+        rows.append(["best spares", *(_best(p.best_spares) for p in policies)])
     kinds = list(policies[0].lost_gpu_hours)
     for kind in kinds:
         rows.append(
@@ -331,6 +344,28 @@ def simulate_cmd(
         "--checkpoint-save-seconds",
         help="How long a checkpoint's save stops the job (default: the table's).",
     ),
+    spares: int = typer.Option(
+        0,
+        "--spares",
+        min=0,
+        max=_MAX_NODES,
+        help="Nodes the job leaves idle to replace nodes out for repair.",
+    ),
+    replica_nodes: int | None = typer.Option(
+        None,
+        "--replica-nodes",
+        min=1,
+        max=_MAX_NODES,
+        help="Nodes of one data-parallel replica of the job (default: the table's).",
+    ),
+    rigid: bool = typer.Option(
+        False, "--rigid", help="The job waits whole while any replica lacks nodes (default: the table's)."
+    ),
+    best_spares: bool = typer.Option(
+        False,
+        "--best-spares",
+        help="Also find each policy's best spare count (1, 2, 4... replicas, to a quarter of the fleet).",
+    ),
     sweep: bool = typer.Option(
         False,
         "--sweep-checkpoint",
@@ -354,12 +389,24 @@ def simulate_cmd(
         _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
     if checkpoint_save_seconds is not None:
         _finite(checkpoint_save_seconds, "--checkpoint-save-seconds", 0.0, 86_400)
+    if sweep and best_spares:
+        raise InputError("dsx goodput simulate: --sweep-checkpoint and --best-spares are two runs: give one")
     if sweep and checkpoint_minutes is not None:
         raise InputError(
             "dsx goodput simulate: --sweep-checkpoint chooses the intervals; drop --checkpoint-minutes"
         )
     table = load_rates(rates)
+    if rigid:
+        table = table.model_copy(update={"job": table.job.model_copy(update={"elastic": False})})
+    replica = table.job.replica_nodes if replica_nodes is None else replica_nodes
+    if (nodes - spares) // replica < 1:
+        raise InputError(
+            f"dsx goodput simulate: --nodes {nodes} less --spares {spares} hold no replica of {replica} "
+            f"nodes: give more nodes, fewer spares or --replica-nodes"
+        )
     runs = seeds * 4 * (len(sweep_intervals(1.0)) if sweep else 1)
+    if best_spares:
+        runs *= 1 + len(spare_candidates(nodes, replica))
     faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * runs
     if faults > _MAX_FAULTS:
         raise InputError(
@@ -376,12 +423,15 @@ def simulate_cmd(
         "seeds": seeds,
         "restart_minutes": restart_minutes,
         "checkpoint_save_seconds": checkpoint_save_seconds,
+        "spares": spares,
+        "replica_nodes": replica,
         "label": str(rates) if rates is not None else f"{table.name} (shipped)",
     }
     if sweep:
         emit(sweep_checkpoint(table, **common), output, _sweep_table)
         return
-    report = simulate(table, checkpoint_minutes=checkpoint_minutes, **common)
+    candidates = spare_candidates(nodes, replica) if best_spares else []
+    report = simulate(table, checkpoint_minutes=checkpoint_minutes, spare_candidates=candidates, **common)
     emit(report, output, _table)
 
 

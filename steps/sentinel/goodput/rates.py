@@ -78,11 +78,17 @@ class Exposure(Camel):
 
 class JobSettings(Camel):
     """The synchronous training job: how often it checkpoints, how long a save stops it, what a restart
-    costs."""
+    costs, and how many nodes one of its data-parallel replicas takes."""
 
     checkpoint_minutes: Figure = Field(ge=MIN_CHECKPOINT_MINUTES)
     restart_minutes: Figure = Field(ge=0)
     checkpoint_save_seconds: Figure = Field(default=0.0, ge=0, le=86_400)
+    replica_nodes: int = Field(default=1, ge=1, le=100_000)
+    elastic: bool = Field(
+        default=True,
+        description="the job trains on the replicas it can fill while one waits for nodes; "
+        "a rigid job (false) waits whole until every replica is",
+    )
 
 
 class Repairs(Camel):

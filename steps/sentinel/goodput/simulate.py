@@ -3,8 +3,14 @@ training job across a GPU fleet, with faults drawn from a rate table.
 
 The model, in the words a reader checks it against:
 
-- The fleet has ``nodes`` x ``gpus_per_node`` GPUs for ``days``. One synchronous training job runs on
-  every node in service (it is elastic: it restarts on whatever nodes are in service).
+- The fleet has ``nodes`` x ``gpus_per_node`` GPUs for ``days``. One synchronous training job runs as
+  data-parallel replicas of ``replicaNodes`` nodes each (the table's job; Llama 3 405B ran 16-node
+  replicas), as many as ``nodes - spares`` holds. Nodes out of service are replaced from the rest; a
+  replica without enough nodes waits, and the job runs on the replicas that are whole (the table's job
+  is ``elastic``; a rigid one waits whole until every replica is, then restarts). Nodes in service
+  that no replica uses are lost to ``spare`` (the job is whole: an idle spare) or ``short`` (the remnant
+  of a replica that waits for its nodes). The job runs on the lowest-numbered nodes in service: a fault
+  on one of the others (a spare or a remnant) interrupts nothing, though its node still goes to repair.
 - Faults of each class strike as a Poisson process per GPU-hour (the class's count over the table's
   exposure), on a node drawn uniformly; a fault that strikes a node already out of service is dropped.
   Each seed draws the faults once and every policy meets the same ones, so policies differ only by what
@@ -40,7 +46,10 @@ import heapq
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from pydantic import Field
 
 from steps.errors import InputError
 from steps.models import Frozen
@@ -48,6 +57,8 @@ from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, POLICIES, Fault
 
 __all__ = [
     "LOSS_KINDS",
+    "UNCLASSED",
+    "BestSpares",
     "CheckpointSweep",
     "PolicyResult",
     "RunResult",
@@ -57,13 +68,26 @@ __all__ = [
     "expected_faults",
     "simulate",
     "simulate_run",
+    "spare_candidates",
     "sweep_checkpoint",
     "sweep_intervals",
     "young_daly_minutes",
 ]
 
 #: Where lost GPU-hours go, in the order a report lists them.
-LOSS_KINDS = ("rework", "detection", "restart", "repair", "slow", "checkpoint", "certification")
+LOSS_KINDS = (
+    "rework",
+    "detection",
+    "restart",
+    "repair",
+    "short",
+    "spare",
+    "slow",
+    "checkpoint",
+    "certification",
+)
+#: Losses that belong to no fault class.
+UNCLASSED = ("short", "spare", "checkpoint", "certification")
 
 _ARRIVAL, _RETURN, _SWEEP = 0, 1, 2
 _NO_CLASS = -1
@@ -118,6 +142,8 @@ class RunResult(Frozen):
         restarts: times the job came back (after faults and after periodic certification).
         slow_nodes_found: slow nodes sent to repair.
         faults: faults that struck a node in service, per class (recurrences included).
+        nodes_out: nodes out of service for repair, on average over the period (by Little's law, the
+            rate of repairs times their length).
     """
 
     seed: int
@@ -130,6 +156,14 @@ class RunResult(Frozen):
     lost_gpu_hours: dict[str, float]
     lost_by_class: dict[str, float]
     faults: dict[str, int]
+    nodes_out: float
+
+
+class BestSpares(Frozen):
+    """The spare count, of those tried, at which a policy's mean goodput is highest (the fewest on a tie)."""
+
+    spares: int
+    goodput: Spread
 
 
 class PolicyResult(Frozen):
@@ -141,6 +175,10 @@ class PolicyResult(Frozen):
     interruptions: Spread
     restarts: Spread
     slow_nodes_found: Spread
+    nodes_out: Spread
+    best_spares: BestSpares | None = Field(
+        default=None, description="the spare count of the highest mean goodput, when asked for"
+    )
     useful_gpu_hours: float
     lost_gpu_hours: dict[str, float]
     lost_by_class: dict[str, float]
@@ -159,6 +197,10 @@ class SimulationReport(Frozen):
     checkpoint_minutes: float
     restart_minutes: float
     checkpoint_save_seconds: float
+    spares: int
+    replica_nodes: int
+    job_nodes: int
+    elastic: bool
     gpu_hours: float
     expected_interruptions: float
     expected_slow_nodes: float
@@ -205,6 +247,11 @@ class _Run:
     checkpoint_h: float
     restart_h: float
     save_h: float = 0.0
+    replica: int = 1
+    spares: int = 0
+    elastic: bool = True
+    waiting: bool = False
+    """A rigid job without the nodes to run, waiting for them."""
     now: float = 0.0
     out: set[int] = field(default_factory=set)
     slow: dict[int, _Slow] = field(default_factory=dict)
@@ -245,6 +292,30 @@ class _Run:
         if cls != _NO_CLASS:
             self.by_class[cls] += gpu_hours
 
+    def _size(self) -> int:
+        """Nodes of the whole job: as many replicas as ``nodes - spares`` holds."""
+        return (self.nodes - self.spares) // self.replica * self.replica
+
+    def _used(self) -> int:
+        """Nodes the job runs on now: the whole job when enough nodes are in service; else an elastic
+        job its whole replicas, a rigid one none."""
+        in_service = self.nodes - len(self.out)
+        if in_service >= self._size():
+            return self._size()
+        return in_service // self.replica * self.replica if self.elastic else 0
+
+    def _book_idle(self, used: int, span: float) -> None:
+        """Nodes in service that no replica uses, over ``span`` hours: spares, or nodes waiting for a
+        replica (or, for a rigid job, the job) to be whole."""
+        idle = self.nodes - len(self.out) - used
+        if idle:
+            self._book("spare" if used == self._size() else "short", _NO_CLASS, self.gpus * idle * span)
+
+    def _in_job(self, node: int) -> bool:
+        """Whether ``node`` (in service) is one the job runs on: the lowest-numbered nodes in service."""
+        below = sum(1 for other in self.out if other < node)
+        return node - below < self._used()
+
     def _speed(self) -> tuple[float, int]:
         speed, cls = 1.0, _NO_CLASS
         for node, slow in self.slow.items():
@@ -256,13 +327,15 @@ class _Run:
         """Book every GPU-hour from the clock to ``until``; the state is constant in between, but for
         the job coming back and its checkpoints, which are followed here."""
         while self.now < until:
-            in_gpus = self.gpus * (self.nodes - len(self.out))
+            used = self._used()
+            in_gpus = self.gpus * used
             if self.now < self.resume_at:
                 if self.now < self.detect_until:
                     end, kind = min(until, self.detect_until), self.down_kind
                 else:
                     end, kind = min(until, self.resume_at), self.restart_kind
                 self._book(kind, self.down_cls, in_gpus * (end - self.now))
+                self._book_idle(used, end - self.now)
                 self.now = end
                 if self.now >= self.resume_at:
                     self.run_start = self.resume_at
@@ -272,16 +345,29 @@ class _Run:
             if self.saving:
                 end = min(until, self.train_until + self.save_h)
                 self._book("checkpoint", _NO_CLASS, in_gpus * (end - self.now))
+                self._book_idle(used, end - self.now)
                 self.now = end
                 if self.now >= self.train_until + self.save_h:
                     self._save()
                     self.train_until, self.saving = self.now + self.checkpoint_h, False
                 continue
+            if not used:  # a rigid job short of nodes waits for them, then restarts
+                self._save()
+                self.waiting = True
+                self._book_idle(used, until - self.now)
+                self.now = until
+                continue
+            if self.waiting:
+                self.waiting = False
+                self._stop(0.0, "short", "short", _NO_CLASS)
+                continue
             end = min(until, self.train_until)
             speed, slow_cls = self._speed()
             self._book("slow", slow_cls, (1.0 - speed) * in_gpus * (end - self.now))
+            self._book_idle(used, end - self.now)
             self.unsaved_gpuh += speed * in_gpus * (end - self.now)
-            self.unsaved_h += end - self.now
+            if used:
+                self.unsaved_h += end - self.now
             self.now = end
             if self.now >= self.train_until:
                 if self.save_h > 0:
@@ -345,13 +431,14 @@ class _Run:
                 self.struck[fault.cls] += 1
             return
         self.struck[fault.cls] += 1
-        self.interruptions += 1
         assert kind.detect_minutes is not None
         found_after = kind.detect_minutes.of(self.policy) / 60.0
-        if self.now >= self.resume_at:  # the job was running: what it did since the checkpoint is lost
-            self._book("rework", fault.cls, self.unsaved_gpuh)
-            self.unsaved_gpuh = self.unsaved_h = 0.0
-        self._stop(found_after, "detection", "restart", fault.cls)
+        if self._in_job(fault.node):  # a spare or a waiting remnant fails nothing
+            self.interruptions += 1
+            if self.now >= self.resume_at:  # the job was running: what it did since the checkpoint is lost
+                self._book("rework", fault.cls, self.unsaved_gpuh)
+                self.unsaved_gpuh = self.unsaved_h = 0.0
+            self._stop(found_after, "detection", "restart", fault.cls)
         if kind.at_fault == "node":
             self._send_to_repair(fault.node, fault.cls, found_after, fault.unfixed)
             if fault.unfixed and not self.rates.policies.of(self.policy).recertify:
@@ -398,9 +485,16 @@ def simulate_run(
     checkpoint_minutes: float | None = None,
     restart_minutes: float | None = None,
     checkpoint_save_seconds: float | None = None,
+    spares: int = 0,
+    replica_nodes: int | None = None,
 ) -> RunResult:
-    """One policy over one seed (see the module's description of the model)."""
+    """One policy over one seed (see the module's description of the model).
+
+    Raises:
+        InputError: the fleet less its spares holds no replica.
+    """
     hours = days * 24.0
+    replica = _replica(rates, nodes, spares, replica_nodes)
     run = _Run(
         rates=rates,
         policy=policy,
@@ -410,6 +504,9 @@ def simulate_run(
         checkpoint_h=(checkpoint_minutes or rates.job.checkpoint_minutes) / 60.0,
         restart_h=(rates.job.restart_minutes if restart_minutes is None else restart_minutes) / 60.0,
         save_h=_save_seconds(rates, checkpoint_save_seconds) / 3600.0,
+        replica=replica,
+        spares=spares,
+        elastic=rates.job.elastic,
     )
     for drawn in _draw(rates, nodes, gpus_per_node, hours, seed):
         run.push(drawn.time, _ARRIVAL, drawn.node, drawn)
@@ -442,7 +539,21 @@ def simulate_run(
         lost_gpu_hours={kind: round(value, 3) for kind, value in run.lost.items()},
         lost_by_class={name: round(value, 3) for name, value in zip(names, run.by_class, strict=True)},
         faults=dict(zip(names, run.struck, strict=True)),
+        nodes_out=round(run.lost["repair"] / (gpus_per_node * hours), 3),
     )
+
+
+def spare_candidates(nodes: int, replica_nodes: int) -> list[int]:
+    """Spare counts worth trying: what the whole replicas leave over, then 1, 2, 4... replicas more, up to
+    a quarter of the fleet and keeping a replica (a count between two of these leaves the job as the
+    smaller does)."""
+    left = nodes % replica_nodes
+    candidates = [left]
+    more = 1
+    while left + more * replica_nodes <= nodes // 4 and nodes - left - more * replica_nodes >= replica_nodes:
+        candidates.append(left + more * replica_nodes)
+        more *= 2
+    return candidates
 
 
 def young_daly_minutes(save_seconds: float, hours_between_interruptions: float) -> float:
@@ -450,6 +561,17 @@ def young_daly_minutes(save_seconds: float, hours_between_interruptions: float) 
     against a mean time between interruptions of ``hours_between_interruptions`` (J. W. Young, CACM 1974;
     J. T. Daly, FGCS 2006, its first-order term)."""
     return math.sqrt(2.0 * save_seconds * hours_between_interruptions * 3600.0) / 60.0
+
+
+def _replica(rates: FaultRates, nodes: int, spares: int, given: int | None) -> int:
+    """The replica's nodes (``given``, else the table's), checked against the fleet less its spares."""
+    replica = rates.job.replica_nodes if given is None else given
+    if replica < 1 or spares < 0 or (nodes - spares) // replica < 1:
+        raise InputError(
+            f"{nodes} nodes less {spares} spares hold no replica of {replica} nodes: "
+            f"give more nodes, fewer spares or smaller replicas"
+        )
+    return replica
 
 
 def _save_seconds(rates: FaultRates, given: float | None) -> float:
@@ -471,6 +593,9 @@ def simulate(
     checkpoint_minutes: float | None = None,
     restart_minutes: float | None = None,
     checkpoint_save_seconds: float | None = None,
+    spares: int = 0,
+    replica_nodes: int | None = None,
+    spare_candidates: Sequence[int] = (),
     label: str = "",
 ) -> SimulationReport:
     """Every policy over seeds ``seed`` .. ``seed + seeds - 1``, side by side.
@@ -485,12 +610,19 @@ def simulate(
         checkpoint_minutes: the job's checkpoint interval (default: the table's).
         restart_minutes: the job's restart cost (default: the table's).
         checkpoint_save_seconds: how long a checkpoint's save stops the job (default: the table's).
+        spares: nodes the job leaves for replacements.
+        replica_nodes: nodes of one data-parallel replica (default: the table's).
+        spare_candidates: spare counts to try for each policy's best (:func:`spare_candidates`).
         label: how the report names the table (its file).
+
+    Raises:
+        InputError: the fleet less its spares holds no replica.
     """
     seed_list = list(range(seed, seed + seeds))
-    results: list[PolicyResult] = []
-    for policy in POLICIES:
-        runs = [
+    replica = _replica(rates, nodes, spares, replica_nodes)
+
+    def runs_of(policy: Policy, spare_nodes: int) -> list[RunResult]:
+        return [
             simulate_run(
                 rates,
                 policy,
@@ -501,9 +633,20 @@ def simulate(
                 checkpoint_minutes=checkpoint_minutes,
                 restart_minutes=restart_minutes,
                 checkpoint_save_seconds=checkpoint_save_seconds,
+                spares=spare_nodes,
+                replica_nodes=replica,
             )
             for s in seed_list
         ]
+
+    results: list[PolicyResult] = []
+    for policy in POLICIES:
+        runs = runs_of(policy, spares)
+        best: BestSpares | None = None
+        if spare_candidates:
+            tried = {n: Spread.of([r.goodput for r in runs_of(policy, n)]) for n in spare_candidates}
+            chosen = max(tried, key=lambda n: (tried[n].mean, -n))
+            best = BestSpares(spares=chosen, goodput=tried[chosen])
         results.append(
             PolicyResult(
                 policy=policy,
@@ -512,6 +655,8 @@ def simulate(
                 interruptions=Spread.of([float(r.interruptions) for r in runs], 3),
                 restarts=Spread.of([float(r.restarts) for r in runs], 3),
                 slow_nodes_found=Spread.of([float(r.slow_nodes_found) for r in runs], 3),
+                nodes_out=Spread.of([r.nodes_out for r in runs], 3),
+                best_spares=best,
                 useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
                 lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},
                 lost_by_class={c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in rates.classes},
@@ -530,6 +675,10 @@ def simulate(
         checkpoint_minutes=checkpoint_minutes or rates.job.checkpoint_minutes,
         restart_minutes=rates.job.restart_minutes if restart_minutes is None else restart_minutes,
         checkpoint_save_seconds=_save_seconds(rates, checkpoint_save_seconds),
+        spares=spares,
+        replica_nodes=replica,
+        job_nodes=(nodes - spares) // replica * replica,
+        elastic=rates.job.elastic,
         gpu_hours=nodes * gpus_per_node * days * 24.0,
         expected_interruptions=round(sum(v for name, v in expected.items() if name not in slow), 3),
         expected_slow_nodes=round(sum(v for name, v in expected.items() if name in slow), 3),
@@ -586,6 +735,8 @@ def sweep_checkpoint(
     seeds: int = 1,
     restart_minutes: float | None = None,
     checkpoint_save_seconds: float | None = None,
+    spares: int = 0,
+    replica_nodes: int | None = None,
     label: str = "",
 ) -> CheckpointSweep:
     """Every policy's goodput at :func:`sweep_intervals` around Young's and Daly's interval.
@@ -617,6 +768,8 @@ def sweep_checkpoint(
             checkpoint_minutes=minutes,
             restart_minutes=restart_minutes,
             checkpoint_save_seconds=save_s,
+            spares=spares,
+            replica_nodes=replica_nodes,
         )
         points.append(
             SweepPoint(checkpoint_minutes=minutes, goodput={p.policy: p.goodput for p in report.policies})
