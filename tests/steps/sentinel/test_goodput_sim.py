@@ -473,3 +473,23 @@ def test_a_rate_table_that_is_no_file_or_too_large_is_refused_without_reading_it
         handle.truncate(MAX_INPUT_BYTES + 1)
     with pytest.raises(InputError, match=r"huge\.yaml: cannot read: larger than 64 MiB"):
         load_rates(huge)
+
+
+def test_every_xid_an_agent_class_names_is_one_the_agent_acts_on() -> None:
+    """The table may not claim the agent sees a fault through an XID the fault catalogue does not
+    treat as fatal (XID 13, 31 and 43 are application errors, or nothing to act on)."""
+    import re
+
+    from steps.sentinel.catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    named = 0
+    for fault in load_rates().classes:
+        if fault.seen_by != "agent" or "XID" not in fault.signals:
+            continue
+        listed = re.search(r"XID ([\d, ]+)", fault.signals)
+        assert listed is not None, fault.signals
+        for code in re.findall(r"\d+", listed.group(1)):
+            named += 1
+            assert catalogue.rule("xid", code).severity == "fatal", (fault.name, code)
+    assert named >= 10
