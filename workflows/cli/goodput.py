@@ -17,6 +17,7 @@ from steps.sentinel.goodput.ledger_report import EARLIEST, STATES, GoodputReport
 from steps.sentinel.goodput.metrics import exposition
 from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
 from steps.sentinel.goodput.simulate import (
+    FACTORS,
     BestSpares,
     CheckpointSweep,
     SimulationReport,
@@ -78,6 +79,7 @@ def _table(report: SimulationReport) -> None:
     total = report.gpu_hours
     rows: list[list[str]] = [
         ["goodput", *(_percent(p.goodput) for p in policies)],
+        *([f"  {factor} goodput", *(_percent(p.factors[factor]) for p in policies)] for factor in FACTORS),
         ["effective training time", *(_percent(p.effective_training_time) for p in policies)],
         ["interruptions", *(_count(p.interruptions) for p in policies)],
         ["job restarts", *(_count(p.restarts) for p in policies)],
@@ -161,7 +163,7 @@ def _fleet_lines(report: GoodputReport) -> None:
     """The report's two opening lines: the fleet's hours, and detection, repair and recertification."""
     fleet = report.fleet
     out = console()
-    share = f" ({fleet.goodput:.2%} in service)" if fleet.goodput is not None else ""
+    share = f" ({fleet.availability:.2%} in service)" if fleet.availability is not None else ""
     out.print(
         f"{fleet.nodes:,} nodes, {fleet.gpus:,} GPUs, {report.since} to {report.until} "
         f"({report.period_hours:,.1f} h): {fleet.gpu_hours:,.1f} GPU-hours, "

@@ -35,7 +35,7 @@ _KEPT_NODES = 100
 
 def _summary(result: GoodputReport) -> str:
     fleet = result.fleet
-    share = f"{fleet.goodput:.2%}" if fleet.goodput is not None else "-"
+    share = f"{fleet.availability:.2%}" if fleet.availability is not None else "-"
     worst = ", ".join(f"{n.node} {n.lost_gpu_hours:,.1f}" for n in result.nodes[:5] if n.lost_gpu_hours > 0)
     return (
         f"{result.since} to {result.until}: {fleet.nodes} nodes, {fleet.gpu_hours:,.1f} GPU-hours, "

@@ -144,8 +144,10 @@ class Fleet(Frozen):
     gpu_hours: float
     in_service_gpu_hours: float
     lost_gpu_hours: float
-    goodput: float | None
-    """In-service GPU-hours over the fleet's (``None`` for a fleet without GPUs)."""
+    availability: float | None
+    """In-service GPU-hours over the fleet's (``None`` for a fleet without GPUs): availability, the
+    share of the fleet's hours its nodes were in service. Not goodput: a node in service may be idle,
+    slow, or running work a later fault throws away (``dsx goodput simulate`` models those)."""
     hours_by_state: dict[str, float]
     """Node-hours in each state."""
     gpu_hours_by_state: dict[str, float]
@@ -436,7 +438,7 @@ def account(stories: Iterable[NodeStory], start: float, end: float, cluster: str
         gpu_hours=total,
         in_service_gpu_hours=in_service,
         lost_gpu_hours=lost,
-        goodput=in_service / total if total else None,
+        availability=in_service / total if total else None,
         hours_by_state=hours_by_state,
         gpu_hours_by_state=gpu_hours_by_state,
         lost_by_cause=dict(sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))),

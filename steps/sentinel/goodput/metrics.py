@@ -54,9 +54,11 @@ def _registry(report: GoodputReport) -> CollectorRegistry:
     )
     for cause, value in sorted(fleet.lost_by_cause.items()):
         lost.labels(cause).set(value)
-    Gauge("dsx_goodput_ratio", "In-service GPU-hours over the fleet's.", registry=registry).set(
-        math.nan if fleet.goodput is None else fleet.goodput
-    )
+    Gauge(
+        "dsx_goodput_availability_ratio",
+        "In-service GPU-hours over the fleet's: availability (work lost inside them is not counted).",
+        registry=registry,
+    ).set(math.nan if fleet.availability is None else fleet.availability)
     Gauge(
         "dsx_goodput_recertification_pass_ratio",
         "Recertifications of remediated nodes that passed (NaN: none in the period).",

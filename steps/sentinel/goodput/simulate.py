@@ -56,6 +56,7 @@ from steps.models import Frozen
 from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, POLICIES, FaultRates, Policy
 
 __all__ = [
+    "FACTORS",
     "LOSS_KINDS",
     "UNCLASSED",
     "BestSpares",
@@ -86,6 +87,14 @@ LOSS_KINDS = (
     "checkpoint",
     "certification",
 )
+#: Google's split of ML goodput (scheduling x runtime x program): the losses each factor counts.
+#: Scheduling: the fleet's hours the job was not given (nodes out, idle); runtime: the job's hours that
+#: made no kept progress; program: the speed the work ran at.
+FACTORS = {
+    "scheduling": ("repair", "short", "spare"),
+    "runtime": ("rework", "detection", "restart", "checkpoint", "certification"),
+    "program": ("slow",),
+}
 #: Losses that belong to no fault class.
 UNCLASSED = ("short", "spare", "checkpoint", "certification")
 
@@ -144,6 +153,9 @@ class RunResult(Frozen):
         faults: faults that struck a node in service, per class (recurrences included).
         nodes_out: nodes out of service for repair, on average over the period (by Little's law, the
             rate of repairs times their length).
+        factors: goodput as the product of :data:`FACTORS`: scheduling (the share of the fleet's
+            GPU-hours the job held), runtime (the share of those it made kept progress in) and program
+            (the speed of that progress); their product is ``goodput``.
     """
 
     seed: int
@@ -157,6 +169,7 @@ class RunResult(Frozen):
     lost_by_class: dict[str, float]
     faults: dict[str, int]
     nodes_out: float
+    factors: dict[str, float]
 
 
 class BestSpares(Frozen):
@@ -176,6 +189,7 @@ class PolicyResult(Frozen):
     restarts: Spread
     slow_nodes_found: Spread
     nodes_out: Spread
+    factors: dict[str, Spread]
     best_spares: BestSpares | None = Field(
         default=None, description="the spare count of the highest mean goodput, when asked for"
     )
@@ -540,7 +554,19 @@ def simulate_run(
         lost_by_class={name: round(value, 3) for name, value in zip(names, run.by_class, strict=True)},
         faults=dict(zip(names, run.struck, strict=True)),
         nodes_out=round(run.lost["repair"] / (gpus_per_node * hours), 3),
+        factors=_factors(total, run.lost),
     )
+
+
+def _factors(total: float, lost: dict[str, float]) -> dict[str, float]:
+    """Scheduling, runtime and program goodput (:data:`FACTORS`) from the GPU-hours lost by kind."""
+    factors: dict[str, float] = {}
+    left = total
+    for factor, kinds in FACTORS.items():
+        kept = left - sum(lost[kind] for kind in kinds)
+        factors[factor] = round(kept / left, 6) if left > 0 else 0.0
+        left = kept
+    return factors
 
 
 def spare_candidates(nodes: int, replica_nodes: int) -> list[int]:
@@ -656,6 +682,7 @@ def simulate(
                 restarts=Spread.of([float(r.restarts) for r in runs], 3),
                 slow_nodes_found=Spread.of([float(r.slow_nodes_found) for r in runs], 3),
                 nodes_out=Spread.of([r.nodes_out for r in runs], 3),
+                factors={f: Spread.of([r.factors[f] for r in runs]) for f in FACTORS},
                 best_spares=best,
                 useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
                 lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},

@@ -83,7 +83,7 @@ def test_the_goodput_reports_own_metrics_are_served() -> None:
     )
     assert registry.get_sample_value("dsx_goodput_report_present") == 1
     assert registry.get_sample_value("dsx_goodput_until_timestamp_seconds") == until.timestamp()
-    assert registry.get_sample_value("dsx_goodput_ratio") == 1
+    assert registry.get_sample_value("dsx_goodput_availability_ratio") == 1
 
 
 def test_a_source_that_cannot_be_read_is_down_and_the_others_still_export() -> None:

@@ -16,6 +16,7 @@ import yaml
 from steps.errors import InputError
 from steps.sentinel.goodput.rates import POLICIES, FaultRates, default_rates_path, load_rates
 from steps.sentinel.goodput.simulate import (
+    FACTORS,
     LOSS_KINDS,
     UNCLASSED,
     SimulationReport,
@@ -493,3 +494,19 @@ def test_every_xid_an_agent_class_names_is_one_the_agent_acts_on() -> None:
             named += 1
             assert catalogue.rule("xid", code).severity == "fatal", (fault.name, code)
     assert named >= 10
+
+
+def test_goodput_is_scheduling_times_runtime_times_program_and_each_policy_moves_its_factor() -> None:
+    """Google's split of ML goodput: every loss kind in one factor, the product the goodput; the agent
+    (taint) wins runtime (detection), automated repair (remediate) scheduling (nodes back sooner),
+    certification with bisection (full) program (slow nodes found)."""
+    assert sorted(kind for kinds in FACTORS.values() for kind in kinds) == sorted(LOSS_KINDS)
+    policies = by_policy(published())
+    for policy in policies.values():
+        for run in policy.runs:
+            product = math.prod(run.factors.values())
+            assert product == pytest.approx(run.goodput, abs=2e-6)
+    factor = {name: {f: p.factors[f].mean for f in FACTORS} for name, p in policies.items()}
+    assert factor["taint"]["runtime"] > factor["none"]["runtime"] + 0.1
+    assert factor["remediate"]["scheduling"] > factor["taint"]["scheduling"] + 0.003
+    assert factor["full"]["program"] > factor["remediate"]["program"] + 0.05
