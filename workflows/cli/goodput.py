@@ -360,6 +360,9 @@ def simulate_cmd(
         max=_MAX_NODES,
         help="Nodes of one data-parallel replica of the job (default: the table's).",
     ),
+    without_slow: bool = typer.Option(
+        False, "--without-slow", help="Leave out the table's slow classes (an assumption of the table's own)."
+    ),
     rigid: bool = typer.Option(
         False, "--rigid", help="The job waits whole while any replica lacks nodes (default: the table's)."
     ),
@@ -400,6 +403,8 @@ def simulate_cmd(
     table = load_rates(rates)
     if rigid:
         table = table.model_copy(update={"job": table.job.model_copy(update={"elastic": False})})
+    if without_slow:
+        table = table.model_copy(update={"classes": [c for c in table.classes if not c.slow]})
     replica = table.job.replica_nodes if replica_nodes is None else replica_nodes
     if (nodes - spares) // replica < 1:
         raise InputError(
@@ -427,7 +432,8 @@ def simulate_cmd(
         "checkpoint_save_seconds": checkpoint_save_seconds,
         "spares": spares,
         "replica_nodes": replica,
-        "label": str(rates) if rates is not None else f"{table.name} (shipped)",
+        "label": (str(rates) if rates is not None else f"{table.name} (shipped)")
+        + (", without its slow classes" if without_slow else ""),
     }
     if sweep:
         emit(sweep_checkpoint(table, **common), output, _sweep_table)

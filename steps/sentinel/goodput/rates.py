@@ -140,10 +140,17 @@ class FaultClass(Camel):
         seen_by: who names the node at fault (see the table's header).
         signals: what shows it (XIDs, ECC...), for people.
         at_fault: ``node`` (a node leaves for repair) or ``none`` (software: the job restarts as it was).
-        detect_minutes: per policy, from the fault to the job ready to restart without the node; absent
-            for a class only bisection finds (found at the next periodic certification).
+        effect: what the fault does to the job: ``fails`` it (the work since the checkpoint is lost),
+            ``corrupts`` it (silent data corruption: the job runs on until the fault is found, and every
+            step since it struck is thrown away, saved or not), or is ``planned`` (maintenance: the job
+            checkpoints, stops and restarts; a fault of no node).
+        detect_minutes: per policy, from the fault to the job ready to restart without the node; for a
+            slow class, from its onset to its node found without certification (by hand, or by online
+            per-rank timing), absent where only periodic certification finds it.
         repair_hours: per policy, how long the node stays out once found.
         speed: for a slow class, the job's speed while the node is in it (0 to 1, exclusive).
+        certify_miss: for a slow class, the chance that one periodic certification with bisection
+            misses its node (the bisection benchmark's miss rate at its speed).
     """
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
@@ -153,9 +160,11 @@ class FaultClass(Camel):
     seen_by: SeenBy
     signals: str = ""
     at_fault: Literal["node", "none"]
+    effect: Literal["fails", "corrupts", "planned"] = "fails"
     detect_minutes: PerPolicy | None = None
     repair_hours: PerPolicy | None = None
     speed: Figure | None = Field(None, gt=0, lt=1)
+    certify_miss: Figure = Field(0.0, ge=0, le=1)
 
     @property
     def slow(self) -> bool:
@@ -167,10 +176,9 @@ class FaultClass(Camel):
         if self.slow:
             if self.speed is None:
                 raise ValueError("a class seen only by bisection slows the job: give its speed (0 to 1)")
-            if self.detect_minutes is not None:
+            if self.effect != "fails":
                 raise ValueError(
-                    "a class seen only by bisection is found at the next periodic certification: "
-                    "remove detectMinutes"
+                    "a class seen only by bisection slows the job: its effect is fails (the default)"
                 )
             if self.at_fault != "node":
                 raise ValueError("a class seen only by bisection is a node's fault: atFault must be node")
@@ -179,6 +187,8 @@ class FaultClass(Camel):
                 raise ValueError(f"speed is for classes seen only by bisection, not by {self.seen_by}")
             if self.detect_minutes is None:
                 raise ValueError("give detectMinutes for every policy")
+            if self.certify_miss:
+                raise ValueError("certifyMiss is for classes seen only by bisection")
         if self.at_fault == "node" and self.repair_hours is None:
             raise ValueError("a node's fault needs repairHours for every policy")
         if self.at_fault == "none":
@@ -186,6 +196,8 @@ class FaultClass(Camel):
                 raise ValueError("a fault of no node has nothing to repair: remove repairHours")
             if self.seen_by != "job":
                 raise ValueError(f"a fault of no node cannot be seen by {self.seen_by}: seenBy must be job")
+        elif self.effect == "planned":
+            raise ValueError("planned maintenance is a fault of no node: atFault must be none")
         return self
 
 

@@ -98,26 +98,28 @@ FACTORS = {
 #: Losses that belong to no fault class.
 UNCLASSED = ("short", "spare", "checkpoint", "certification")
 
-_ARRIVAL, _RETURN, _SWEEP = 0, 1, 2
+_ARRIVAL, _RETURN, _SWEEP, _FOUND = 0, 1, 2, 3
 _NO_CLASS = -1
 
 
 @dataclass(frozen=True, slots=True)
 class _Fault:
-    """A fault drawn for a seed: when, which class, which node, and whether its first repair fails."""
+    """A fault drawn for a seed: when, which class, which node, whether its first repair fails, when it
+    strikes again if so, and a number in [0, 1) that says whether recertification catches it."""
 
     time: float
     cls: int
     node: int
     unfixed: bool
     recur_after: float
+    chance: float = 1.0
 
 
 @dataclass(slots=True)
 class _Slow:
     speed: float
     cls: int
-    unfixed: bool
+    fault: _Fault
 
 
 class Spread(Frozen):
@@ -236,6 +238,7 @@ def _draw(rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed:
         if per_hour <= 0:
             continue
         rng = random.Random(f"dsx-goodput/{seed}/{fault.name}")
+        later = random.Random(f"dsx-goodput/{seed}/{fault.name}/later")  # its own stream: rng's draws stay
         clock = 0.0
         while True:
             clock += rng.expovariate(per_hour)
@@ -244,7 +247,7 @@ def _draw(rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed:
             node = rng.randrange(nodes)
             unfixed = rng.random() < rates.repairs.unfixed_fraction
             recur = rng.expovariate(1.0 / rates.repairs.recurrence_hours)
-            faults.append(_Fault(clock, index, node, unfixed, recur))
+            faults.append(_Fault(clock, index, node, unfixed, recur, later.random()))
     faults.sort(key=lambda f: (f.time, f.cls, f.node))
     return faults
 
@@ -292,6 +295,10 @@ class _Run:
     struck: list[int] = field(default_factory=list)
     recurring: dict[int, _Fault] = field(default_factory=dict)
     """Nodes out for a repair that will not fix their fault, and that fault."""
+    corrupt_since: tuple[float, float] | None = None
+    """Useful GPU-hours and training hours when silent data corruption began, until it is found."""
+    sweeps: random.Random = field(default_factory=random.Random)
+    """Whether a periodic certification misses a slow node: seeded per run."""
 
     def __post_init__(self) -> None:
         self.lost = dict.fromkeys(LOSS_KINDS, 0.0)
@@ -411,16 +418,30 @@ class _Run:
         self.detect_until, self.resume_at = until, until + self.restart_h
         self.down_kind, self.restart_kind, self.down_cls = kind, restart_kind, cls
 
-    def _send_to_repair(self, node: int, cls: int, found_after_h: float, unfixed: bool) -> None:
-        """The node leaves service now, for ``found_after_h`` and its repairs; without recertification an
-        unfixed fault comes back (the caller schedules it)."""
+    def _caught(self, fault: _Fault) -> bool:
+        """Whether recertification catches a repair that did not fix ``fault``: the fault must strike
+        again during the test, 1 - exp(-test / recurrence)."""
         settings = self.rates.policies.of(self.policy)
-        fault = self.rates.classes[cls]
-        assert fault.repair_hours is not None  # a node's fault always has repair hours (validated)
-        cycle = fault.repair_hours.of(self.policy)
+        if not settings.recertify:
+            return False
+        test_h = settings.recertify_minutes / 60.0
+        return fault.chance < -math.expm1(-test_h / self.rates.repairs.recurrence_hours)
+
+    def _send_to_repair(self, fault: _Fault, found_after_h: float) -> None:
+        """The node at fault leaves service now, for ``found_after_h`` and its repairs. A repair that did
+        not fix: recertification that catches it sends the node back for a second repair, which fixes
+        it; otherwise the node returns and the fault strikes again."""
+        node, cls = fault.node, fault.cls
+        settings = self.rates.policies.of(self.policy)
+        kind = self.rates.classes[cls]
+        assert kind.repair_hours is not None  # a node's fault always has repair hours (validated)
+        cycle = kind.repair_hours.of(self.policy)
         if settings.recertify:
             cycle += settings.recertify_minutes / 60.0
-        away = found_after_h + cycle * (2 if unfixed and settings.recertify else 1)
+        caught = fault.unfixed and self._caught(fault)
+        away = found_after_h + cycle * (2 if caught else 1)
+        if fault.unfixed and not caught:
+            self.recurring[node] = fault
         slow = self.slow.get(node)
         if slow is not None and settings.recertify and cls != slow.cls:
             # recertification finds the node's slowness too: it is repaired in the same visit
@@ -441,34 +462,73 @@ class _Run:
         if kind.slow:
             if fault.node not in self.slow:
                 assert kind.speed is not None
-                self.slow[fault.node] = _Slow(kind.speed, fault.cls, fault.unfixed)
+                self.slow[fault.node] = _Slow(kind.speed, fault.cls, fault)
                 self.struck[fault.cls] += 1
+                if kind.detect_minutes is not None:
+                    self.push(
+                        self.now + kind.detect_minutes.of(self.policy) / 60.0, _FOUND, fault.node, fault
+                    )
             return
         self.struck[fault.cls] += 1
         assert kind.detect_minutes is not None
         found_after = kind.detect_minutes.of(self.policy) / 60.0
+        running = self.now >= self.resume_at
         if self._in_job(fault.node):  # a spare or a waiting remnant fails nothing
             self.interruptions += 1
-            if self.now >= self.resume_at:  # the job was running: what it did since the checkpoint is lost
+            if kind.effect == "corrupts" and running:
+                # the job runs on, computing garbage, until the corruption is found
+                if self.corrupt_since is None:
+                    self.corrupt_since = (self.useful, self.trained_h)
+                self.push(self.now + found_after, _FOUND, fault.node, fault)
+                return
+            if kind.effect == "planned" and running:
+                self._save()  # planned: the job checkpoints before it stops
+            elif running:  # what it did since the checkpoint is lost
                 self._book("rework", fault.cls, self.unsaved_gpuh)
                 self.unsaved_gpuh = self.unsaved_h = 0.0
             self._stop(found_after, "detection", "restart", fault.cls)
         if kind.at_fault == "node":
-            self._send_to_repair(fault.node, fault.cls, found_after, fault.unfixed)
-            if fault.unfixed and not self.rates.policies.of(self.policy).recertify:
-                self.recurring[fault.node] = fault
+            self._send_to_repair(fault, found_after)
+
+    def found(self, fault: _Fault) -> None:
+        """A fault that let the job run on is found: a slow node by hand (or online timing), or silent
+        data corruption. The job restarts without the node; for corruption, every step since it began
+        is thrown away, checkpoints included."""
+        kind = self.rates.classes[fault.cls]
+        if kind.slow:
+            slow = self.slow.get(fault.node)
+            if slow is None or slow.fault is not fault or fault.node in self.out:
+                return  # found and repaired already, by a certification or a recertification
+            del self.slow[fault.node]
+            self.slow_found += 1
+            if self.now >= self.resume_at:
+                self._save()  # the job is restarted without the node at a checkpoint
+            self._stop(0.0, "detection", "restart", fault.cls)
+            self._send_to_repair(fault, 0.0)
+            return
+        if self.corrupt_since is not None:
+            useful, trained = self.corrupt_since
+            self._book("rework", fault.cls, self.useful - useful + self.unsaved_gpuh)
+            self.useful, self.trained_h = useful, trained
+            self.unsaved_gpuh = self.unsaved_h = 0.0
+            self.corrupt_since = None
+        self._stop(0.0, "detection", "restart", fault.cls)
+        if kind.at_fault == "node" and fault.node not in self.out:
+            self._send_to_repair(fault, 0.0)
 
     def come_back(self, node: int) -> None:
         """A repaired node returns to service; a fault its repair did not fix will strike again."""
         self.out.discard(node)
         again = self.recurring.pop(node, None)
         if again is not None:
-            recurrence = _Fault(self.now + again.recur_after, again.cls, node, False, again.recur_after)
+            recurrence = _Fault(
+                self.now + again.recur_after, again.cls, node, False, again.recur_after, again.chance
+            )
             self.push(recurrence.time, _ARRIVAL, node, recurrence)
 
     def certify(self) -> None:
         """Periodic certification with bisection: the job stops at a checkpoint, every slow node in
-        service goes to repair, the job restarts."""
+        service that the bisection does not miss goes to repair, the job restarts."""
         settings = self.rates.policies.of(self.policy)
         if self.now < self.resume_at:  # the job is down: certify when it is back
             self.push(self.resume_at, _SWEEP, -1)
@@ -479,13 +539,11 @@ class _Run:
             if node in self.out:
                 continue
             slow = self.slow[node]
+            if self.sweeps.random() < self.rates.classes[slow.cls].certify_miss:
+                continue
             self.slow_found += 1
-            if slow.unfixed and not settings.recertify:
-                slow.unfixed = False  # it comes back slow, and the next certification finds it again
-                self._send_to_repair(node, slow.cls, 0.0, False)
-            else:
-                del self.slow[node]
-                self._send_to_repair(node, slow.cls, 0.0, slow.unfixed)
+            del self.slow[node]
+            self._send_to_repair(slow.fault, 0.0)
 
 
 def simulate_run(
@@ -521,6 +579,7 @@ def simulate_run(
         replica=replica,
         spares=spares,
         elastic=rates.job.elastic,
+        sweeps=random.Random(f"dsx-goodput/{seed}/sweeps"),
     )
     for drawn in _draw(rates, nodes, gpus_per_node, hours, seed):
         run.push(drawn.time, _ARRIVAL, drawn.node, drawn)
@@ -536,6 +595,9 @@ def simulate_run(
             run.strike(fault)
         elif kind == _RETURN:
             run.come_back(node)
+        elif kind == _FOUND:
+            assert fault is not None
+            run.found(fault)
         else:
             run.certify()
     run.advance(hours)

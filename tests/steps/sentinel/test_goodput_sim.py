@@ -75,8 +75,10 @@ def test_the_shipped_table_keeps_the_published_figures() -> None:
         "gsp": 17,
         "nic": 7,
     }
-    assert sum(c.count for c in rates.classes if not c.slow) == 419
+    assert sum(c.count for c in rates.classes if not c.slow and c.effect != "planned") == 419
+    assert [(c.name, c.count) for c in rates.classes if c.effect == "planned"] == [("planned", 47)]
     assert [c.name for c in rates.classes if c.slow] == ["silent-slow"]
+    assert [c.name for c in rates.classes if c.effect == "corrupts"] == ["sdc"]
     assert "arXiv:2407.21783" in rates.source
 
 
@@ -122,15 +124,13 @@ def test_useful_and_lost_hours_add_up_to_the_fleets_hours_for_every_policy_and_s
 
 def test_the_published_rates_give_about_one_interruption_every_three_hours() -> None:
     report = published()
-    assert report.expected_interruptions == pytest.approx(419)
-    # full never returns an unfixed node, so its interruptions are the faults drawn: Poisson(419)
-    full = by_policy(report)["full"]
-    band = 3 * math.sqrt(419 / SEEDS)
-    assert 419 - band <= full.interruptions.mean <= 419 + band
-    assert 2.8 <= 54 * 24 / full.interruptions.mean <= 3.4
-    # policies without recertification see the repairs that did not fix fail again
-    none = by_policy(report)["none"]
-    assert none.interruptions.mean > full.interruptions.mean
+    # the paper's 466: 419 unexpected and 47 planned, one every 2.8 hours
+    assert report.expected_interruptions == pytest.approx(466)
+    assert 2.7 <= 54 * 24 / report.expected_interruptions <= 3.0
+    # a repair that did not fix (one in ten) strikes again after about a day: 10% more, a little less
+    # where recertification catches a few
+    for policy in by_policy(report).values():
+        assert 466 < policy.interruptions.mean < 466 * 1.2, policy.policy
 
 
 def test_automated_recovery_keeps_effective_training_time_around_ninety_percent() -> None:
@@ -168,12 +168,12 @@ def test_no_faults_no_losses_but_the_cost_of_periodic_certification() -> None:
 
 
 def test_a_silent_slow_node_drags_the_job_at_its_speed_until_bisection_finds_it() -> None:
-    # one node, slowed within minutes: the job runs at 85% of its speed for the whole period
-    rates = table(classes=one_class("silent-slow", count=1e7))
+    # one node, slowed within minutes, nobody looking: the job runs at 85% of its speed for the whole period
+    rates = table(classes=one_class("silent-slow", count=1e7, detectMinutes=None))
     alone = simulate_run(rates, "remediate", nodes=1, gpus_per_node=8, days=30, seed=0)
     assert alone.goodput == pytest.approx(0.85, abs=0.002) and alone.effective_training_time == 1.0
 
-    rates = table(classes=one_class("silent-slow", count=40))
+    rates = table(classes=one_class("silent-slow", count=40, detectMinutes=None, certifyMiss=0))
     runs = {p: simulate_run(rates, p, nodes=512, gpus_per_node=8, days=30, seed=1) for p in POLICIES}
     for policy in ("none", "taint", "remediate"):
         run = runs[policy]
@@ -186,15 +186,23 @@ def test_a_silent_slow_node_drags_the_job_at_its_speed_until_bisection_finds_it(
     assert full.goodput > runs["remediate"].goodput
 
 
-def test_recertification_catches_a_repair_that_did_not_fix() -> None:
-    repairs = {"unfixedFraction": 1.0, "recurrenceHours": 6}
-    rates = table(classes=one_class("gpu", count=1480), repairs=repairs)
-    remediate = simulate_run(rates, "remediate", nodes=64, gpus_per_node=8, days=30, seed=3)
-    full = simulate_run(rates, "full", nodes=64, gpus_per_node=8, days=30, seed=3)
-    # without recertification every repaired node returns broken and fails the job once more
-    assert remediate.interruptions > 1.5 * remediate.faults["gpu"] / 2
-    assert full.interruptions == full.faults["gpu"]
-    assert full.lost_gpu_hours["repair"] > remediate.lost_gpu_hours["repair"]
+@pytest.mark.parametrize(("recurrence_hours", "caught"), [(0.25, 0.98), (24.0, 0.04)])
+def test_recertification_catches_a_repair_that_did_not_fix_if_the_fault_strikes_during_the_test(
+    recurrence_hours: float, caught: float
+) -> None:
+    """A 60-minute test catches a fault that comes back within it: 1 - exp(-1 h / recurrence)."""
+
+    def faults(policy: str, unfixed: float) -> int:
+        repairs = {"unfixedFraction": unfixed, "recurrenceHours": recurrence_hours}
+        rates = table(classes=one_class("gpu", count=1480), repairs=repairs)
+        return simulate_run(rates, policy, nodes=64, gpus_per_node=8, days=60, seed=3).faults["gpu"]
+
+    # every repair leaves its fault: without recertification each comes back once; with it, those the
+    # test did not catch (the draws are the seed's whatever the fraction, so a run where every repair
+    # fixes gives the faults that are no recurrence)
+    again = {policy: faults(policy, 1.0) - faults(policy, 0.0) for policy in ("remediate", "full")}
+    assert again["remediate"] > 50
+    assert abs(again["full"] / again["remediate"] - (1 - caught)) < 0.15, again
 
 
 def test_the_agent_saves_the_detection_time_of_the_faults_it_sees() -> None:
@@ -346,7 +354,8 @@ def test_remediations_gain_over_taint_grows_as_spares_shrink_by_the_nodes_it_kee
     none, spared = _spares(0, rigid), _spares(32, rigid)
     out = {p: none[p].nodes_out.mean for p in ("taint", "remediate")}
     assert 17 < out["taint"] < 23 and 3 < out["remediate"] < 6
-    assert spared["taint"].nodes_out.mean == out["taint"]  # spares change what a node out costs, not how many
+    # spares change what a node out costs, not how many are out
+    assert spared["taint"].nodes_out.mean == pytest.approx(out["taint"], rel=0.02)
     gain = {n: r["remediate"].goodput.mean - r["taint"].goodput.mean for n, r in ((0, none), (32, spared))}
     assert abs(gain[32]) < 0.005  # taint has more than 32 nodes out now and then
     assert gain[0] > gain[32] + 0.002
@@ -382,7 +391,7 @@ def test_a_fleet_without_room_for_one_replica_is_refused() -> None:
 
 def test_expected_faults_scale_with_the_fleet_and_the_period() -> None:
     small = simulate(load_rates(), nodes=512, gpus_per_node=8, days=27, seeds=1)
-    assert small.expected_interruptions == pytest.approx(419 / 8, abs=1e-3)
+    assert small.expected_interruptions == pytest.approx(466 / 8, abs=1e-3)
     assert small.expected_slow_nodes == pytest.approx(3.7 / 8, abs=1e-3)
 
 
@@ -497,9 +506,10 @@ def test_every_xid_an_agent_class_names_is_one_the_agent_acts_on() -> None:
 
 
 def test_goodput_is_scheduling_times_runtime_times_program_and_each_policy_moves_its_factor() -> None:
-    """Google's split of ML goodput: every loss kind in one factor, the product the goodput; the agent
-    (taint) wins runtime (detection), automated repair (remediate) scheduling (nodes back sooner),
-    certification with bisection (full) program (slow nodes found)."""
+    """Google's split of ML goodput: every loss kind in one factor, the product the goodput. The agent
+    (taint) wins runtime (detection in minutes), automated repair (remediate) scheduling (nodes back in
+    hours), recertification and certification (full) runtime again (silent corruption found in 45
+    minutes, not 4 hours), and hardly program: a slow node is found by hand within a day anyway."""
     assert sorted(kind for kinds in FACTORS.values() for kind in kinds) == sorted(LOSS_KINDS)
     policies = by_policy(published())
     for policy in policies.values():
@@ -509,4 +519,61 @@ def test_goodput_is_scheduling_times_runtime_times_program_and_each_policy_moves
     factor = {name: {f: p.factors[f].mean for f in FACTORS} for name, p in policies.items()}
     assert factor["taint"]["runtime"] > factor["none"]["runtime"] + 0.1
     assert factor["remediate"]["scheduling"] > factor["taint"]["scheduling"] + 0.003
-    assert factor["full"]["program"] > factor["remediate"]["program"] + 0.05
+    assert factor["full"]["runtime"] > factor["remediate"]["runtime"] + 0.003
+    assert abs(factor["full"]["program"] - factor["remediate"]["program"]) < 0.01
+    assert factor["none"]["program"] < 1
+
+
+def test_silent_data_corruption_throws_away_every_step_since_it_struck() -> None:
+    kwargs: dict[str, Any] = {"nodes": 64, "gpus_per_node": 8, "days": 60, "seed": 2}
+    corrupts = simulate_run(table(classes=one_class("sdc", count=1480)), "remediate", **kwargs)
+    fails = simulate_run(table(classes=one_class("sdc", count=1480, effect="fails")), "remediate", **kwargs)
+    assert corrupts.faults == fails.faults
+    # found after 4 hours: the job ran on for them (no detection stop) and all of it is rework, up to
+    # 4 h 15 min of the whole job per fault (less where two overlap or the job was down when it struck)
+    assert corrupts.lost_gpu_hours["detection"] == 0 < fails.lost_gpu_hours["detection"]
+    per_fault = corrupts.lost_gpu_hours["rework"] / corrupts.interruptions / (64 * 8)
+    assert 3.0 < per_fault < 4.0 + 15 / 60
+    assert (
+        corrupts.lost_gpu_hours["rework"]
+        > fails.lost_gpu_hours["rework"] + fails.lost_gpu_hours["detection"] / 2
+    )
+
+
+def test_planned_maintenance_checkpoints_first_and_loses_only_the_restart() -> None:
+    planned = [
+        {
+            "name": "planned",
+            "title": "Planned",
+            "category": "Planned",
+            "count": 4700,
+            "seenBy": "job",
+            "atFault": "none",
+            "effect": "planned",
+            "detectMinutes": dict.fromkeys(POLICIES, 0),
+        }
+    ]
+    run = simulate_run(table(classes=planned), "taint", nodes=64, gpus_per_node=8, days=30, seed=1)
+    assert run.interruptions > 50 and run.interruptions - 2 <= run.restarts <= run.interruptions
+    assert run.lost_gpu_hours["rework"] == 0 == run.lost_gpu_hours["detection"]
+    assert run.lost_gpu_hours["restart"] == pytest.approx(run.interruptions * 10 / 60 * 64 * 8, rel=0.05)
+
+
+def test_a_slow_node_is_found_by_hand_within_a_day_and_certification_can_miss_it() -> None:
+    kwargs: dict[str, Any] = {"nodes": 512, "gpus_per_node": 8, "days": 30, "seed": 1}
+    unseen = simulate_run(
+        table(classes=one_class("silent-slow", count=40, detectMinutes=None)), "taint", **kwargs
+    )
+    by_hand = simulate_run(table(classes=one_class("silent-slow", count=40)), "taint", **kwargs)
+    assert unseen.slow_nodes_found == 0 < by_hand.slow_nodes_found
+    # about a day at 85% per slow node, against the rest of the period from the first
+    assert by_hand.lost_gpu_hours["slow"] < unseen.lost_gpu_hours["slow"] / 2
+    missed = table(classes=one_class("silent-slow", count=40, detectMinutes=None, certifyMiss=1.0))
+    assert simulate_run(missed, "full", **kwargs).slow_nodes_found == 0
+
+
+def test_a_mistake_in_an_effect_is_named() -> None:
+    with pytest.raises(ValueError, match="planned maintenance is a fault of no node"):
+        table(classes=one_class("gpu", effect="planned"))
+    with pytest.raises(ValueError, match="certifyMiss is for classes seen only by bisection"):
+        table(classes=one_class("gpu", certifyMiss=0.5))
