@@ -107,12 +107,18 @@ class PolicySettings(Camel):
         certify_every_hours: periodic certification of the whole job with bisection (finds slow nodes),
             at most once an hour.
         certify_minutes: how long the job stands still for it (a restart follows).
+        false_alarms_per_1000_node_days: healthy nodes the policy's own checks take out (an agent's
+            threshold, a flaky test), per 1,000 node-days.
+        false_alarm_hours: how long such a node is out before it is back (triage, or an automated repair
+            that finds nothing; recertification is added where the policy recertifies).
     """
 
     recertify: bool = False
     recertify_minutes: Figure = Field(0.0, ge=0)
     certify_every_hours: Figure | None = Field(None, ge=1)
     certify_minutes: Figure = Field(0.0, ge=0)
+    false_alarms_per_1000_node_days: Figure = Field(0.0, ge=0)
+    false_alarm_hours: Figure = Field(0.0, ge=0)
 
 
 class Policies(Camel):

@@ -53,10 +53,18 @@ from pydantic import Field
 
 from steps.errors import InputError
 from steps.models import Frozen
-from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, POLICIES, FaultRates, Policy
+from steps.sentinel.goodput.rates import (
+    MIN_CHECKPOINT_MINUTES,
+    POLICIES,
+    FaultClass,
+    FaultRates,
+    PerPolicy,
+    Policy,
+)
 
 __all__ = [
     "FACTORS",
+    "FALSE_ALARM",
     "LOSS_KINDS",
     "UNCLASSED",
     "BestSpares",
@@ -229,9 +237,62 @@ def expected_faults(rates: FaultRates, nodes: int, gpus_per_node: int, days: flo
     return {fault.name: rates.per_gpu_hour(fault) * gpu_hours for fault in rates.classes}
 
 
-def _draw(rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed: int) -> list[_Fault]:
+#: The class a policy's false alarms are booked to (:func:`_with_false_alarms`).
+FALSE_ALARM = "false-alarm"
+
+
+def _with_false_alarms(rates: FaultRates) -> FaultRates:
+    """``rates`` with a class for the policies' false alarms, when any policy has them: a healthy node
+    taken out by the agent (found at once), out for the policy's ``falseAlarmHours``; drawn by
+    :func:`_draw` at each policy's own rate, not from the class's count.
+
+    Raises:
+        InputError: the table already has a class of that name.
+    """
+    policies = [rates.policies.of(p) for p in POLICIES]
+    if not any(p.false_alarms_per_1000_node_days for p in policies):
+        return rates
+    if any(c.name == FALSE_ALARM for c in rates.classes):
+        raise InputError(f"the rate table's class {FALSE_ALARM!r} is the name of the policies' false alarms")
+    alarm = FaultClass(
+        name=FALSE_ALARM,
+        title="A healthy node taken out (a false alarm)",
+        category="False alarm",
+        count=0,
+        seen_by="agent",
+        at_fault="node",
+        detect_minutes=PerPolicy(**dict.fromkeys(POLICIES, 0.0)),
+        repair_hours=PerPolicy(**{p: rates.policies.of(p).false_alarm_hours for p in POLICIES}),
+    )
+    return rates.model_copy(update={"classes": [*rates.classes, alarm]})
+
+
+def _false_alarms(
+    rates: FaultRates, policy: Policy, nodes: int, hours: float, seed: int, cls: int
+) -> list[_Fault]:
+    """The policy's false alarms: one stream at the highest policy's rate, each alarm kept by a policy
+    with the chance of its own rate over that one, so every policy meets the same alarms, thinned."""
+    rates_of = {p: rates.policies.of(p).false_alarms_per_1000_node_days for p in POLICIES}
+    top = max(rates_of.values())
+    rng = random.Random(f"dsx-goodput/{seed}/{FALSE_ALARM}")
+    per_hour = top / 1000 / 24 * nodes
+    alarms: list[_Fault] = []
+    clock = 0.0
+    while per_hour > 0:
+        clock += rng.expovariate(per_hour)
+        if clock >= hours:
+            break
+        node, keep = rng.randrange(nodes), rng.random()
+        if keep < rates_of[policy] / top:
+            alarms.append(_Fault(clock, cls, node, False, 0.0))
+    return alarms
+
+
+def _draw(
+    rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed: int, policy: Policy
+) -> list[_Fault]:
     """The faults of one seed, every class from its own stream (adding a class leaves the others as
-    they were), in time order."""
+    they were), and the policy's false alarms, in time order."""
     faults: list[_Fault] = []
     for index, fault in enumerate(rates.classes):
         per_hour = rates.per_gpu_hour(fault) * nodes * gpus_per_node
@@ -248,6 +309,9 @@ def _draw(rates: FaultRates, nodes: int, gpus_per_node: int, hours: float, seed:
             unfixed = rng.random() < rates.repairs.unfixed_fraction
             recur = rng.expovariate(1.0 / rates.repairs.recurrence_hours)
             faults.append(_Fault(clock, index, node, unfixed, recur, later.random()))
+    names = [fault.name for fault in rates.classes]
+    if FALSE_ALARM in names:
+        faults += _false_alarms(rates, policy, nodes, hours, seed, names.index(FALSE_ALARM))
     faults.sort(key=lambda f: (f.time, f.cls, f.node))
     return faults
 
@@ -567,6 +631,7 @@ def simulate_run(
     """
     hours = days * 24.0
     replica = _replica(rates, nodes, spares, replica_nodes)
+    rates = _with_false_alarms(rates)
     run = _Run(
         rates=rates,
         policy=policy,
@@ -581,7 +646,7 @@ def simulate_run(
         elastic=rates.job.elastic,
         sweeps=random.Random(f"dsx-goodput/{seed}/sweeps"),
     )
-    for drawn in _draw(rates, nodes, gpus_per_node, hours, seed):
+    for drawn in _draw(rates, nodes, gpus_per_node, hours, seed, policy):
         run.push(drawn.time, _ARRIVAL, drawn.node, drawn)
     every = rates.policies.of(policy).certify_every_hours
     if every is not None:
@@ -708,6 +773,7 @@ def simulate(
     """
     seed_list = list(range(seed, seed + seeds))
     replica = _replica(rates, nodes, spares, replica_nodes)
+    booked = _with_false_alarms(rates)  # the classes losses are booked to
 
     def runs_of(policy: Policy, spare_nodes: int) -> list[RunResult]:
         return [
@@ -748,7 +814,9 @@ def simulate(
                 best_spares=best,
                 useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
                 lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},
-                lost_by_class={c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in rates.classes},
+                lost_by_class={
+                    c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in booked.classes
+                },
                 runs=runs,
             )
         )

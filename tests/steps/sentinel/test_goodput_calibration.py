@@ -37,6 +37,8 @@ def _software(per_hour: float, nodes: int, detect_minutes: float, restart_minute
     fault["detectMinutes"] = dict.fromkeys(("none", "taint", "remediate", "full"), detect_minutes)
     data["classes"] = [fault]
     data["job"] = {**data["job"], "restartMinutes": restart_minutes, "replicaNodes": 1}
+    for settings in data["policies"].values():  # one class alone: no false alarms beside it
+        settings.pop("falseAlarmsPer1000NodeDays", None)
     return FaultRates.model_validate(data)
 
 

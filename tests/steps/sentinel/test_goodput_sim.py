@@ -17,6 +17,7 @@ from steps.errors import InputError
 from steps.sentinel.goodput.rates import POLICIES, FaultRates, default_rates_path, load_rates
 from steps.sentinel.goodput.simulate import (
     FACTORS,
+    FALSE_ALARM,
     LOSS_KINDS,
     UNCLASSED,
     SimulationReport,
@@ -38,9 +39,12 @@ def shipped() -> dict[str, Any]:
 
 def table(**changes: Any) -> FaultRates:
     """The shipped table with top-level sections changed (``classes=[...]`` replaces the classes), its job
-    in replicas of one node (the tests of one mechanism run on fleets smaller than a replica)."""
+    in replicas of one node and its policies without false alarms (the tests of one mechanism run on
+    fleets smaller than a replica, and count the interruptions of their own faults)."""
     data = copy.deepcopy(shipped())
     data["job"]["replicaNodes"] = 1
+    for settings in data["policies"].values():
+        settings.pop("falseAlarmsPer1000NodeDays", None)
     data.update(changes)
     return FaultRates.model_validate(data)
 
@@ -99,8 +103,17 @@ def test_a_seed_repeats_a_run_exactly_and_another_seed_changes_it() -> None:
 def test_every_policy_meets_the_same_faults_of_a_seed() -> None:
     report = published()
     # taint and none handle faults alike but for detection and repair times: the same faults strike
+    # (taint's agent also raises false alarms, which none has no agent to raise)
     policies = by_policy(report)
-    assert [r.faults for r in policies["none"].runs] == [r.faults for r in policies["taint"].runs]
+
+    def faults(policy: str) -> list[dict[str, int]]:
+        return [{k: v for k, v in r.faults.items() if k != FALSE_ALARM} for r in policies[policy].runs]
+
+    assert faults("none") == faults("taint")
+    assert all(r.faults[FALSE_ALARM] == 0 for r in policies["none"].runs)
+    # policies with the same false-alarm rate meet the same alarms (but those on a node already out)
+    for taint, remediate in zip(policies["taint"].runs, policies["remediate"].runs, strict=True):
+        assert abs(taint.faults[FALSE_ALARM] - remediate.faults[FALSE_ALARM]) <= 2
 
 
 def test_useful_and_lost_hours_add_up_to_the_fleets_hours_for_every_policy_and_seed() -> None:
@@ -577,3 +590,34 @@ def test_a_mistake_in_an_effect_is_named() -> None:
         table(classes=one_class("gpu", effect="planned"))
     with pytest.raises(ValueError, match="certifyMiss is for classes seen only by bisection"):
         table(classes=one_class("gpu", certifyMiss=0.5))
+
+
+def test_a_false_alarm_takes_a_healthy_node_out_and_restarts_the_job_without_it() -> None:
+    policies = copy.deepcopy(shipped()["policies"])
+    policies["taint"].update(falseAlarmsPer1000NodeDays=2, falseAlarmHours=24)
+    policies["remediate"].update(falseAlarmsPer1000NodeDays=1, falseAlarmHours=2)
+    rates = table(classes=one_class("gpu", count=0), policies=policies)
+    kwargs: dict[str, Any] = {"nodes": 256, "gpus_per_node": 8, "days": 60, "seed": 4}
+    runs = {p: simulate_run(rates, p, **kwargs) for p in ("none", "taint", "remediate")}
+    assert runs["none"].faults.get(FALSE_ALARM, 0) == 0 and runs["none"].goodput == 1.0
+    taint, remediate = runs["taint"], runs["remediate"]
+    # 2 per 1,000 node-days over 15,360 node-days: about 31; remediation keeps about half of them
+    assert 15 < taint.faults[FALSE_ALARM] < 50
+    assert 0.3 < remediate.faults[FALSE_ALARM] / taint.faults[FALSE_ALARM] < 0.7
+    assert taint.interruptions == taint.faults[FALSE_ALARM]
+    # each costs its node for a day under taint, two hours under remediation, and a restart of the job
+    per_alarm = {
+        p: r.lost_gpu_hours["repair"] / r.faults[FALSE_ALARM] / 8 for p, r in runs.items() if p != "none"
+    }
+    assert per_alarm["taint"] == pytest.approx(24, rel=0.05) and per_alarm["remediate"] == pytest.approx(
+        2, rel=0.05
+    )
+    assert taint.lost_by_class[FALSE_ALARM] > taint.lost_gpu_hours["repair"]  # the restarts and rework too
+
+
+def test_a_rate_table_may_not_name_a_class_as_the_false_alarms() -> None:
+    clash = one_class("gpu")
+    clash[0]["name"] = FALSE_ALARM
+    rates = table(classes=clash, policies=shipped()["policies"])  # the shipped policies have false alarms
+    with pytest.raises(InputError, match="is the name of the policies' false alarms"):
+        simulate_run(rates, "taint", nodes=8, gpus_per_node=8, days=1, seed=0)
