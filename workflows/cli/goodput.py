@@ -439,7 +439,7 @@ def simulate_cmd(
         emit(sweep_checkpoint(table, **common), output, _sweep_table)
         return
     candidates = spare_candidates(nodes, replica) if best_spares else []
-    report = simulate(table, checkpoint_minutes=checkpoint_minutes, spare_candidates=candidates, **common)
+    report = simulate(table, checkpoint_minutes=checkpoint_minutes, spare_counts=candidates, **common)
     emit(report, output, _table)
 
 

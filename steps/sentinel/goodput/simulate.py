@@ -361,7 +361,7 @@ class _Run:
     """Nodes out for a repair that will not fix their fault, and that fault."""
     corrupt_since: tuple[float, float] | None = None
     """Useful GPU-hours and training hours when silent data corruption began, until it is found."""
-    sweeps: random.Random = field(default_factory=random.Random)
+    sweeps: random.Random = field(default_factory=lambda: random.Random(0))
     """Whether a periodic certification misses a slow node: seeded per run."""
 
     def __post_init__(self) -> None:
@@ -451,8 +451,7 @@ class _Run:
             self._book("slow", slow_cls, (1.0 - speed) * in_gpus * (end - self.now))
             self._book_idle(used, end - self.now)
             self.unsaved_gpuh += speed * in_gpus * (end - self.now)
-            if used:
-                self.unsaved_h += end - self.now
+            self.unsaved_h += end - self.now
             self.now = end
             if self.now >= self.train_until:
                 if self.save_h > 0:
@@ -748,7 +747,7 @@ def simulate(
     checkpoint_save_seconds: float | None = None,
     spares: int = 0,
     replica_nodes: int | None = None,
-    spare_candidates: Sequence[int] = (),
+    spare_counts: Sequence[int] = (),
     label: str = "",
 ) -> SimulationReport:
     """Every policy over seeds ``seed`` .. ``seed + seeds - 1``, side by side.
@@ -765,7 +764,7 @@ def simulate(
         checkpoint_save_seconds: how long a checkpoint's save stops the job (default: the table's).
         spares: nodes the job leaves for replacements.
         replica_nodes: nodes of one data-parallel replica (default: the table's).
-        spare_candidates: spare counts to try for each policy's best (:func:`spare_candidates`).
+        spare_counts: spare counts to try for each policy's best (:func:`spare_candidates`).
         label: how the report names the table (its file).
 
     Raises:
@@ -797,8 +796,8 @@ def simulate(
     for policy in POLICIES:
         runs = runs_of(policy, spares)
         best: BestSpares | None = None
-        if spare_candidates:
-            tried = {n: Spread.of([r.goodput for r in runs_of(policy, n)]) for n in spare_candidates}
+        if spare_counts:
+            tried = {n: Spread.of([r.goodput for r in runs_of(policy, n)]) for n in spare_counts}
             chosen = max(tried, key=lambda n: (tried[n].mean, -n))
             best = BestSpares(spares=chosen, goodput=tried[chosen])
         results.append(

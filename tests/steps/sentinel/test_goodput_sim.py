@@ -384,7 +384,7 @@ def test_a_rigid_job_needs_about_a_replica_of_spares_under_remediation_and_more_
         rates,
         seed=0,
         seeds=2,
-        spare_candidates=spare_candidates(2048, 16),
+        spare_counts=spare_candidates(2048, 16),
         nodes=2048,
         gpus_per_node=8,
         days=54,
