@@ -19,6 +19,7 @@ from pydantic import Field
 from steps.errors import InputError
 from steps.models import Frozen, read_model
 from steps.sentinel.events import CHECKS, Action, Severity
+from steps.sentinel.history import FaultHistory, load_history
 
 __all__ = [
     "CatalogueEntry",
@@ -100,6 +101,7 @@ class FaultOverrides(Frozen):
         modes: check to mode (``enforce``, ``observe``, ``off``).
         entries: per check and code, a new severity, action or threshold; for ``xid`` and ``sxid`` a
             code the catalogue lacks is added.
+        history: the fault history rules, in place of the shipped ones (``recipes/faults/history.yaml``).
     """
 
     apiVersion: Literal["dsx.dev/v1alpha1"]
@@ -107,6 +109,7 @@ class FaultOverrides(Frozen):
     cluster: str = ""
     modes: dict[str, Mode] = Field(default_factory=dict)
     entries: list[_Override] = Field(default_factory=list)
+    history: FaultHistory | None = None
 
 
 class CatalogueEntry(Frozen):
@@ -139,7 +142,10 @@ class FaultCatalogue:
         modes: dict[str, Mode],
         defaults: dict[str, CatalogueEntry],
         by_message: dict[str, list[_MessageRule]],
+        history: FaultHistory | None = None,
     ) -> None:
+        self.history = history or FaultHistory()
+        """The fault history rules in force (:mod:`steps.sentinel.history`)."""
         self._entries = entries
         self._thresholds = thresholds
         self._modes = modes
@@ -249,16 +255,13 @@ def load_catalogue(folder: Path | None = None, overrides: Path | None = None) ->
         ),
     }
     modes: dict[str, Mode] = dict(conditions.modes)
+    history = load_history(where / "history.yaml") if (where / "history.yaml").exists() else FaultHistory()
     if overrides is not None:
-        _apply(
-            read_model(overrides, FaultOverrides, what="FaultOverrides"),
-            overrides,
-            entries,
-            thresholds,
-            modes,
-        )
+        changes = read_model(overrides, FaultOverrides, what="FaultOverrides")
+        _apply(changes, overrides, entries, thresholds, modes)
+        history = changes.history or history
     by_message = {f"xid/{code}": rules for code, rules in xids.by_message.items()}
-    return FaultCatalogue(entries, thresholds, modes, defaults, by_message)
+    return FaultCatalogue(entries, thresholds, modes, defaults, by_message, history)
 
 
 def _apply(

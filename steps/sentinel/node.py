@@ -91,10 +91,11 @@ class Sentinel:
     """The NVML wait in flight (set once it returned)."""
 
     def snapshot(self) -> dict[str, object]:
-        """The state file's parts: the agent's, the kernel log's and NVML's XIDs."""
+        """The state file's parts: the agent's, the kernel log's, the XID history's and NVML's XIDs."""
         parts: dict[str, object] = {"agent": self.agent.snapshot()}
         if self.probes.kernel_log is not None:
             parts["kernel_log"] = self.probes.kernel_log.snapshot()
+            parts["xid_history"] = self.probes.xid_history.snapshot()
         if self.nvml is not None:
             parts["nvml_xids"] = {str(i): list(x) for i, x in sorted(self.nvml.xids.items())}
         return parts
@@ -114,6 +115,14 @@ class Sentinel:
         log = self.probes.kernel_log
         if log is not None and isinstance(data.get("kernel_log"), dict):
             log.restore(data["kernel_log"])
+            if isinstance(data.get("xid_history"), dict):
+                try:
+                    self.probes.xid_history.restore(data["xid_history"])
+                except ValueError as exc:
+                    print(
+                        f"warning: sentinel: state {self.state.path}: XID history ignored: {exc}",
+                        file=sys.stderr,
+                    )
         xids = data.get("nvml_xids")
         if self.nvml is not None and isinstance(xids, dict):
             try:

@@ -23,6 +23,7 @@ from steps.cluster.health import GpuReport, NicReport, NodeHealthSource, NodeRep
 from steps.errors import InputError
 from steps.sentinel.catalogue import FaultCatalogue
 from steps.sentinel.events import CHECKS, HealthEvent, severity_rank
+from steps.sentinel.history import XidHistory
 from steps.sentinel.kernel_log import KernelLog, KernelXid, normalise_pci
 from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
 
@@ -383,6 +384,8 @@ class NodeProbes:
         self.nics = nics
         self.nic_scope = NicScope(fabric_nics)
         self.report: NodeReport | None = None
+        self.xid_history = XidHistory(catalogue.history.xid)
+        """The kernel log's XID lines per GPU over time, for the catalogue's history rules."""
 
     def probes(self) -> list[Probe]:
         """The probes in the order a pass runs them: kernel log, GPUs (with XIDs), NICs."""
@@ -458,8 +461,24 @@ class NodeProbes:
         return [
             nvml_reading,
             *gpu_events(self.report, self.catalogue, now, self._expected()),
-            *xid_events(self.report, kernel, self.catalogue, now),
+            *self._with_history(self.report, xid_events(self.report, kernel, self.catalogue, now), now),
         ]
+
+    def _with_history(
+        self, report: NodeReport, events: list[HealthEvent], now: dt.datetime
+    ) -> list[HealthEvent]:
+        """The XID readings as the history rules make them (an XID harmless once, seen on one GPU over
+        and over), from the kernel log's count of lines per GPU and code."""
+        if self.kernel_log is None or not self.xid_history.rules:
+            return events
+        at = now.timestamp()
+        self.xid_history.observe(self.kernel_log.seen, at)
+        pci_of = {g.uuid: normalise_pci(g.pci_bus_id) for g in report.gpus if g.pci_bus_id}
+
+        def pci(entity: str) -> str | None:
+            return entity[4:] if entity.startswith("PCI:") else pci_of.get(entity)
+
+        return [self.xid_history.escalate(e, pci(e.entity), at) for e in events]
 
     def _nics(self) -> list[HealthEvent]:
         if self.nics is not None:

@@ -26,8 +26,10 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,9 +41,11 @@ from steps.errors import DsxError, InputError
 from steps.models import input_error
 from steps.outputs import write_params
 from steps.sentinel import ledger
+from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
 from steps.sentinel.events import HealthEvent, condition_reading
+from steps.sentinel.history import LemonRule
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
 from steps.sentinel.recertify import NO_VERDICT
 from steps.sentinel.standing import SUPERSEDED, standing
@@ -90,6 +94,30 @@ class RemediationCancelled(DsxError):
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _returns_within(history: list[ledger.Entry], days: float, now: dt.datetime) -> list[ledger.Entry]:
+    """The remediations of a node's ledger ``history`` that returned it to service within ``days`` of
+    ``now``: their ``in-service`` entries, one per workflow."""
+    start = now - dt.timedelta(days=days)
+    returns: dict[str, ledger.Entry] = {}
+    for entry in history:
+        if entry.state != ledger.IN_SERVICE:
+            continue
+        try:
+            at = changes.parse_time(entry.at)
+        except ValueError:
+            continue
+        if at >= start:
+            returns.setdefault(entry.workflow or entry.at, entry)
+    return list(returns.values())
+
+
+def _lemon_rule() -> LemonRule | None:
+    """The fault history's lemon rule: the shipped one, or the cluster's overrides' where this pod is
+    given them (:data:`~steps.cluster.vocabulary.ENV_SENTINEL_OVERRIDES`, as the agent is)."""
+    overrides = os.environ.get(vocab.ENV_SENTINEL_OVERRIDES)
+    return load_catalogue(overrides=Path(overrides) if overrides else None).history.lemon
 
 
 def _condition(check: str) -> str:
@@ -420,6 +448,22 @@ def guard(
     if changed >= settings.max_attempts:
         write_params(proceed="false")
         why = f"{changed} remediation attempts since it was last in service (limit {settings.max_attempts})"
+        _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
+        _escalate(port, node, workflow_name, check, why)
+    lemon = _lemon_rule()
+    returned = _returns_within(history, lemon.within_days, _now()) if lemon is not None else []
+    if lemon is not None and len(returned) >= lemon.count:
+        why = (
+            f"remediated {len(returned)} times within {lemon.within_days:g} days (history rule lemon, "
+            f"limit {lemon.count}): replace it rather than repair it again"
+        )
+        write_params(proceed="false")
+        if dry_run:
+            detail = f"dry run: would escalate: {why}"
+            ledger.record(
+                port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail
+            )
+            return f"{node}: {detail}"
         _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     if dry_run:

@@ -102,6 +102,43 @@ def test_a_kern_log_gives_only_this_boots_xids(tmp_path: Path) -> None:
     assert condition.status == "True" and "GPU 2" in condition.message and "GPU 0" not in condition.message
 
 
+def _append(node: Node, code: int, times: int, pci: str = "0000:58:00") -> None:
+    with node.log.open("a") as handle:
+        for i in range(times):
+            handle.write(_xid(time.time(), pci, code, 3600.0 + i) + "\n")
+
+
+def _xid13(result: Any) -> list[HealthEvent]:
+    return [e for e in result.changed if e.check == "xid" and e.code == "13"]
+
+
+def test_an_application_xid_over_and_over_on_one_gpu_is_escalated_by_the_history_rule(tmp_path: Path) -> None:
+    """XID 13 (a graphics engine exception) is the application's, once; five times within ten minutes
+    on GPU 4 it is the GPU's: the rule of recipes/faults/history.yaml makes it fatal, reset-gpu."""
+    node = Node(tmp_path)
+    sentinel = node.agent()
+    sentinel.run_once()  # the first reading: GPU 2's XID 79 of this boot
+    _append(node, 13, 4)
+    (first,) = _xid13(sentinel.run_once())
+    assert (first.entity, first.severity, first.action) == ("GPU-fake-4", "info", "restart-app")
+    _append(node, 13, 1)
+    (fifth,) = _xid13(sentinel.run_once())
+    assert (fifth.entity, fifth.severity, fifth.action) == ("GPU-fake-4", "fatal", "reset-gpu")
+    assert "5 times within 10 min: history rule repeated-application-xid" in fifth.message
+    condition = node.port.get_node(NODE).condition("DsxGpuXid")
+    assert "history rule repeated-application-xid" in condition.message
+    # the count goes on across a restart of the agent in this boot (its state file)
+    restarted = node.agent()
+    assert restarted.probes.xid_history.lines_within("0000:58:00", 13, 600, time.time()) == 5
+
+
+def test_application_xids_already_in_the_log_when_the_agent_starts_escalate_nothing(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    _append(node, 13, 6)  # written before this agent (and its state) existed
+    (reading,) = _xid13(node.agent().run_once())
+    assert reading.severity == "info"
+
+
 def test_after_a_reboot_the_old_xid_is_not_reported_and_its_condition_clears(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.agent().run_once()

@@ -229,6 +229,43 @@ def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_
     assert ledger.changed_attempts(ledger.entries(port, "node-01")) == 0
 
 
+def test_a_node_remediated_three_times_in_thirty_days_is_escalated_for_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lemon rule of recipes/faults/history.yaml: three remediations that returned the node to
+    service within 30 days, and the fourth fault asks for its replacement instead of another repair."""
+    from steps.errors import DsxError
+    from steps.sentinel import remediate
+
+    port = _three_attempts(tmp_path, monkeypatch, "in-service")
+    with pytest.raises(DsxError, match=r"escalated: remediated 3 times within 30 days \(history rule lemon"):
+        remediate.guard("node-01", "xid", workflow_name="w4")
+    node = port.get_node("node-01")
+    assert node.labels[vocab.LABEL_STATE] == vocab.NodeState.escalated.value
+    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert node.unschedulable and node.has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+    assert (tmp_path / "out" / "params" / "proceed").read_text() == "false"
+
+
+def test_remediations_older_than_the_lemon_window_do_not_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steps.sentinel import remediate
+
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    port = SimCluster(FileStore(tmp_path / "fleet.json"))
+    now = dt.datetime.now(dt.UTC)
+    for attempt, days in ((1, 45), (2, 31), (3, 2)):
+        at = now - dt.timedelta(days=days)
+        for state in ("requested", "in-service"):
+            ledger.record(port, "node-01", state, workflow=f"w{attempt}", attempt=1, check="xid", now=at)
+    told = remediate.guard("node-01", "xid", workflow_name="w4")
+    assert told.startswith("node-01: remediation attempt 1 (")
+    assert (tmp_path / "out" / "params" / "proceed").read_text() == "true"
+
+
 @pytest.mark.story
 def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
     # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's

@@ -1,0 +1,175 @@
+"""Fault history: what a fault's repetition means, read from ``recipes/faults/history.yaml``.
+
+Two kinds of rule, both data (a cluster replaces them with the ``history`` of its overrides file):
+
+- **XID rules** (:class:`XidRule`): an XID harmless once (NVIDIA's catalogue buckets 13, 31 and 43 as
+  application errors or nothing to act on) seen on one GPU ``count`` times within ``withinMinutes`` escalates
+  that GPU's reading to the rule's severity and action. :class:`XidHistory` counts the kernel log's lines
+  of each XID per GPU over time, from the counts :class:`~steps.sentinel.kernel_log.KernelLog` keeps.
+- **The lemon rule** (:class:`LemonRule`): a node returned to service by ``count`` remediations within
+  ``withinDays`` days is escalated for replacement instead of being repaired again (applied by
+  ``dsx-remediate``'s guard, :func:`steps.sentinel.remediate.guard`, which reads the ledger).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from steps.models import Camel, read_model
+from steps.sentinel.events import Action, HealthEvent, Severity, severity_rank
+
+__all__ = [
+    "FaultHistory",
+    "LemonRule",
+    "XidHistory",
+    "XidRule",
+    "load_history",
+]
+
+
+class XidRule(Camel):
+    """XIDs ``codes`` on one GPU ``count`` times within ``within_minutes``: the reading becomes ``severity``
+    with ``action``."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    codes: list[int] = Field(min_length=1)
+    count: int = Field(ge=2)
+    within_minutes: float = Field(gt=0, le=7 * 24 * 60, allow_inf_nan=False)
+    severity: Severity
+    action: Action
+
+
+class LemonRule(Camel):
+    """A node returned to service by ``count`` remediations within ``within_days`` days is replaced."""
+
+    count: int = Field(ge=1)
+    within_days: float = Field(gt=0, le=366, allow_inf_nan=False)
+
+
+class FaultHistory(Camel):
+    """The history rules (kind ``FaultHistory``)."""
+
+    api_version: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
+    kind: Literal["FaultHistory"] = "FaultHistory"
+    xid: list[XidRule] = Field(default_factory=list)
+    lemon: LemonRule | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> FaultHistory:
+        names = [rule.name for rule in self.xid]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"XID rule {twice[0]!r} is listed twice")
+        return self
+
+
+def load_history(path: Path) -> FaultHistory:
+    """Read a history file.
+
+    Raises:
+        InputError: the file is missing, not YAML, or not a FaultHistory (file and line named).
+    """
+    return read_model(path, FaultHistory, what="FaultHistory")
+
+
+class XidHistory:
+    """What the agent remembers of each GPU's XID lines: for each ``(PCI address, code)`` a rule counts,
+    the count of lines so far at each pass that changed it, back to the longest window.
+
+    Counting starts at the agent's first pass in this boot (a restarted agent takes over the count
+    through its state file, :meth:`snapshot`): lines counted then were written before it watched and
+    never escalate; a GPU and code first counted at a later pass had none before it.
+    """
+
+    def __init__(self, rules: Sequence[XidRule]) -> None:
+        self.rules = list(rules)
+        self._span_s = max((rule.within_minutes for rule in self.rules), default=0.0) * 60
+        self._codes = {code for rule in self.rules for code in rule.codes}
+        self._seen: dict[tuple[str, int], collections.deque[tuple[float, int]]] = {}
+        self._last_pass: float | None = None
+
+    def observe(self, counts: Mapping[tuple[str, str, int], tuple[int, float, float]], now: float) -> None:
+        """Take in the kernel log's counts (``(kind, pci, code) -> (lines, first, last)``) at ``now``."""
+        for (kind, pci, code), (lines, _first, _last) in counts.items():
+            if kind != "xid" or code not in self._codes:
+                continue
+            seen = self._seen.get((pci, code))
+            if seen is None:
+                seen = self._seen[(pci, code)] = collections.deque()
+                if self._last_pass is not None:  # none of them before the last pass
+                    seen.append((self._last_pass, 0))
+            if not seen or seen[-1][1] != lines:
+                seen.append((now, lines))
+            while len(seen) > 1 and seen[1][0] <= now - self._span_s:
+                seen.popleft()  # the first observation at or before the longest window's start stays
+        self._last_pass = now
+
+    def lines_within(self, pci: str, code: int, seconds: float, now: float) -> int:
+        """Lines of XID ``code`` on the GPU at ``pci`` counted within the last ``seconds``."""
+        seen = self._seen.get((pci, code))
+        if not seen:
+            return 0
+        start = now - seconds
+        base = seen[0][1]
+        for at, lines in seen:
+            if at > start:
+                break
+            base = lines
+        return seen[-1][1] - base
+
+    def fired(self, pci: str, code: int, now: float) -> tuple[XidRule, int] | None:
+        """The first rule the GPU's lines of ``code`` meet, with their count in its window."""
+        for rule in self.rules:
+            if code in rule.codes:
+                lines = self.lines_within(pci, code, rule.within_minutes * 60, now)
+                if lines >= rule.count:
+                    return rule, lines
+        return None
+
+    def escalate(self, event: HealthEvent, pci: str | None, now: float) -> HealthEvent:
+        """``event`` (an XID reading of the GPU at ``pci``) as a rule it meets makes it, or as it is."""
+        if event.check != "xid" or event.healthy or pci is None or not event.code.isdigit():
+            return event
+        found = self.fired(pci, int(event.code), now)
+        if found is None:
+            return event
+        rule, lines = found
+        if severity_rank(rule.severity) <= severity_rank(event.severity):
+            return event
+        why = f"{lines} times within {rule.within_minutes:g} min: history rule {rule.name}"
+        return event.model_copy(
+            update={"severity": rule.severity, "action": rule.action, "message": f"{event.message} ({why})"}
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a restarted agent of the same boot needs to go on counting, as JSON-ready data."""
+        return {
+            "last_pass": self._last_pass,
+            "seen": [
+                [pci, code, [list(o) for o in seen]] for (pci, code), seen in sorted(self._seen.items())
+            ],
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Take over a :meth:`snapshot` of the same boot.
+
+        Raises:
+            ValueError: ``data`` is not such a snapshot.
+        """
+        try:
+            last = data.get("last_pass")
+            seen = {
+                (str(pci), int(code)): collections.deque(
+                    (float(at), int(lines)) for at, lines in observations
+                )
+                for pci, code, observations in data.get("seen", [])
+            }
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not an XID history snapshot: {exc}") from None
+        self._last_pass = float(last) if last is not None else None
+        self._seen = seen
