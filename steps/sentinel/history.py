@@ -20,12 +20,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from steps.models import Camel, read_model
+from steps.models import Camel, Frozen, read_model
 from steps.sentinel.events import Action, HealthEvent, Severity, severity_rank
 
 __all__ = [
     "FaultHistory",
     "LemonRule",
+    "NodeHistory",
+    "Returned",
+    "XidCount",
     "XidHistory",
     "XidRule",
     "load_history",
@@ -75,6 +78,45 @@ def load_history(path: Path) -> FaultHistory:
         InputError: the file is missing, not YAML, or not a FaultHistory (file and line named).
     """
     return read_model(path, FaultHistory, what="FaultHistory")
+
+
+class XidCount(Frozen):
+    """What a rule sees of one GPU's XID now: its lines within the rule's window against its count."""
+
+    pci: str
+    code: int
+    rule: str
+    within_minutes: float
+    lines: int
+    count: int
+    fired: bool
+
+
+class Returned(Frozen):
+    """A remediation that returned the node to service: when, and which workflow."""
+
+    at: str
+    workflow: str
+
+
+class NodeHistory(Frozen):
+    """What the history rules see of one node now (``dsx sentinel history``).
+
+    Attributes:
+        state_file: the agent's state file read for the XID counts (``""``: none of this boot).
+        xid: per GPU, code and rule, its lines within the rule's window.
+        returned: the remediations that returned the node to service within the lemon rule's window.
+        lemon: the lemon rule in force (``None``: none).
+        lemon_fired: whether the next remediation would be escalated for replacement instead.
+    """
+
+    node: str
+    boot_id: str
+    state_file: str
+    xid: list[XidCount]
+    returned: list[Returned]
+    lemon: LemonRule | None
+    lemon_fired: bool
 
 
 class XidHistory:
@@ -145,6 +187,27 @@ class XidHistory:
         return event.model_copy(
             update={"severity": rule.severity, "action": rule.action, "message": f"{event.message} ({why})"}
         )
+
+    def counts(self, now: float) -> list[XidCount]:
+        """For every GPU and code counted and every rule that counts it: its lines within the rule's
+        window at ``now`` and whether the rule fires."""
+        rows: list[XidCount] = []
+        for pci, code in sorted(self._seen):
+            for rule in self.rules:
+                if code in rule.codes:
+                    lines = self.lines_within(pci, code, rule.within_minutes * 60, now)
+                    rows.append(
+                        XidCount(
+                            pci=pci,
+                            code=code,
+                            rule=rule.name,
+                            within_minutes=rule.within_minutes,
+                            lines=lines,
+                            count=rule.count,
+                            fired=lines >= rule.count,
+                        )
+                    )
+        return rows
 
     def snapshot(self) -> dict[str, Any]:
         """What a restarted agent of the same boot needs to go on counting, as JSON-ready data."""

@@ -65,6 +65,7 @@ __all__ = [
     "repair_wait",
     "repaired",
     "request_repair",
+    "returns_within",
 ]
 
 OWNER = "sentinel"
@@ -96,7 +97,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _returns_within(history: list[ledger.Entry], days: float, now: dt.datetime) -> list[ledger.Entry]:
+def returns_within(history: list[ledger.Entry], days: float, now: dt.datetime) -> list[ledger.Entry]:
     """The remediations of a node's ledger ``history`` that returned it to service within ``days`` of
     ``now``: their ``in-service`` entries, one per workflow."""
     start = now - dt.timedelta(days=days)
@@ -451,7 +452,7 @@ def guard(
         _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
         _escalate(port, node, workflow_name, check, why)
     lemon = _lemon_rule()
-    returned = _returns_within(history, lemon.within_days, _now()) if lemon is not None else []
+    returned = returns_within(history, lemon.within_days, _now()) if lemon is not None else []
     if lemon is not None and len(returned) >= lemon.count:
         why = (
             f"remediated {len(returned)} times within {lemon.within_days:g} days (history rule lemon, "

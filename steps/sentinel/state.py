@@ -16,6 +16,8 @@ the host), holds:
 - ``kernel_log``: :meth:`steps.sentinel.kernel_log.KernelLog.snapshot` (the log's inode and offset, or
   ``/dev/kmsg``'s last sequence number, and the XIDs of this boot it kept).
 - ``nvml_xids``: the XIDs NVML's event set delivered, per GPU index.
+- ``xid_history``: :meth:`steps.sentinel.history.XidHistory.snapshot` (the kernel log's XID lines per GPU
+  and code over time, for the fault history's rules; ``dsx sentinel history`` reads it).
 
 A write goes to a temporary file in the same directory, is flushed to disk and renamed over the old one,
 so a crash leaves the old file or the new one, never half of one; a file that does not parse is said
@@ -60,8 +62,8 @@ class StateFile:
             print(f"warning: sentinel: state {self.path}: {text}", file=sys.stderr)
 
     def load(self) -> dict[str, Any] | None:
-        """What the agent of this node kept in this boot (the ``agent``, ``kernel_log`` and
-        ``nvml_xids`` parts), or ``None``: no file, another boot's or node's, or one that does not
+        """What the agent of this node kept in this boot (the ``agent``, ``kernel_log``, ``xid_history``
+        and ``nvml_xids`` parts), or ``None``: no file, another boot's or node's, or one that does not
         parse (said on stderr)."""
         try:
             text = self.path.read_text(encoding="utf-8")

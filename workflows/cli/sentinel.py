@@ -16,12 +16,17 @@ from steps.cluster import ClusterError, NotFoundError, connect
 from steps.cluster import vocabulary as vocab
 from steps.durations import parse_duration
 from steps.errors import InputError
+from steps.sentinel import ledger
 from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault, serve
 from steps.sentinel.budget import TaintBudget, TaintBudgetSettings, parse_daemonset
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
+from steps.sentinel.history import NodeHistory, Returned, XidHistory
+from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import build_probes, build_sentinel
 from steps.sentinel.policy import Breaker
 from steps.sentinel.probes import parse_fabric_nics
+from steps.sentinel.remediate import returns_within
+from steps.sentinel.state import StateFile
 from workflows.cli._reconcile import reconcile_cmd, reconcile_now
 from workflows.cli._signals import EXIT_TERMINATED
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, emit, print_table
@@ -372,6 +377,86 @@ def breaker_reset_cmd(
         raise typer.Exit(reconcile_now(cluster, by=f"dsx sentinel breaker reset --by {by.strip()}", err=True))
 
 
+def _history_table(h: NodeHistory) -> None:
+    source = h.state_file or "no state file of this boot (the agent keeps none, or has not run)"
+    print(f"{h.node}, boot {h.boot_id or '-'}: XID counts from {source}")
+    rows = [
+        [
+            x.pci,
+            x.code,
+            x.rule,
+            f"{x.lines} of {x.count} within {x.within_minutes:g} min",
+            "fired" if x.fired else "-",
+        ]
+        for x in h.xid
+    ]
+    if rows:
+        print_table(
+            "XID history (kernel-log lines per GPU and code)", ["GPU", "XID", "rule", "lines", ""], rows
+        )
+    else:
+        print("no XID a history rule counts")
+    if h.lemon is None:
+        print("no lemon rule")
+        return
+    verdict = "fired: the next remediation asks for its replacement" if h.lemon_fired else "not fired"
+    print(
+        f"remediations that returned it to service within {h.lemon.within_days:g} days: {len(h.returned)} "
+        f"of {h.lemon.count} (lemon rule {verdict})"
+    )
+    for r in h.returned:
+        print(f"  {r.at}  {r.workflow or '-'}")
+
+
+def history_cmd(
+    node: str = typer.Argument(..., help="The node."),
+    state_dir: Path | None = typer.Option(
+        None,
+        "--state-dir",
+        envvar=vocab.ENV_SENTINEL_STATE_DIR,
+        help="The agent's state directory on this node (default: none: no XID counts).",
+    ),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster spec (default $DSX_CLUSTER, kube)."),
+    overrides: Path | None = OVERRIDES_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Show what the fault history rules see of NODE now: from the agent's state file on this node,
+    the kernel log's XID lines per GPU and code within each rule's window, and which rule fired; from
+    the ledger, the remediations that returned it to service within the lemon rule's window. Run it on
+    the node (in its sentinel pod) for the XID counts."""
+
+    history = _catalogue(overrides).history
+    boot_id, state_file, counts = "", "", []
+    if state_dir is not None:
+        boot = Boot.read()
+        if boot is None:
+            raise InputError("--state-dir: this boot's id cannot be read (/proc/sys/kernel/random/boot_id)")
+        boot_id = boot.id
+        state = StateFile(state_dir, node, boot.id)
+        data = state.load()
+        if data is not None and isinstance(data.get("xid_history"), dict):
+            xids = XidHistory(history.xid)
+            try:
+                xids.restore(data["xid_history"])
+            except ValueError as exc:
+                raise InputError(f"{state.path}: {exc}") from None
+            state_file, counts = str(state.path), xids.counts(dt.datetime.now(dt.UTC).timestamp())
+    lemon = history.lemon
+    entries = ledger.entries(connect(cluster), node)
+    now = dt.datetime.now(dt.UTC)
+    returned = returns_within(entries, lemon.within_days, now) if lemon is not None else []
+    result = NodeHistory(
+        node=node,
+        boot_id=boot_id,
+        state_file=state_file,
+        xid=counts,
+        returned=[Returned(at=e.at, workflow=e.workflow) for e in returned],
+        lemon=lemon,
+        lemon_fired=lemon is not None and len(returned) >= lemon.count,
+    )
+    emit(result, output, _history_table)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``sentinel`` command group and its ``breaker`` and ``budget`` subgroups."""
     group = typer.Typer(
@@ -382,6 +467,7 @@ def register(app: typer.Typer) -> None:
     group.command("catalog")(catalog_cmd)
     group.command("probe")(probe_cmd)
     group.command("agent")(agent_cmd)
+    group.command("history")(history_cmd)
     group.command("reconcile")(reconcile_cmd)
     breaker = typer.Typer(
         name="breaker",

@@ -4,14 +4,23 @@ and refused with the file and line of a mistake."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import time
 from pathlib import Path
 
 import pytest
 
+from steps.cluster import shareable
+from steps.cluster.sim import FileStore, SimCluster
 from steps.errors import InputError
+from steps.sentinel import ledger
 from steps.sentinel.catalogue import default_faults_dir, load_catalogue
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.history import FaultHistory, XidHistory, XidRule, load_history
+from steps.sentinel.kernel_log import Boot
+from steps.sentinel.node import build_sentinel
+from tests.cli import dsx_here
+from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
 RULE = XidRule(
     name="repeated", codes=[13, 31], count=3, within_minutes=10, severity="fatal", action="reset-gpu"
@@ -107,3 +116,48 @@ def test_timestamps_of_readings_are_untouched_by_the_history() -> None:
     history.observe({}, 0)
     history.observe(_counts(5), 1)
     assert history.escalate(reading, PCI, 1).observed_at == reading.observed_at
+
+
+def test_dsx_sentinel_history_shows_the_counts_the_agent_keeps_and_the_lemon_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
+    port = SimCluster(FileStore(tmp_path / "fleet.json"))
+    for n in (1, 2, 3):
+        for state in ("requested", "in-service"):
+            ledger.record(port, "node-01", state, workflow=f"w{n}", attempt=1, check="xid")
+    this_boot = Boot.read()
+    assert this_boot is not None
+    log, state_dir = tmp_path / "kern.log", tmp_path / "state"
+    log.write_text("")
+    sentinel = build_sentinel(
+        port,
+        "node-01",
+        load_catalogue(),
+        source="nvml",
+        nvml_module=FakeNvml(gpus(8)),
+        sysfs="/nonexistent",
+        kernel_log=str(log),
+        state_dir=state_dir,
+        boot=Boot(this_boot.id, time.time() - 3600),
+    )
+    sentinel.run_once()
+    stamp = dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
+    with log.open("a") as handle:
+        for i in range(5):
+            handle.write(f"{stamp} gpu-7 kernel: [{3500 + i:12.6f}] NVRM: Xid (PCI:{PCI}): 13, pid=7\n")
+    sentinel.run_once()
+
+    args = ("sentinel", "history", "node-01", "--state-dir", str(state_dir), "--cluster", spec)
+    code, out, err = dsx_here(capsys, *args, "-o", "json")
+    assert code == 0, err
+    seen = json.loads(out)
+    assert seen["boot_id"] == this_boot.id and seen["state_file"].endswith("sentinel-state.json")
+    assert [(x["pci"], x["code"], x["lines"], x["fired"]) for x in seen["xid"]] == [(PCI, 13, 5, True)]
+    assert [r["workflow"] for r in seen["returned"]] == ["w1", "w2", "w3"] and seen["lemon_fired"] is True
+    code, table, _ = dsx_here(capsys, *args)
+    assert code == 0
+    assert "5 of 5 within 10 min" in table and "lemon rule fired" in table
+    # without the state directory: the ledger's part only
+    code, out, _ = dsx_here(capsys, "sentinel", "history", "node-02", "--cluster", spec, "-o", "json")
+    assert code == 0 and json.loads(out)["xid"] == [] and json.loads(out)["lemon_fired"] is False
