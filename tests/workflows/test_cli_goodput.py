@@ -104,7 +104,7 @@ def test_spares_replicas_and_a_rigid_job_are_reported_with_each_policys_best_spa
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ("goodput", "simulate", *SMALL, "--spares", "16", "--replica-nodes", "8", "--rigid")
-    code, out, err = dsx_here(capsys, *args, "--best-spares", "-o", "json")
+    code, out, err = dsx_here(capsys, *args, "-o", "json")
     assert code == 0, err
     report = json.loads(out)
     assert (report["spares"], report["replica_nodes"], report["job_nodes"], report["elastic"]) == (
@@ -117,7 +117,7 @@ def test_spares_replicas_and_a_rigid_job_are_reported_with_each_policys_best_spa
         assert policy["best_spares"]["spares"] in (0, 8, 16, 32)
         assert policy["best_spares"]["goodput"]["mean"] >= policy["goodput"]["mean"] - 1e-9
         assert policy["nodes_out"]["mean"] > 0
-    code, table, _ = dsx_here(capsys, *args, "--best-spares")
+    code, table, _ = dsx_here(capsys, *args)
     assert code == 0
     assert "the job: 112 nodes in replicas of 8 (rigid), 16 spare;" in table
     assert "nodes out for repair" in table and "best spares" in table
@@ -128,7 +128,6 @@ def test_spares_replicas_and_a_rigid_job_are_reported_with_each_policys_best_spa
     [
         (("--nodes", "16", "--spares", "1"), "--nodes 16 less --spares 1 hold no replica of 16 nodes"),
         (("--replica-nodes", "0"), "--replica-nodes"),
-        (("--sweep-checkpoint", "--best-spares", "--checkpoint-save-seconds", "5"), "two runs"),
         (("--sweep-checkpoint",), "--checkpoint-save-seconds"),
         (
             ("--sweep-checkpoint", "--checkpoint-save-seconds", "5", "--checkpoint-minutes", "9"),
