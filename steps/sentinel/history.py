@@ -1,6 +1,7 @@
 """Fault history: what a fault's repetition means, read from ``recipes/faults/history.yaml``.
 
-Two kinds of rule, both data (a cluster replaces them with the ``history`` of its overrides file):
+Two kinds of rule, both data (a cluster replaces them with the ``history`` of its overrides file, where
+the reader is given it: the agent is, ``dsx-remediate``'s pods are not):
 
 - **XID rules** (:class:`XidRule`): an XID harmless once (NVIDIA's catalogue buckets 13, 31 and 43 as
   application errors or nothing to act on) seen on one GPU ``count`` times within ``withinMinutes`` escalates
