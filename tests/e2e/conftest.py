@@ -63,14 +63,27 @@ class RealCluster:
         return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in self.get("nodes")["items"]}
 
     def debug(self) -> str:
-        """Logs of the control plane's processes, for a failing assertion."""
+        """For a failing assertion: first the logs of pods whose process crashed (a fatal error with every
+        thread's stack, a C++ terminate, a rank torchrun saw die of a signal), the newest three, then the
+        control plane's logs."""
         if self.own is None:
             return ""
         out = []
+        crashed = [
+            log
+            for log in (self.own.dir / "kubelet").rglob("*.log")
+            if any(mark in log.read_text(errors="replace") for mark in CRASH_MARKS)
+        ]
+        for log in sorted(crashed, key=lambda f: f.stat().st_mtime)[-3:]:
+            lines = log.read_text(errors="replace").splitlines()
+            out.append(f"--- crashed: {log.parent.name}/{log.name}\n" + "\n".join(lines[-60:]))
         for log in sorted((self.own.dir / "logs").glob("*.log")):
             out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
         return "\n".join(out)
 
+
+#: What a pod's log holds when its process crashed rather than failed a check.
+CRASH_MARKS = ("Fatal Python error", "terminate called", "Segmentation fault", "(SIGABRT)", "(SIGSEGV)")
 
 #: Who the audit log records: every service account of dsx's namespace.
 ACCOUNTS = f"system:serviceaccount:{NAMESPACE}:"

@@ -13,8 +13,10 @@ the launcher imports this module and never the other way round.
 
 from __future__ import annotations
 
+import faulthandler
 import mmap
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -38,6 +40,7 @@ __all__ = [
     "read_failure",
     "read_phase",
     "record_failure",
+    "stacks_on_signals",
     "sync",
 ]
 
@@ -173,6 +176,14 @@ def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, 
         raise
     finally:
         dist.destroy_process_group()
+
+
+def stacks_on_signals() -> None:
+    """Have this rank write every thread's Python stack to stderr when it crashes (SIGSEGV, SIGABRT from a
+    C++ ``std::terminate``, SIGBUS...), and when asked with SIGUSR1 (a launcher naming a rank that hangs):
+    a rank that dies inside a collective otherwise leaves only its exit signal in the log."""
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def sync(torch: Any, device: Any) -> None:

@@ -15,9 +15,7 @@ achieved TFLOP/s per GPU against the accelerator's peak, are reported.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import math
-import signal
 import statistics
 import sys
 import time
@@ -30,7 +28,7 @@ from steps.errors import DsxError
 from steps.files import write_text
 from steps.readiness.models import Model, dump_json
 from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
-from steps.readiness.ranks.rankenv import RankEnv, joined, sync
+from steps.readiness.ranks.rankenv import RankEnv, joined, stacks_on_signals, sync
 
 __all__ = ["RankTraining", "SmokeConfig", "SmokeResult", "main", "run_rank", "smoke_args"]
 
@@ -292,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one rank of the smoke run; rank 0 writes ``--out``. Returns the exit status."""
     args = vars(_parser().parse_args(argv))
     out = args.pop("out")
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    stacks_on_signals()
     try:
         config = SmokeConfig(**args)
         result = run_rank(config, RankEnv.from_environ())

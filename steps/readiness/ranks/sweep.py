@@ -23,9 +23,7 @@ table in the nccl-tests layout.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import os
-import signal
 import statistics
 import sys
 import time
@@ -48,7 +46,7 @@ from steps.readiness.models import (
     dump_json,
 )
 from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
-from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, joined, sync
+from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, joined, stacks_on_signals, sync
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
@@ -337,7 +335,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one rank of the sweep; rank 0 prints the table and writes ``--out``. Returns the exit status."""
     args = _parser().parse_args(argv)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    stacks_on_signals()
     try:
         config = SweepConfig(
             backend=args.backend,
