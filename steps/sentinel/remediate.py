@@ -396,7 +396,9 @@ def guard(
 
     Refused (the workflow fails, nothing on the node changes): a node that does not exist, one opted
     out with ``dsx.dev/managed=false``, one already ``escalated`` (a person must look at it first), an
-    open circuit breaker. A node past ``max_attempts`` since it was last in service is escalated. A node
+    open circuit breaker. A node past ``max_attempts`` since it was last in service is escalated, and so
+    is one the fault history's lemon rule names (returned to service by that many remediations within its
+    window, :mod:`steps.sentinel.history`): its replacement is asked for instead. A node
     already in remediation (an earlier workflow that stopped) is picked up where it stands; the
     per-node mutex of the workflow ensures no other remediation runs meanwhile. A run started by an
     ``event`` (the check's node condition as the Sensor and the reconciler pass it, or a HealthEvent, as
