@@ -133,8 +133,7 @@ class Network:
     lowest free one reused a deleted pod's IP within the second, while the kernel was still tearing the
     old namespace down in the background with its veth on the bridge: two interfaces answered for one IP,
     and a peer that learnt the dying one's address lost its packets until its ARP entry was probed again,
-    some 5 s later (the likely cause of the training smoke's gloo ranks aborting about 5 s after their
-    last connection). The veth is also deleted at once on release, not left to the namespace's deferred
+    some 5 s later. The veth is also deleted at once on release, not left to the namespace's deferred
     teardown.
     """
 
