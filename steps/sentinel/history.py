@@ -134,23 +134,26 @@ class XidHistory:
         self._span_s = max((rule.within_minutes for rule in self.rules), default=0.0) * 60
         self._codes = {code for rule in self.rules for code in rule.codes}
         self._seen: dict[tuple[str, int], collections.deque[tuple[float, int]]] = {}
-        self._last_pass: float | None = None
+        self._started: float | None = None
+        """The first pass (constant, so that the state file changes only when a count does)."""
 
     def observe(self, counts: Mapping[tuple[str, str, int], tuple[int, float, float]], now: float) -> None:
         """Take in the kernel log's counts (``(kind, pci, code) -> (lines, first, last)``) at ``now``."""
+        first_pass = self._started is None
+        if self._started is None:
+            self._started = now
         for (kind, pci, code), (lines, _first, _last) in counts.items():
             if kind != "xid" or code not in self._codes:
                 continue
             seen = self._seen.get((pci, code))
             if seen is None:
                 seen = self._seen[(pci, code)] = collections.deque()
-                if self._last_pass is not None:  # none of them before the last pass
-                    seen.append((self._last_pass, 0))
+                if not first_pass:  # counted since the first pass, none before: none then
+                    seen.append((self._started, 0))
             if not seen or seen[-1][1] != lines:
                 seen.append((now, lines))
             while len(seen) > 1 and seen[1][0] <= now - self._span_s:
                 seen.popleft()  # the first observation at or before the longest window's start stays
-        self._last_pass = now
 
     def lines_within(self, pci: str, code: int, seconds: float, now: float) -> int:
         """Lines of XID ``code`` on the GPU at ``pci`` counted within the last ``seconds``."""
@@ -213,7 +216,7 @@ class XidHistory:
     def snapshot(self) -> dict[str, Any]:
         """What a restarted agent of the same boot needs to go on counting, as JSON-ready data."""
         return {
-            "last_pass": self._last_pass,
+            "started": self._started,
             "seen": [
                 [pci, code, [list(o) for o in seen]] for (pci, code), seen in sorted(self._seen.items())
             ],
@@ -226,7 +229,7 @@ class XidHistory:
             ValueError: ``data`` is not such a snapshot.
         """
         try:
-            last = data.get("last_pass")
+            started = data.get("started")
             seen = {
                 (str(pci), int(code)): collections.deque(
                     (float(at), int(lines)) for at, lines in observations
@@ -235,5 +238,5 @@ class XidHistory:
             }
         except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not an XID history snapshot: {exc}") from None
-        self._last_pass = float(last) if last is not None else None
+        self._started = float(started) if started is not None else None
         self._seen = seen
