@@ -13,17 +13,19 @@ the launcher imports this module and never the other way round.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import mmap
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +37,7 @@ __all__ = [
     "OUTSIDE",
     "PhaseMarker",
     "RankEnv",
+    "exit_rank",
     "joined",
     "node_name",
     "read_failure",
@@ -184,6 +187,18 @@ def stacks_on_signals() -> None:
     a rank that dies inside a collective otherwise leaves only its exit signal in the log."""
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a rank process with ``code`` once its work is done and its process group destroyed, without
+    the interpreter's finalisation: torch's gloo and store threads can still be running then, and a
+    joinable C++ thread destroyed at exit aborts the process ("terminate called without an active
+    exception", seen with no Python frame left on the main thread), which its launcher takes for a failed
+    rank while the others wait for it. Output is flushed first."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def sync(torch: Any, device: Any) -> None:

@@ -28,7 +28,7 @@ from steps.errors import DsxError
 from steps.files import write_text
 from steps.readiness.models import Model, dump_json
 from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
-from steps.readiness.ranks.rankenv import RankEnv, joined, stacks_on_signals, sync
+from steps.readiness.ranks.rankenv import RankEnv, exit_rank, joined, stacks_on_signals, sync
 
 __all__ = ["RankTraining", "SmokeConfig", "SmokeResult", "main", "run_rank", "smoke_args"]
 
@@ -307,4 +307,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -46,7 +46,7 @@ from steps.readiness.models import (
     dump_json,
 )
 from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
-from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, joined, stacks_on_signals, sync
+from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, exit_rank, joined, stacks_on_signals, sync
 from steps.readiness.sizes import parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
@@ -364,4 +364,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())
