@@ -75,6 +75,7 @@ __all__ = [
     "Spread",
     "SweepPoint",
     "expected_faults",
+    "expected_interruptions",
     "simulate",
     "simulate_run",
     "spare_candidates",
@@ -286,6 +287,12 @@ def _false_alarms(
         if keep < rates_of[policy] / top:
             alarms.append(_Fault(clock, cls, node, False, 0.0))
     return alarms
+
+
+def expected_interruptions(rates: FaultRates, nodes: int, gpus_per_node: int, days: float) -> float:
+    """Faults that interrupt the job (every class but the slow ones) the table expects over ``days``."""
+    expected = expected_faults(rates, nodes, gpus_per_node, days)
+    return sum(expected[c.name] for c in rates.classes if not c.slow)
 
 
 def _draw(
@@ -836,7 +843,7 @@ def simulate(
         job_nodes=(nodes - spares) // replica * replica,
         elastic=rates.job.elastic,
         gpu_hours=nodes * gpus_per_node * days * 24.0,
-        expected_interruptions=round(sum(v for name, v in expected.items() if name not in slow), 3),
+        expected_interruptions=round(expected_interruptions(rates, nodes, gpus_per_node, days), 3),
         expected_slow_nodes=round(sum(v for name, v in expected.items() if name in slow), 3),
         policies=results,
     )
@@ -906,13 +913,13 @@ def sweep_checkpoint(
             "a checkpoint sweep needs a save that stops the job: give --checkpoint-save-seconds "
             "(or checkpointSaveSeconds in the rate table); without one the shortest interval is best"
         )
-    expected = expected_faults(rates, nodes, gpus_per_node, days)
-    interruptions = sum(expected[c.name] for c in rates.classes if not c.slow)
+    interruptions = expected_interruptions(rates, nodes, gpus_per_node, days)
     if interruptions <= 0:
         raise InputError("the rate table expects no interruption of the job: no checkpoint interval is best")
     between = days * 24.0 / interruptions
     best_guess = young_daly_minutes(save_s, between)
     points: list[SweepPoint] = []
+    report: SimulationReport | None = None
     for minutes in sweep_intervals(best_guess):
         report = simulate(
             rates,
@@ -930,6 +937,7 @@ def sweep_checkpoint(
         points.append(
             SweepPoint(checkpoint_minutes=minutes, goodput={p.policy: p.goodput for p in report.policies})
         )
+    assert report is not None  # sweep_intervals gives at least one interval
     best = {
         policy: max(points, key=lambda point: point.goodput[policy].mean).checkpoint_minutes
         for policy in POLICIES
@@ -939,8 +947,8 @@ def sweep_checkpoint(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         days=days,
-        seeds=list(range(seed, seed + seeds)),
-        restart_minutes=rates.job.restart_minutes if restart_minutes is None else restart_minutes,
+        seeds=report.seeds,
+        restart_minutes=report.restart_minutes,
         checkpoint_save_seconds=save_s,
         hours_between_interruptions=round(between, 4),
         young_daly_minutes=round(best_guess, 3),
