@@ -59,6 +59,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,13 +236,21 @@ class ClusterDns:
     type answers with no records, anything else NXDOMAIN: every query is answered at once, as a cluster's
     DNS answers. A closed port is not the same: the host's ICMP rate limit lets about one refusal a second
     through, so a burst of lookups (c10d makes one for every connection it logs) waited out the
-    resolver's 5 s timeout every third or fourth query. Whether the Service exists is not checked. UDP
+    resolver's 5 s timeout every third or fourth query. A Service name, and the reverse lookup that gives
+    it, is answered only while ``service_exists(namespace, subdomain)`` says the headless Service is
+    there, as CoreDNS answers from its endpoints (that the Service selects the pod is not checked). UDP
     only: glibc asks over UDP and these answers are small.
     """
 
-    def __init__(self, network: Network, port: int = 53) -> None:
+    def __init__(
+        self,
+        network: Network,
+        port: int = 53,
+        service_exists: Callable[[str, str], bool] = lambda namespace, name: True,
+    ) -> None:
         self.network = network
         self.port = port
+        self.service_exists = service_exists
 
     def start(self) -> int:
         """Bind the gateway's port and answer from a thread of its own; the port bound."""
@@ -274,7 +283,7 @@ class ClusterDns:
         name = str(question.qname).rstrip(".").lower()
         if question.qtype == dnslib.QTYPE.PTR:
             target = self.network.reverse(_reverse_ip(name) or "")
-            if target is None:
+            if target is None or not self._service_there(target):
                 reply.header.rcode = dnslib.RCODE.NXDOMAIN
             else:
                 reply.add_answer(
@@ -282,11 +291,19 @@ class ClusterDns:
                 )
             return reply.pack()
         ip = self.network.resolve(name)
-        if ip is None:
+        if ip is None or not self._service_there(name):
             reply.header.rcode = dnslib.RCODE.NXDOMAIN
         elif question.qtype in (dnslib.QTYPE.A, dnslib.QTYPE.ANY):
             reply.add_answer(dnslib.RR(question.qname, dnslib.QTYPE.A, rdata=dnslib.A(ip), ttl=30))
         return reply.pack()
+
+    def _service_there(self, name: str) -> bool:
+        """Whether the headless Service a ``HOST.SUBDOMAIN.NS.svc.cluster.local`` name stands on exists
+        (any other name stands on none)."""
+        labels = name.split(".")
+        if len(labels) != 6 or ".".join(labels[3:]) != f"svc.{CLUSTER_DOMAIN}":
+            return True
+        return self.service_exists(labels[2], labels[1])
 
 
 def _reverse_ip(name: str) -> str | None:
@@ -1003,7 +1020,7 @@ class ProcessKubelet:
         self.coordination = client.CoordinationV1Api(self.api)
         self.auth = client.AuthenticationV1Api(self.api)
         self.network = Network(args.bridge, args.gateway)
-        self.dns = ClusterDns(self.network)
+        self.dns = ClusterDns(self.network, service_exists=self.service_exists)
         self.nodes = [f"node-{i:02d}" for i in range(args.nodes)]
         self.racks = {n: f"rack-{i * args.racks // args.nodes:02d}" for i, n in enumerate(self.nodes)}
         self.gpus: int = args.gpus
@@ -1013,6 +1030,14 @@ class ProcessKubelet:
         self.boot_ids: dict[str, str] = {}
         self.transitions: dict[tuple[str, str], tuple[str, str]] = {}
         self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
+
+    def service_exists(self, namespace: str, name: str) -> bool:
+        """Whether Service ``namespace/name`` exists (for cluster DNS); an API server out of reach says no."""
+        try:
+            self.core.read_namespaced_service(name, namespace)
+        except Exception:  # not found, or the server away: cluster DNS cannot answer from it either
+            return False
+        return True
 
     def log(self, line: str) -> None:
         print(f"{now()} {line}", flush=True)

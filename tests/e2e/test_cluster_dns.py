@@ -57,6 +57,19 @@ def test_a_withdrawn_pod_is_no_longer_found(dns: tuple[Network, int]) -> None:
     assert _ask(port, "7.0.9.10.in-addr.arpa", "PTR").header.rcode == dnslib.RCODE.NXDOMAIN
 
 
+def test_without_its_headless_service_a_pod_is_found_by_its_pod_name_alone() -> None:
+    network = Network("dsxdns0", "127.0.0.1")
+    network.publish("uid-1", "10.9.0.7", pod_dns_names("10.9.0.7", "gpu-ops", "peer-0", "peers"))
+    asked: list[tuple[str, str]] = []
+    port = ClusterDns(
+        network, port=0, service_exists=lambda ns, name: asked.append((ns, name)) or False
+    ).start()
+    assert _ask(port, FQDN, "A").header.rcode == dnslib.RCODE.NXDOMAIN
+    assert _ask(port, "7.0.9.10.in-addr.arpa", "PTR").header.rcode == dnslib.RCODE.NXDOMAIN
+    assert [str(rr.rdata) for rr in _ask(port, "10-9-0-7.gpu-ops.pod.cluster.local", "A").rr] == ["10.9.0.7"]
+    assert asked == [("gpu-ops", "peers"), ("gpu-ops", "peers")]
+
+
 def test_a_packet_that_is_not_a_query_gets_no_answer() -> None:
     server = ClusterDns(Network("dsxdns0", "127.0.0.1"))
     assert server.answer(b"\x00garbage") is None
