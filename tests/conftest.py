@@ -55,10 +55,27 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["COLUMNS"] = "200"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` (the default, in pyproject.toml's addopts) starts: two per CPU, at most
+    8, since most long tests wait on processes, simulated clocks and polls rather than compute; none for
+    the e2e tier, whose tests share one control plane and run in order. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    or ``-n N`` says otherwise (``-n 0``: one process)."""
+    if _e2e_selected(config):
+        return 0
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    if given.isdigit():
+        return int(given)
+    return min(8, 2 * (os.cpu_count() or 1))
+
+
+def _e2e_selected(config: pytest.Config) -> bool:
+    return "e2e" in (config.getoption("markexpr") or "")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The e2e tier runs only when a marker expression names it (``pytest -m e2e tests/e2e``, as
     ``.ci/run`` runs it): any other selection, ``pytest -m "not story"`` included, leaves it out."""
-    if "e2e" in (config.getoption("markexpr") or ""):
+    if _e2e_selected(config):
         return
     dropped = [item for item in items if item.get_closest_marker("e2e") is not None]
     if dropped:

@@ -211,6 +211,11 @@ def allreduce_sweep_check(request: SweepRequest) -> check.Check[CollectiveRun]:
     return check.Check(SWEEP_TEST, request.subject, program, CollectiveRun, judge, request.timeout_s)
 
 
+#: What a smoke rank imports beyond torch: its own module, DDP, and the optimizer, whose constructor loads
+#: torch._dynamo (1.5 s of CPU in every rank when each imports it for itself).
+SMOKE_PRELOAD = ("steps.readiness.ranks.smoke", "torch.nn.parallel", "torch.optim", "torch._dynamo")
+
+
 def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
     """The training smoke run of ``request`` as a check: rank 0 writes the result.
 
@@ -221,7 +226,10 @@ def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
     config = smoke_config(request, thresholds)
     parse_injections(request.inject, request.ranks)
     program = RankProgram(
-        module="steps.readiness.ranks.smoke", args=smoke_args(config), outputs=[("--out", "smoke.json")]
+        module="steps.readiness.ranks.smoke",
+        args=smoke_args(config),
+        outputs=[("--out", "smoke.json")],
+        preload=list(SMOKE_PRELOAD),
     )
 
     def judge(result: SmokeResult, evidence: list[str]) -> list[Verdict]:

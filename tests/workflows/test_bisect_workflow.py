@@ -51,6 +51,7 @@ def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Pa
     out = tmp_path / "run"
     spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"
     cmd = [sys.executable, "-m", "workflows.cli", "run", "bisect", "--local", "--cluster", spec]
+    cmd += ["-p", "p-min=0.9"]  # the nodes left in service screened with 2 passes each, not 21
     result = subprocess.run(
         [*cmd, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
     )

@@ -22,7 +22,8 @@ def test_a_fatal_xid_mid_run_is_remediated_and_the_node_returns_certified(
     code, stdout, stderr = dsx_here(
         capsys,
         "events", "play", "--cluster", FLEET, "--agent", "--inject", "node-02:xid=79@1",
-        "--until-done", "--for", "3m", "--interval", "0.3", "-p", "iters=2", "--out", str(out),
+        "--until-done", "--for", "3m", "--interval", "0.3", "-p", "iters=2", "-p", "p-min=0.9",
+        "--out", str(out),
     )  # fmt: skip
     assert code == 0, stdout + stderr
     lines = stdout.splitlines()

@@ -43,7 +43,7 @@ from steps.sentinel.policy import Breaker, BreakerSettings
 from tests.k8s_emulator import Emulator
 from tests.k8s_kubelet import EmulatedCluster
 from tests.paths import REPO
-from tests.workflows.test_remediate_faults import FAST, NODE, _templates, _wait_for
+from tests.workflows.test_remediate_faults import FAST, NODE, QUICK, _templates, _wait_for
 from workflows.runner import Phase, RunOptions, run
 
 NAMESPACE = "dsx"
@@ -151,7 +151,7 @@ def _params(**extra: str) -> dict[str, str]:
         "drain-policy": json.dumps(FAST),
         "repair-timeout": "6s",
         "launcher": "local",
-        "iters": "2",
+        **QUICK,
         **extra,
     }
 

@@ -273,7 +273,17 @@ def test_reconcile_cli_dry_run_then_a_run_that_puts_the_node_back(
     assert "node-01: would start dsx-remediate for xid" in out
     assert not connect(fleet).get_node("node-01").unschedulable
     code, out, err = dsx_here(
-        capsys, "sentinel", "reconcile", "--cluster", fleet, "-p", "iters=2", "--out", str(tmp_path / "runs")
+        capsys,
+        "sentinel",
+        "reconcile",
+        "--cluster",
+        fleet,
+        "-p",
+        "iters=2",
+        "-p",
+        "p-min=0.9",
+        "--out",
+        str(tmp_path / "runs"),
     )
     assert code == 0, out + err
     assert "node-01: started dsx-remediate-" in out
@@ -293,7 +303,7 @@ def _play(capsys: pytest.CaptureFixture[str], out: Path, *injections: str) -> tu
     code, stdout, stderr = dsx_here(
         capsys,
         "events", "play", "--cluster", PLAY, "--agent", *args, "--until-done", "--for", "3m",
-        "--interval", "0.3", "-p", "iters=2", "--out", str(out),
+        "--interval", "0.3", "-p", "iters=2", "-p", "p-min=0.9", "--out", str(out),
     )  # fmt: skip
     assert code == 0, stdout + stderr
     return stdout, f"state:{out / 'fleet.json'}"

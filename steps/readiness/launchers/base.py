@@ -29,6 +29,12 @@ class RankProgram(Model):
     module: str = Field(description="the rank program, e.g. steps.readiness.ranks.sweep")
     args: list[str] = Field(default_factory=list, description="its flags, the same on every rank")
     outputs: list[tuple[str, str]] = Field(min_length=1, description="(flag, file name); the result first")
+    preload: list[str] = Field(
+        default_factory=list,
+        description="modules every rank imports anyway, imported once before the ranks start where the "
+        "launcher forks them from a warm process (the smoke run's optimizer loads torch._dynamo: seconds "
+        "of CPU in every rank)",
+    )
 
 
 class Launched(Model):

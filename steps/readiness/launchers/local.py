@@ -206,8 +206,14 @@ def _start_forked(
     specs: list[dict[str, Any]],
     exits: queue.Queue[tuple[int, int, float]],
     server_env: dict[str, str],
+    preload: list[str],
 ) -> dict[int, int]:
     server = _RankServer.get(server_env)
+    # Once per server (a module it has imported costs nothing the next time). Should the server die or
+    # hang here, starting the ranks below says so: each counts as killed.
+    if preload:
+        with contextlib.suppress(OSError):
+            server.preload(preload, timeout=_SERVER_START_S)
     pids: dict[int, int] = {}
     for spec in specs:
         try:
@@ -376,6 +382,7 @@ def launch_local(
     grace_s: float = 2.0,
     env: dict[str, str] | None = None,
     method: Method = "forkserver",
+    preload: list[str] | None = None,
 ) -> LaunchResult:
     """Start ``python -m module args`` as ``world_size`` ranks and wait for them, bounded by ``timeout_s``.
 
@@ -390,6 +397,8 @@ def launch_local(
         grace_s: how long the other ranks may take to exit after one fails, before they are killed.
         env: extra environment variables for every rank.
         method: ``forkserver`` (fork from a warm process that imported torch once) or ``spawn``.
+        preload: modules every rank imports, imported once by the fork server before it forks them (a
+            module that fails to import is skipped there: the rank that needs it says why).
 
     Raises:
         InputError: ``world_size`` is below 1 or ``rank_hosts`` does not have one name per rank.
@@ -404,7 +413,7 @@ def launch_local(
     exits: queue.Queue[tuple[int, int, float]] = queue.Queue()
     if method == "forkserver":
         server_env = {k: v for k, v in base.items() if k not in ("RANK", "LOCAL_RANK")}
-        pids = _start_forked(module, args, specs, exits, server_env)
+        pids = _start_forked(module, args, specs, exits, server_env, preload or [])
     else:
         pids = _start_spawned(module, args, specs, exits)
     start = time.monotonic()
@@ -501,6 +510,7 @@ class LocalLauncher:
             timeout_s=timeout_s,
             rank_hosts=self.rank_hosts,
             method=self.method,
+            preload=program.preload,
         )
         text: str | None = None
         if launch.ok:

@@ -50,7 +50,7 @@ def test_a_remediated_node_shows_detection_and_repair_and_every_minute_is_counte
     run = dsx(
         "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
         "-p", "node=node-01", "-p", "check=xid", "-p", f"drain-policy={json.dumps(FAST)}",
-        "-p", "repair-timeout=4s",
+        "-p", "repair-timeout=4s", "-p", "iters=2", "-p", "p-min=0.9",
         timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
@@ -103,7 +103,7 @@ def test_detection_time_outlives_the_event_through_the_ledger(tmp_path: Path) ->
     run = dsx(
         "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
         "-p", "node=node-01", "-p", "check=xid", "-p", f"drain-policy={json.dumps(FAST)}",
-        "-p", "repair-timeout=4s", "-p", f"event={json.dumps(event)}",
+        "-p", "repair-timeout=4s", "-p", f"event={json.dumps(event)}", "-p", "iters=2", "-p", "p-min=0.9",
         timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr

@@ -22,3 +22,27 @@ def test_ranks_stay_in_the_launchers_process_group_and_session(tmp_path: Path) -
     for rank in range(2):
         note = json.loads((tmp_path / f"rank-{rank}.json").read_text())
         assert note["pgid"] == os.getpgrp() and note["sid"] == os.getsid(0)
+
+
+def test_a_programs_preload_is_imported_once_before_its_ranks_are_forked(tmp_path: Path) -> None:
+    # The smoke run's ranks each loaded torch._dynamo for themselves (seconds of CPU a rank); what a
+    # program names in its preload the fork server imports once, and every rank finds it there.
+    result = launch_local(
+        "tests.steps.readiness.launchers.rank_probe",
+        [str(tmp_path), "0", "xml.dom.minidom", "xml.dom.pulldom"],
+        2,
+        tmp_path / "ranks",
+        timeout_s=60,
+        preload=["xml.dom.minidom"],
+    )
+    assert result.ok, [stderr_tail(rank.stderr) for rank in result.ranks]
+    for rank in range(2):
+        assert json.loads((tmp_path / f"rank-{rank}.json").read_text())["imported"] == ["xml.dom.minidom"]
+
+
+def test_the_smoke_run_preloads_what_its_ranks_import() -> None:
+    from steps.readiness.checks import SMOKE_PRELOAD, SmokeRequest, training_smoke_check
+
+    check = training_smoke_check(SmokeRequest.model_validate({"subject": {"kind": "node", "name": "n"}}))
+    assert check.program.preload == list(SMOKE_PRELOAD)
+    assert check.program.module in SMOKE_PRELOAD and "torch._dynamo" in SMOKE_PRELOAD
