@@ -57,8 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many workers ``-n auto`` (the default, in pyproject.toml's addopts) starts: two per CPU, at most
-    8, since most long tests wait on processes, simulated clocks and polls rather than compute; none for
-    the e2e tier, whose tests share one control plane and run in order. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    8, since a long test spends part of its time waiting on processes and polls; none for the e2e tier,
+    whose tests share one control plane and run in order. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
     or ``-n N`` says otherwise (``-n 0``: one process)."""
     if _e2e_selected(config):
         return 0

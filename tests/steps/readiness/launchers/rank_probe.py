@@ -1,7 +1,7 @@
 """A rank program for the launcher's tests: notes where it runs, then sleeps (never shipped).
 
 ``python -m tests.steps.readiness.launchers.rank_probe FOLDER SECONDS [MODULE...]`` writes
-``FOLDER/rank-<RANK>.json`` with its pid, process group and session, and which of the ``MODULE``\ s were
+``FOLDER/rank-<RANK>.json`` with its pid, process group and session, and which of the modules named were
 imported already when it started, then sleeps ``SECONDS``.
 """
 
