@@ -65,7 +65,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
     if given.isdigit():
         return int(given)
-    return min(8, 2 * (os.cpu_count() or 1))
+    return min(8, 2 * len(os.sched_getaffinity(0)))  # the CPUs this process may run on
 
 
 def _e2e_selected(config: pytest.Config) -> bool:

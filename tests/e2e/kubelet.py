@@ -242,12 +242,7 @@ class ClusterDns:
     only: glibc asks over UDP and these answers are small.
     """
 
-    def __init__(
-        self,
-        network: Network,
-        port: int = 53,
-        service_exists: Callable[[str, str], bool] = lambda namespace, name: True,
-    ) -> None:
+    def __init__(self, network: Network, service_exists: Callable[[str, str], bool], port: int = 53) -> None:
         self.network = network
         self.port = port
         self.service_exists = service_exists

@@ -22,7 +22,9 @@ FQDN = "peer-0.peers.gpu-ops.svc.cluster.local"
 def dns() -> tuple[Network, int]:
     network = Network("dsxdns0", "127.0.0.1")
     network.publish("uid-1", "10.9.0.7", pod_dns_names("10.9.0.7", "gpu-ops", "peer-0", "peers"))
-    return network, ClusterDns(network, port=0).start()
+    return network, ClusterDns(
+        network, lambda namespace, name: (namespace, name) == ("gpu-ops", "peers"), port=0
+    ).start()
 
 
 def _ask(port: int, name: str, kind: str) -> dnslib.DNSRecord:
@@ -61,9 +63,7 @@ def test_without_its_headless_service_a_pod_is_found_by_its_pod_name_alone() -> 
     network = Network("dsxdns0", "127.0.0.1")
     network.publish("uid-1", "10.9.0.7", pod_dns_names("10.9.0.7", "gpu-ops", "peer-0", "peers"))
     asked: list[tuple[str, str]] = []
-    port = ClusterDns(
-        network, port=0, service_exists=lambda ns, name: asked.append((ns, name)) or False
-    ).start()
+    port = ClusterDns(network, lambda ns, name: asked.append((ns, name)) or False, port=0).start()
     assert _ask(port, FQDN, "A").header.rcode == dnslib.RCODE.NXDOMAIN
     assert _ask(port, "7.0.9.10.in-addr.arpa", "PTR").header.rcode == dnslib.RCODE.NXDOMAIN
     assert [str(rr.rdata) for rr in _ask(port, "10-9-0-7.gpu-ops.pod.cluster.local", "A").rr] == ["10.9.0.7"]
@@ -71,7 +71,7 @@ def test_without_its_headless_service_a_pod_is_found_by_its_pod_name_alone() -> 
 
 
 def test_a_packet_that_is_not_a_query_gets_no_answer() -> None:
-    server = ClusterDns(Network("dsxdns0", "127.0.0.1"))
+    server = ClusterDns(Network("dsxdns0", "127.0.0.1"), lambda namespace, name: True)
     assert server.answer(b"\x00garbage") is None
     reply = dnslib.DNSRecord.question(FQDN).reply().pack()
     assert server.answer(reply) is None

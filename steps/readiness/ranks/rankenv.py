@@ -195,9 +195,9 @@ def exit_rank(code: int) -> NoReturn:
     joinable C++ thread destroyed at exit aborts the process ("terminate called without an active
     exception", seen with no Python frame left on the main thread), which its launcher takes for a failed
     rank while the others wait for it. Output is flushed first."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # one that cannot be flushed keeps the other from nothing
+            stream.flush()
     os._exit(code)
 
 

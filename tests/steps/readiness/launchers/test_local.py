@@ -6,7 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from steps.readiness.launchers.local import launch_local, stderr_tail
+from steps.readiness.launchers.base import RankProgram
+from steps.readiness.launchers.local import LocalLauncher, launch_local, stderr_tail
+from steps.readiness.models import Subject
 
 
 def test_ranks_stay_in_the_launchers_process_group_and_session(tmp_path: Path) -> None:
@@ -27,15 +29,15 @@ def test_ranks_stay_in_the_launchers_process_group_and_session(tmp_path: Path) -
 def test_a_programs_preload_is_imported_once_before_its_ranks_are_forked(tmp_path: Path) -> None:
     # The smoke run's ranks each loaded torch._dynamo for themselves (seconds of CPU a rank); what a
     # program names in its preload the fork server imports once, and every rank finds it there.
-    result = launch_local(
-        "tests.steps.readiness.launchers.rank_probe",
-        [str(tmp_path), "0", "xml.dom.minidom", "xml.dom.pulldom"],
-        2,
-        tmp_path / "ranks",
-        timeout_s=60,
+    program = RankProgram(
+        module="tests.steps.readiness.launchers.rank_probe",
+        args=[str(tmp_path), "0", "xml.dom.minidom", "xml.dom.pulldom"],
+        outputs=[("--out", "unused.json")],  # the probe writes its notes; the flag is a module name to it
         preload=["xml.dom.minidom"],
     )
-    assert result.ok, [stderr_tail(rank.stderr) for rank in result.ranks]
+    subject = Subject(kind="node", name="node-00", members=["node-00"])
+    launched = LocalLauncher(folder=tmp_path / "run", ranks=2).run("probe", subject, program, timeout_s=60)
+    assert not launched.verdicts, launched.verdicts
     for rank in range(2):
         assert json.loads((tmp_path / f"rank-{rank}.json").read_text())["imported"] == ["xml.dom.minidom"]
 
