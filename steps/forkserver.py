@@ -24,9 +24,11 @@ The server speaks JSON lines, requests on its stdin and answers on its stdout:
 
 - ``{"op": "preload", "modules": [...], "id": N}``: import the modules. An import that fails is
   skipped (a child that needs the module reports the error in its own stderr); with an ``id``
-  (optional) the server answers ``{"id": N, "errors": {module: message}}`` once done.
+  (optional) the server answers ``{"id": N, "errors": {module: message}}`` once done. What a module
+  names in ``FORK_SERVER_PRELOAD`` (below) is imported later: while no request waits, or at the
+  latest before a child that gets a nested server is forked.
 - ``{"op": "start", "id": N, "module": M, "args": [...], "env": {...}, "stdout": PATH, "stderr":
-  PATH, "cwd": PATH, "sys_path": [...], "own_group": B}`` (``cwd``, ``sys_path`` and ``own_group``
+  PATH, "cwd": PATH, "sys_path": [...], "own_group": B, "nest_for": MODULE}`` (all from ``cwd`` on
   optional; ``own_group`` true by default: the child leads a new process group): fork a child. The
   answer is ``{"id": N, "pid": P}``, or ``{"id": N, "error": message}`` when no child could be forked.
 - When a child ends: ``{"pid": P, "code": C, "time": T}``; ``C`` is the exit status, negative when a
@@ -35,6 +37,15 @@ The server speaks JSON lines, requests on its stdin and answers on its stdout:
 At the end of its stdin, or on SIGTERM, the server kills every child still running and exits.
 :class:`ForkServer` is the client's side: it starts the server, preloads, starts children and waits for
 them.
+
+**Nested servers.** A child that forks children of its own (a local runner's step that launches the
+ranks of a test) would start a server of its own and pay the imports again. A module whose code does
+that names what its children import, ``FORK_SERVER_PRELOAD = ("torch", ...)``; a server preloading
+the module imports those as well (when idle, see ``preload``). A start request whose ``nest_for``
+names such a module gives the child a nested server: forked from the child before its module runs
+(the child has one thread then, and everything the server imported), in the child's process group,
+its own child, and gone when the child's end of its pipes closes. The child takes it with
+:meth:`ForkServer.nested`.
 
 Example:
     >>> with ForkServer() as server:  # doctest: +SKIP
@@ -194,6 +205,8 @@ def _child(request: Mapping[str, Any], server_fds: Iterable[int]) -> None:  # pr
         for entry in reversed([str(path) for path in request.get("sys_path") or []]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
+        if _nests(request.get("nest_for")):
+            _fork_nested()
         code = _run_module(str(request["module"]), [str(arg) for arg in request.get("args") or []])
     except BaseException:
         with contextlib.suppress(BaseException):
@@ -204,22 +217,88 @@ def _child(request: Mapping[str, Any], server_fds: Iterable[int]) -> None:  # pr
                 with open(str(request["stderr"]), "a", encoding="utf-8") as err:
                     traceback.print_exc(file=err)
     finally:
+        with contextlib.suppress(BaseException):
+            _end_nested()
         os._exit(code)
 
 
-def _preload(modules: Iterable[str]) -> dict[str, str]:
-    """Import ``modules`` with warnings silenced; the message of each import that failed."""
+_NESTED: tuple[int, int, int] | None = None
+"""In a child given a nested server: its pid, the write end of its requests, the read end of its answers."""
+
+
+def _nests(module: object) -> bool:
+    """Whether ``module`` is imported here and names modules for the servers of its processes."""
+    return isinstance(module, str) and bool(getattr(sys.modules.get(module), "FORK_SERVER_PRELOAD", None))
+
+
+def _fork_nested() -> None:  # pragma: no cover - runs in a forked child
+    """Fork a server from this (single-threaded) child, serving on two new pipes; see :data:`_NESTED`."""
+    global _NESTED
+    requests_read, requests_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(requests_write)
+            os.close(answers_read)
+            os.dup2(requests_read, 0)
+            os.dup2(answers_write, 1)
+            os.close(requests_read)
+            os.close(answers_write)
+            _Server().serve()
+        finally:
+            os._exit(0)
+    os.close(requests_read)
+    os.close(answers_write)
+    _NESTED = (pid, requests_write, answers_read)
+
+
+def _end_nested(grace_s: float = 5.0) -> None:  # pragma: no cover - runs in a forked child
+    """Stop the nested server the child never took: close its input, wait (killing it past ``grace_s``)."""
+    global _NESTED
+    if _NESTED is None:
+        return
+    pid, requests, answers = _NESTED
+    _NESTED = None
+    os.close(requests)
+    os.close(answers)
+    server = _OwnChild(pid)
+    try:
+        server.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _preload(
+    modules: Iterable[str], seen: set[str] | None = None, deferred: list[str] | None = None
+) -> dict[str, str]:
+    """Import ``modules`` with warnings silenced; the message of each import that failed.
+
+    What an imported module names in ``FORK_SERVER_PRELOAD`` is imported too, or, given ``deferred``,
+    added to it for later.
+    """
     import importlib
     import warnings
 
+    seen = set() if seen is None else seen
     errors: dict[str, str] = {}
     for module in modules:
+        if module in seen:
+            continue
+        seen.add(module)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                importlib.import_module(module)
+                imported = importlib.import_module(module)
         except Exception as exc:
             errors[module] = f"{type(exc).__name__}: {exc}".strip()
+            continue
+        named = [str(name) for name in getattr(imported, "FORK_SERVER_PRELOAD", None) or ()]
+        if deferred is None:
+            errors.update(_preload(named, seen))
+        else:
+            deferred.extend(name for name in named if name not in deferred and name not in seen)
     return errors
 
 
@@ -243,6 +322,9 @@ class _Server:
         self.selector.register(self.requests, selectors.EVENT_READ, "requests")
         self.selector.register(self.wake_read, selectors.EVENT_READ, "children")
         self.children: set[int] = set()
+        self.deferred: list[str] = []
+        """Modules named in ``FORK_SERVER_PRELOAD``, imported while no request waits (or before a child
+        that gets a nested server is forked): the steps that need no torch do not wait for it."""
 
     def send(self, message: Mapping[str, Any]) -> None:
         with contextlib.suppress(OSError):
@@ -265,7 +347,8 @@ class _Server:
         try:
             request = json.loads(line)
             if request.get("op") == "preload":
-                errors = _preload(str(module) for module in request.get("modules") or [])
+                modules = [str(module) for module in request.get("modules") or []]
+                errors = _preload(modules, deferred=self.deferred)
                 if request.get("id") is not None:
                     self.send({"id": request["id"], "errors": errors})
                 return
@@ -274,6 +357,9 @@ class _Server:
             for key in ("id", "module", "stdout", "stderr"):
                 if key not in request:
                     raise ValueError(f"a start request needs {key!r}")
+            if _nests(request.get("nest_for")):
+                while self.deferred:
+                    _preload([self.deferred.pop(0)])  # a failure is the child's to report, as it imports
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
@@ -294,7 +380,11 @@ class _Server:
     def serve(self) -> None:
         pending = b""
         while True:
-            for key, _ in self.selector.select():
+            ready = self.selector.select(timeout=0 if self.deferred else None)
+            if not ready and self.deferred:  # idle: one deferred import, then look again
+                _preload([self.deferred.pop(0)])
+                continue
+            for key, _ in ready:
                 if key.data == "children":
                     received = b""
                     with contextlib.suppress(BlockingIOError):
@@ -362,6 +452,42 @@ class ForkedChild:
         return self._time
 
 
+class _OwnChild:
+    """A child of this process known by its pid (a nested server): polled, waited for and killed as a
+    :class:`subprocess.Popen` is."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere: gone, how is unknown
+                    self.returncode = -int(signal.SIGKILL)
+                else:
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+    def kill(self) -> None:
+        with self._lock:
+            if self.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+
+
 class ForkServer:
     """The client's side: starts a server process and talks to it; safe to use from many threads.
 
@@ -390,7 +516,7 @@ class ForkServer:
         root = str(Path(__file__).resolve().parent.parent)
         paths = [p for p in server_env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
         server_env["PYTHONPATH"] = os.pathsep.join([root, *paths])
-        self.process = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", _SERVER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -398,10 +524,37 @@ class ForkServer:
             env=server_env,
             process_group=0 if own_groups else None,
         )
+        assert process.stdin is not None and process.stdout is not None
+        self._attach(process, process.stdin, process.stdout, own_groups)
+
+    @classmethod
+    def nested(cls, *, own_groups: bool = False) -> ForkServer | None:
+        """The nested server the server that forked this process gave it (see the module's text), once;
+        None when there is none or it was taken already.
+
+        Args:
+            own_groups: as for a new server; the nested server itself is in this process's group either way.
+        """
+        global _NESTED
+        if _NESTED is None:
+            return None
+        pid, requests, answers = _NESTED
+        _NESTED = None
+        server = cls.__new__(cls)
+        server._attach(_OwnChild(pid), os.fdopen(requests, "wb"), os.fdopen(answers, "rb"), own_groups)
+        return server
+
+    def _attach(
+        self,
+        process: subprocess.Popen[bytes] | _OwnChild,
+        requests: IO[bytes],
+        answers: IO[bytes],
+        own_groups: bool,
+    ) -> None:
+        self.process = process
         self.own_groups = own_groups
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self._in: IO[bytes] = self.process.stdin
-        self._out: IO[bytes] = self.process.stdout
+        self._in: IO[bytes] = requests
+        self._out: IO[bytes] = answers
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -512,6 +665,7 @@ class ForkServer:
         cwd: str | os.PathLike[str] | None = None,
         sys_path: Sequence[str] = (),
         timeout: float | None = None,
+        nest_for: str | None = None,
     ) -> ForkedChild:
         """Fork a child running ``python -m module args`` and return once it is started.
 
@@ -524,6 +678,8 @@ class ForkServer:
             cwd: its working directory (default: the server's).
             sys_path: entries put first on its ``sys.path``, in order, unless already there.
             timeout: how long to wait for the server to fork it, in seconds.
+            nest_for: the module whose code the child runs: when the server imported it and it names
+                ``FORK_SERVER_PRELOAD``, the child gets a nested server (:meth:`nested`).
 
         Raises:
             OSError: the server is gone or could not fork; :class:`TimeoutError` when it did not
@@ -540,6 +696,7 @@ class ForkServer:
                 "cwd": os.fspath(cwd) if cwd is not None else None,
                 "sys_path": list(sys_path),
                 "own_group": self.own_groups,
+                "nest_for": nest_for,
             },
             timeout,
         )

@@ -42,6 +42,7 @@ from steps.outputs import output_dir, write_params
 from steps.readiness.bisect.evidence import DELTA, P_MIN, caught, screening_runs
 from steps.readiness.bisect.records import Records, with_bisection
 from steps.readiness.checks import (
+    RANK_PRELOAD,
     SMOKE_TEST,
     GroupRun,
     RelativeRequest,
@@ -112,6 +113,9 @@ __all__ = [
     "sweep_group",
 ]
 
+#: The steps here launch ranks: a local runner's fork server imports what they import once for every
+#: step (:mod:`steps.forkserver`).
+FORK_SERVER_PRELOAD = RANK_PRELOAD
 #: Launch and rendezvous time counted into every healthy-run estimate, seconds.
 LAUNCH_OVERHEAD_S = 20.0
 #: Bus bandwidth assumed for a healthy run when the recipe has no absolute figure (gloo on CPU), GB/s.

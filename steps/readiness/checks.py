@@ -25,7 +25,7 @@ from steps.outputs import output_dir
 from steps.readiness import check
 from steps.readiness.judge import judge_collective, judge_relative, judge_smoke
 from steps.readiness.launchers.base import Launcher, RankProgram
-from steps.readiness.launchers.local import LocalLauncher
+from steps.readiness.launchers.local import RANK_SERVER_PRELOAD, LocalLauncher
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json
 from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
@@ -34,6 +34,8 @@ from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import Scope, Thresholds, load_thresholds
 
 __all__ = [
+    "RANK_PRELOAD",
+    "SMOKE_PRELOAD",
     "SMOKE_TEST",
     "SWEEP_TEST",
     "GroupRun",
@@ -214,6 +216,12 @@ def allreduce_sweep_check(request: SweepRequest) -> check.Check[CollectiveRun]:
 #: What a smoke rank imports beyond torch: its own module, DDP, and the optimizer, whose constructor loads
 #: torch._dynamo (1.5 s of CPU in every rank when each imports it for itself).
 SMOKE_PRELOAD = ("steps.readiness.ranks.smoke", "torch.nn.parallel", "torch.optim", "torch._dynamo")
+
+#: What the ranks of every check import, for a step module running checks to name as its
+#: ``FORK_SERVER_PRELOAD``: a local runner's fork server then imports it once for all its steps, and
+#: each step's ranks fork from a server that has it (:mod:`steps.forkserver`), where each step's own
+#: server imported torch again (3 to 5 s of CPU per step).
+RANK_PRELOAD = (*RANK_SERVER_PRELOAD, "steps.readiness.ranks.sweep", *SMOKE_PRELOAD)
 
 
 def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:

@@ -32,6 +32,38 @@ MODULES = {
     "fs_sleep": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n",
     "fs_raise": "raise RuntimeError('boom from the child')\n",
     "fs_message": "import sys\nsys.exit('a message, not a number')\n",
+    # a step module whose processes fork children of their own, which import fs_warm
+    "fs_host": "FORK_SERVER_PRELOAD = ('fs_warm',)\n",
+    "fs_warm": "import os\nLOADED_IN = os.getpid()\n",
+    # a step: takes the nested server it was given (once), forks a probe from it, says what it found
+    "fs_step": """
+        import os, sys
+        from steps import forkserver
+        from steps.forkserver import ForkServer
+        if sys.argv[2:] == ["ignore"]:  # never takes it: ending must stop and reap it
+            print("untaken", forkserver._NESTED[0])
+            sys.exit(0)
+        nested = ForkServer.nested()
+        print("nested", nested is not None)
+        if nested is not None:
+            print("taken once", ForkServer.nested() is None)
+            print("server in my group", os.getpgid(nested.process.pid) == os.getpgid(0))
+            out, env = sys.argv[1], dict(os.environ)
+            probe = nested.start("fs_probe", [], env, out, out + ".err", timeout=30)
+            print("probe", probe.wait(30))
+            if sys.argv[2:] == ["leave"]:  # a child left running, the server open: ending stops both
+                sleeper = nested.start("fs_sleep", [], dict(os.environ), os.devnull, os.devnull, timeout=30)
+                print("sleeper", sleeper.pid, flush=True)
+                os._exit(0)
+            nested.close()
+    """,
+    "fs_probe": """
+        import os, sys
+        already = "fs_warm" in sys.modules
+        import fs_warm
+        print("warm", already, fs_warm.LOADED_IN)
+        print("group", os.getpgid(0) == os.getpgid(os.getppid()))
+    """,
 }
 
 
@@ -173,3 +205,62 @@ def test_sigint_is_ignored_and_sigterm_kills_the_children_first(modules: Path, t
     assert child.wait(10) == -signal.SIGKILL
     assert server.process.wait(10) == 0
     assert _wait_gone(child.pid)
+
+
+def test_a_step_of_a_module_naming_fork_server_preload_gets_a_warm_nested_server(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    """The module's named imports are done once, by the server, and the step's own children fork from a
+    server that has them: in the step's group, given once, gone with the step."""
+    assert server.preload(["fs_host"], timeout=30) == {}
+    probe = tmp_path / "probe.txt"
+    step = server.start(
+        "fs_step", [str(probe)], _env(), tmp_path / "out.txt", tmp_path / "err.txt", nest_for="fs_host"
+    )
+    assert step.wait(30) == 0, (tmp_path / "err.txt").read_text()
+    assert (tmp_path / "out.txt").read_text().splitlines() == [
+        "nested True",
+        "taken once True",
+        "server in my group True",
+        "probe 0",
+    ]
+    # imported before the probe started, by the server that forked the step, not by anyone after it
+    assert probe.read_text().splitlines() == [f"warm True {server.process.pid}", "group True"]
+
+
+def test_a_step_of_any_other_module_gets_no_nested_server(server: ForkServer, tmp_path: Path) -> None:
+    for nest_for in (None, "fs_marker", "fs_not_imported"):
+        out = tmp_path / f"out-{nest_for}.txt"
+        step = server.start("fs_step", ["-"], _env(), out, tmp_path / "err.txt", nest_for=nest_for)
+        assert step.wait(30) == 0
+        assert out.read_text() == "nested False\n"
+
+
+def test_a_step_that_ends_without_closing_its_nested_server_leaves_nothing_running(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    assert server.preload(["fs_host"], timeout=30) == {}
+    out = tmp_path / "out.txt"
+    step = server.start(
+        "fs_step",
+        [str(tmp_path / "probe.txt"), "leave"],
+        _env(),
+        out,
+        tmp_path / "err.txt",
+        nest_for="fs_host",
+    )
+    assert step.wait(30) == 0
+    sleeper = int(out.read_text().split("sleeper ")[1].split()[0])
+    assert _wait_gone(sleeper)  # the nested server saw its input close and killed it
+
+
+def test_a_nested_server_the_step_never_took_is_stopped_and_reaped_when_the_step_ends(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    assert server.preload(["fs_host"], timeout=30) == {}
+    out = tmp_path / "out.txt"
+    step = server.start("fs_step", ["-", "ignore"], _env(), out, tmp_path / "err.txt", nest_for="fs_host")
+    assert step.wait(30) == 0, (tmp_path / "err.txt").read_text()
+    nested = int(out.read_text().split()[1])
+    with pytest.raises(ProcessLookupError):  # not even a zombie: the step waited for it
+        os.kill(nested, 0)

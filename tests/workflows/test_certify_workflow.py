@@ -1,6 +1,8 @@
 """`dsx run certify --local`: real all-reduce among local ranks, a simulated fleet, verdicts on the nodes."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -249,8 +251,14 @@ def test_two_local_certifications_of_one_fleet_at_once_the_second_is_refused_nam
     ):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.1)
-    second = start("second")
-    out, err = second.communicate(timeout=300)
+    # The first is stopped (alive, holding its nodes) while the second runs: a healthy fleet of two is
+    # certified in seconds, sooner than the second reaches its plan.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = start("second")
+        out, err = second.communicate(timeout=300)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     first_out, first_err = first.communicate(timeout=600)
     assert first.returncode == 0, first_out[-2000:] + first_err
     name = json.loads((tmp_path / "first" / "run.json").read_text())["workflow"]

@@ -107,6 +107,7 @@ class _Steps:
             spec.stderr,
             cwd=spec.cwd,
             sys_path=spec.sys_path,
+            nest_for=str(spec.hera_entry).split(":", 1)[0],  # a step that forks ranks gets a warm server
         )
         return RunningProcess(child.pid, child.wait)
 

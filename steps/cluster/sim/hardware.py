@@ -5,6 +5,7 @@ machine. Faults (:mod:`steps.cluster.sim.faults`) change these figures; the heal
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from steps.cluster.health import NicReport, NvlinkReport
@@ -30,8 +31,14 @@ def gpu_hardware(model: GpuModel, index: int) -> dict[str, Any]:
         "pcie_max_width": 16,
         "slowdown_temperature_c": 87.0,
         "shutdown_temperature_c": 92.0,
-        "nvlinks": tuple(NvlinkReport(link=link) for link in range(links)),
+        "nvlinks": _healthy_links(links),
     }
+
+
+@cache
+def _healthy_links(count: int) -> tuple[NvlinkReport, ...]:
+    """``count`` healthy NVLinks: one tuple shared by every GPU (the reports are frozen)."""
+    return tuple(NvlinkReport(link=link) for link in range(count))
 
 
 def node_nics(model: GpuModel, gpus: int) -> list[NicReport]:

@@ -48,6 +48,9 @@ __all__ = [
     "search_group",
 ]
 
+FORK_SERVER_PRELOAD = certify.FORK_SERVER_PRELOAD
+"""The group search launches ranks as certification's checks do (:mod:`steps.forkserver`)."""
+
 STANDALONE = "bisect"
 """The group name of a ``dsx-bisect`` of its own."""
 

@@ -65,7 +65,8 @@ Method = Literal["forkserver", "spawn"]
 _STACK_DUMP_WAIT_S = 0.5
 _SERVER_START_S = 300.0
 _FORK_ANSWER_S = 30.0
-_PRELOAD = ("torch", "torch.distributed")
+RANK_SERVER_PRELOAD = ("torch", "torch.distributed")
+"""What every rank imports: the rank fork server imports it before it forks the first."""
 
 
 class RankExit(BaseModel):
@@ -147,6 +148,9 @@ class _RankServer:
     def get(cls, env: dict[str, str]) -> ForkServer:
         """The running server, or a new one once it has imported torch (within ``_SERVER_START_S``).
 
+        The new one is the nested server this process was forked with, if any (a local runner's step:
+        forked with torch already imported, see :mod:`steps.forkserver`), else a new process.
+
         Raises:
             DsxError: the server did not start or could not import torch.
         """
@@ -156,8 +160,8 @@ class _RankServer:
             server: ForkServer | None = None
             with tempfile.TemporaryFile() as log:
                 try:
-                    server = ForkServer(env, stderr=log, own_groups=False)
-                    failed = list(server.preload(_PRELOAD, timeout=_SERVER_START_S).values())
+                    server = ForkServer.nested() or ForkServer(env, stderr=log, own_groups=False)
+                    failed = list(server.preload(RANK_SERVER_PRELOAD, timeout=_SERVER_START_S).values())
                 except (KeyboardInterrupt, SystemExit):
                     # Stopped (Ctrl-C, or SIGTERM turned into one) while torch loads: an import does
                     # not read its stdin, so the server would only notice it is orphaned once done.

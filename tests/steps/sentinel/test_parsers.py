@@ -272,7 +272,7 @@ def test_the_catalogue_gives_nvidias_immediate_action_for_the_xids_operators_mee
 
 @pytest.mark.story
 def test_an_xid_storm_is_read_in_bounded_chunks_and_memory(tmp_path: Path) -> None:
-    """200,000 lines of an application's MMU faults (Xid 31, each with its own pid and address): each
+    """60,000 lines of an application's MMU faults (Xid 31, each with its own pid and address): each
     read takes what its budget allows, a chunk at a time, and lets each go; the reader keeps a count and
     16 wordings, never the lines. It once held every XID it ever read and read the file in one piece."""
     import tracemalloc
@@ -281,7 +281,7 @@ def test_an_xid_storm_is_read_in_bounded_chunks_and_memory(tmp_path: Path) -> No
 
     log = tmp_path / "kern.log"
     with log.open("w") as out:
-        for i in range(200_000):
+        for i in range(60_000):
             out.write(
                 f"[ {100 + i / 100:.2f}] NVRM: Xid (PCI:0000:1b:00): 31, pid={i}, MMU Fault @ 0x{i:08x}\n"
             )
@@ -301,6 +301,6 @@ def test_an_xid_storm_is_read_in_bounded_chunks_and_memory(tmp_path: Path) -> No
         tracemalloc.stop()
     assert len(first.xids) == 16 and len(reader.xids) == 16
     ((_, (count, _, _)),) = reader.seen.items()
-    assert count == 200_000
-    assert reads > 1 and log.stat().st_size > 50 * CHUNK_BYTES
+    assert count == 60_000
+    assert reads > 1 and log.stat().st_size > 16 * CHUNK_BYTES
     assert peak < 16 * CHUNK_BYTES, f"peak {peak / 2**20:.1f} MiB"  # a few chunks, not the file

@@ -12,6 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+#: What :func:`launch_ranks`' ranks find imported: a local runner's fork server imports it for this
+#: module's steps, and forks their ranks from a server that has it (as for dsx's checks and torch).
+FORK_SERVER_PRELOAD = ("xml.dom.minidom",)
+
 
 class Halves(BaseModel):
     """A list cut in two."""
@@ -127,7 +131,7 @@ def launch_ranks(folder: str, seconds: float) -> str:
     Path(folder, "step.json").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgrp()}))
     result = launch_local(
         "tests.steps.readiness.launchers.rank_probe",
-        [folder, str(seconds)],
+        [folder, str(seconds), *FORK_SERVER_PRELOAD],
         2,
         Path(folder) / "ranks",
         timeout_s=300,

@@ -97,6 +97,8 @@ def test_a_stopped_run_keeps_its_evidence_and_leaves_no_process(
         step, *ranks = _ranks_running(folder, process)
         for rank in ranks:  # in the step's process group: killing the step's group reaches them
             assert rank["pgid"] == step["pgid"] and rank["sid"] == os.getsid(process.pid)
+            # forked from the nested server the step was given, which had its module's imports
+            assert rank["imported"] == ["xml.dom.minidom"]
         for sig in signals:  # to dsx's process group, as a terminal's Ctrl-C and `timeout` send them
             os.killpg(process.pid, sig)
         stdout, stderr = process.communicate(timeout=60)

@@ -48,3 +48,13 @@ def test_the_smoke_run_preloads_what_its_ranks_import() -> None:
     check = training_smoke_check(SmokeRequest.model_validate({"subject": {"kind": "node", "name": "n"}}))
     assert check.program.preload == list(SMOKE_PRELOAD)
     assert check.program.module in SMOKE_PRELOAD and "torch._dynamo" in SMOKE_PRELOAD
+
+
+def test_the_step_modules_that_launch_ranks_name_what_every_rank_imports() -> None:
+    # A local runner's fork server imports these once for all of the module's steps (steps.forkserver).
+    from steps.readiness import certify, checks
+    from steps.readiness.bisect import flow
+    from steps.readiness.launchers.local import RANK_SERVER_PRELOAD
+
+    for module in (certify, flow):
+        assert {*RANK_SERVER_PRELOAD, *checks.SMOKE_PRELOAD} <= set(module.FORK_SERVER_PRELOAD)
