@@ -51,6 +51,10 @@ class NicReport(BaseModel):
         state: the state as sysfs words it (``ACTIVE``, ``DOWN``, ``up``...).
         phys_state: the physical state (IB only: ``LinkUp``, ``Disabled``, ``Polling``...).
         speed_gbps: the link's rate in Gbit/s (``None``: unknown, as for a link that is down).
+        link_downed: times the port's link went down since its counters were cleared (IB
+            ``counters/link_downed``; ``None``: not reported, as for Ethernet).
+        symbol_errors: symbol errors the port's physical layer counted (IB ``counters/symbol_error``).
+        buffer_overruns: local buffer overruns counted (IB ``counters/excessive_buffer_overrun_errors``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -61,6 +65,9 @@ class NicReport(BaseModel):
     state: str = ""
     phys_state: str = ""
     speed_gbps: float | None = None
+    link_downed: int | None = None
+    symbol_errors: int | None = None
+    buffer_overruns: int | None = None
 
 
 class GpuReport(BaseModel):
@@ -93,6 +100,9 @@ class GpuReport(BaseModel):
         pcie_max_width: the lanes it should have (0: unknown).
         nvlinks: one report per NVLink the GPU has.
         reset_required: the driver asks for a GPU reset before the GPU is usable again.
+        pcie_replays: PCIe replays counted (the link's retransmissions: its signal is marginal).
+        ecc_correctable: corrected (single-bit) ECC errors since the driver loaded.
+        ecc_correctable_aggregate: corrected ECC errors over the GPU's life.
         compute_share: the share of its nominal compute throughput the GPU delivers (a simulated fleet's
             figure: a degraded GPU that delivers less while NVML reports nothing amiss, seen only in a
             workload's step time; no NVML reading sets it).
@@ -123,6 +133,9 @@ class GpuReport(BaseModel):
     pcie_max_width: int = 0
     nvlinks: tuple[NvlinkReport, ...] = ()
     reset_required: bool = False
+    pcie_replays: int = 0
+    ecc_correctable: int = 0
+    ecc_correctable_aggregate: int = 0
     compute_share: float = Field(1.0, gt=0.0, le=1.0)
 
 

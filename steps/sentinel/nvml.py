@@ -206,6 +206,9 @@ class NvmlSource:
         unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         volatile = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_VOLATILE_ECC) or 0
         aggregate = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_AGGREGATE_ECC) or 0
+        cor = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        corrected = call(nvml.nvmlDeviceGetTotalEccErrors, handle, cor, nvml.NVML_VOLATILE_ECC) or 0
+        corrected_life = call(nvml.nvmlDeviceGetTotalEccErrors, handle, cor, nvml.NVML_AGGREGATE_ECC) or 0
         retired = call(
             nvml.nvmlDeviceGetRetiredPages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
         )
@@ -253,6 +256,9 @@ class NvmlSource:
             pcie_max_width=int(call(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle) or 0),
             nvlinks=self._links(handle),
             reset_required=reset_required,
+            pcie_replays=int(call(nvml.nvmlDeviceGetPcieReplayCounter, handle) or 0),
+            ecc_correctable=int(corrected),
+            ecc_correctable_aggregate=int(corrected_life),
         )
 
     def _bit(self, suffix: str, bit: int) -> int:

@@ -26,6 +26,7 @@ from steps.sentinel.events import CHECKS, HealthEvent, severity_rank
 from steps.sentinel.history import XidHistory
 from steps.sentinel.kernel_log import KernelLog, KernelXid, normalise_pci
 from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
+from steps.sentinel.rates import CounterRates
 
 __all__ = [
     "NicScope",
@@ -117,8 +118,29 @@ def _threshold(catalogue: FaultCatalogue, check: str, code: str, default: float)
     return default if found is None else found
 
 
-def _memory_readings(gpu: GpuReport, name: str, retired_limit: float) -> list[Reading]:
-    """ECC and the memory's repairs (remapped rows, retired pages) of one GPU."""
+@dataclass
+class _Rates:
+    """The counters of one pass judged as rates: the node's history, this pass's time, the catalogue."""
+
+    history: CounterRates
+    at: float
+    catalogue: FaultCatalogue
+
+    def over(self, check: str, code: str, key: tuple[str, ...], value: int | None) -> str | None:
+        """How the counter grew (``12 in the last 42 min, over 10 an hour``) when its rate is at or
+        above the code's threshold; None otherwise, and for a counter not reported."""
+        if value is None:
+            return None
+        rate = self.history.observe(key, value, self.at)
+        limit = _threshold(self.catalogue, check, code, float("inf"))
+        if rate is None or rate.per_hour < limit:
+            return None
+        return f"{rate.words()}, {limit:g} an hour allowed"
+
+
+def _memory_readings(gpu: GpuReport, name: str, retired_limit: float, rates: _Rates) -> list[Reading]:
+    """ECC (counts, and the corrected errors' rate) and the memory's repairs (remapped rows, retired
+    pages) of one GPU."""
     ecc = Reading("ecc", gpu.uuid)
     if gpu.ecc_uncorrectable:
         volatile = f"{name}: {gpu.ecc_uncorrectable} uncorrectable ECC errors"
@@ -126,6 +148,9 @@ def _memory_readings(gpu: GpuReport, name: str, retired_limit: float) -> list[Re
     if gpu.ecc_uncorrectable_aggregate:
         lifetime = f"{name}: {gpu.ecc_uncorrectable_aggregate} uncorrectable ECC errors over its life"
         ecc.faults.append(("aggregate-uncorrectable", lifetime))
+    corrected = rates.over("ecc", "correctable-rate", (gpu.uuid, "ecc-corrected"), gpu.ecc_correctable)
+    if corrected:
+        ecc.faults.append(("correctable-rate", f"{name}: corrected ECC errors {corrected}"))
     remap = Reading("remap", gpu.uuid)
     if gpu.remap_failed:
         remap.faults.append(("remap-failed", f"{name}: a memory row could not be remapped"))
@@ -154,12 +179,14 @@ def _thermal_reading(gpu: GpuReport, name: str) -> Reading:
         thermal.faults.append(("thermal-throttle", f"{name}: clocks held down for temperature ({temp:g} C)"))
     if "hw-power-brake" in gpu.throttle_reasons:
         thermal.faults.append(("power-brake", f"{name}: clocks held down by the power brake"))
+    if "hw-slowdown" in gpu.throttle_reasons:
+        thermal.faults.append(("hw-slowdown", f"{name}: clocks held down by the hardware slowdown signal"))
     return thermal
 
 
-def _link_readings(gpu: GpuReport, name: str, link_limit: float) -> list[Reading]:
-    """PCIe generation and width against their maximum, NVLink state and error counters (where the GPU
-    reports them)."""
+def _link_readings(gpu: GpuReport, name: str, rates: _Rates) -> list[Reading]:
+    """PCIe generation and width against their maximum and its replays' rate; NVLink state and the
+    rates of each link's CRC errors and of its replay and recovery errors (where the GPU reports them)."""
     readings: list[Reading] = []
     if gpu.pcie_max_generation or gpu.pcie_max_width:
         pcie = Reading("pcie", gpu.uuid)
@@ -171,23 +198,41 @@ def _link_readings(gpu: GpuReport, name: str, link_limit: float) -> list[Reading
                     f"should be gen {gpu.pcie_max_generation} x{gpu.pcie_max_width}",
                 )
             )
+        replays = rates.over("pcie", "replay-rate", (gpu.uuid, "pcie-replays"), gpu.pcie_replays)
+        if replays:
+            pcie.faults.append(("replay-rate", f"{name}: PCIe replays {replays}"))
         readings.append(pcie)
     if gpu.nvlinks:
         nvlink = Reading("nvlink", gpu.uuid)
         down = [str(link.link) for link in gpu.nvlinks if not link.active]
         if down:
             nvlink.faults.append(("link-down", f"{name}: NVLink {', '.join(down)} down"))
-        errors = sum(k.crc_errors + k.replay_errors + k.recovery_errors for k in gpu.nvlinks)
-        if errors >= link_limit:
-            nvlink.faults.append(("link-errors", f"{name}: {errors} NVLink CRC, replay and recovery errors"))
+        for link in gpu.nvlinks:
+            key = (gpu.uuid, f"nvlink-{link.link}")
+            crc = rates.over("nvlink", "crc-rate", (*key, "crc"), link.crc_errors)
+            if crc:
+                nvlink.faults.append(("crc-rate", f"{name}: NVLink {link.link} CRC errors {crc}"))
+            both = link.replay_errors + link.recovery_errors
+            errors = rates.over("nvlink", "error-rate", (*key, "replay-recovery"), both)
+            if errors:
+                nvlink.faults.append(
+                    ("error-rate", f"{name}: NVLink {link.link} replay and recovery errors {errors}")
+                )
         readings.append(nvlink)
     return readings
 
 
 def gpu_events(
-    report: NodeReport, catalogue: FaultCatalogue, now: dt.datetime, expected_gpus: int | None = None
+    report: NodeReport,
+    catalogue: FaultCatalogue,
+    now: dt.datetime,
+    expected_gpus: int | None = None,
+    rates: CounterRates | None = None,
 ) -> list[HealthEvent]:
-    """Readings of every GPU check but XIDs: missing GPUs, ECC, remapping, thermal, PCIe, NVLink, reset."""
+    """Readings of every GPU check but XIDs: missing GPUs, ECC, remapping, thermal, PCIe, NVLink, reset.
+
+    Error counters are judged by their rate over ``rates``, the node's history of them (a fresh one:
+    no rate at a first reading)."""
     readings: list[Reading] = []
     if expected_gpus is not None:
         count = Reading("gpu-missing", "gpus")
@@ -197,14 +242,14 @@ def gpu_events(
             )
         readings.append(count)
     retired_limit = _threshold(catalogue, "remap", "retired-pages-limit", 60)
-    link_limit = _threshold(catalogue, "nvlink", "link-errors", 100)
+    judged = _Rates(rates or CounterRates(), now.timestamp(), catalogue)
     for gpu in report.gpus:
         name = _name(gpu)
         lost = Reading("gpu-missing", gpu.uuid)
         if not gpu.healthy:
             lost.faults.append(("gpu-lost", f"{name}: lost (fallen off the bus or unusable)"))
-        readings += [lost, *_memory_readings(gpu, name, retired_limit), _thermal_reading(gpu, name)]
-        readings += _link_readings(gpu, name, link_limit)
+        readings += [lost, *_memory_readings(gpu, name, retired_limit, judged), _thermal_reading(gpu, name)]
+        readings += _link_readings(gpu, name, judged)
         reset = Reading("reset-required", gpu.uuid)
         if gpu.reset_required:
             reset.faults.append(("reset-required", f"{name}: the driver asks for a GPU reset"))
@@ -245,11 +290,25 @@ def _xid_message(catalogue: FaultCatalogue, name: str, code: int, detail: str) -
     return f"{name}: XID {code} {mnemonic}" + (f": {detail}" if detail else "")
 
 
+_NIC_COUNTERS = (
+    ("link-downed-rate", "link_downed", "link went down"),
+    ("symbol-error-rate", "symbol_errors", "symbol errors"),
+    ("buffer-overrun-rate", "buffer_overruns", "receive buffer overruns"),
+)
+"""The port counters judged by their rate: code, :class:`NicReport` field, words."""
+
+
 def nic_events(
-    node: str, nics: Sequence[NicReport], catalogue: FaultCatalogue, now: dt.datetime
+    node: str,
+    nics: Sequence[NicReport],
+    catalogue: FaultCatalogue,
+    now: dt.datetime,
+    rates: CounterRates | None = None,
 ) -> list[HealthEvent]:
-    """A reading per port given: down, or slower than the fastest port of its kind among them (which ports
-    to give, and when a port down is a fault at all, is :class:`NicScope`'s to say)."""
+    """A reading per port given: down, slower than the fastest port of its kind among them, or with an
+    error counter climbing (by its rate over ``rates``, as :func:`gpu_events`). Which ports to give, and
+    when a port down is a fault at all, is :class:`NicScope`'s to say."""
+    judged = _Rates(rates or CounterRates(), now.timestamp(), catalogue)
     fastest: dict[str, float] = {}
     for nic in nics:
         if nic.up and nic.speed_gbps:
@@ -270,6 +329,10 @@ def nic_events(
                     f"its peers at {fastest[nic.kind]:g} Gb/s",
                 )
             )
+        for code, field_name, words in _NIC_COUNTERS:
+            grew = judged.over("nic", code, (nic.name, field_name), getattr(nic, field_name))
+            if grew:
+                reading.faults.append((code, f"{nic.kind} port {nic.name}: {words} {grew}"))
         readings.append(reading)
     return _events(node, readings, catalogue, now)
 
@@ -386,6 +449,8 @@ class NodeProbes:
         self.report: NodeReport | None = None
         self.xid_history = XidHistory(catalogue.history.xid)
         """The kernel log's XID lines per GPU over time, for the catalogue's history rules."""
+        self.rates = CounterRates()
+        """The GPUs' and ports' error counters over the last hour, judged as rates."""
 
     def probes(self) -> list[Probe]:
         """The probes in the order a pass runs them: kernel log, GPUs (with XIDs), NICs."""
@@ -460,7 +525,7 @@ class NodeProbes:
         kernel = self.kernel_log.xids if self.kernel_log else []
         return [
             nvml_reading,
-            *gpu_events(self.report, self.catalogue, now, self._expected()),
+            *gpu_events(self.report, self.catalogue, now, self._expected(), self.rates),
             *self._with_history(self.report, xid_events(self.report, kernel, self.catalogue, now), now),
         ]
 
@@ -487,4 +552,4 @@ class NodeProbes:
             nics = list(self.report.nics)
         else:
             return []
-        return nic_events(self.node, self.nic_scope.watched(nics), self.catalogue, self.clock())
+        return nic_events(self.node, self.nic_scope.watched(nics), self.catalogue, self.clock(), self.rates)

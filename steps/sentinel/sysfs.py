@@ -4,7 +4,8 @@ Everything is read under a root folder (``/sys`` on the node; where the chart mo
 in the agent's pod; a fake tree in tests):
 
 - ``class/infiniband/DEV/ports/N/state`` (``4: ACTIVE``), ``phys_state`` (``5: LinkUp``) and ``rate``
-  (``400 Gb/sec (4X NDR)``);
+  (``400 Gb/sec (4X NDR)``), and of its ``counters/``: ``link_downed``, ``symbol_error`` and
+  ``excessive_buffer_overrun_errors`` (RoCE devices may lack them: then unreported);
 - ``class/net/IF/operstate`` (``up``) and ``speed`` (Mbit/s; unreadable or ``-1`` while down), for
   interfaces backed by a device (``class/net/IF/device``) that are not IPoIB (``type`` 32).
 
@@ -32,6 +33,11 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _count(path: Path) -> int | None:
+    text = _read(path)
+    return int(text) if text.isdigit() else None
+
+
 def _word(text: str) -> str:
     """``ACTIVE`` from ``4: ACTIVE``."""
     return text.partition(":")[2].strip() if ":" in text else text
@@ -52,6 +58,9 @@ def _infiniband(root: Path) -> list[NicReport]:
                     state=state,
                     phys_state=phys,
                     speed_gbps=float(rate.group(1)) if rate and up else None,
+                    link_downed=_count(port / "counters" / "link_downed"),
+                    symbol_errors=_count(port / "counters" / "symbol_error"),
+                    buffer_overruns=_count(port / "counters" / "excessive_buffer_overrun_errors"),
                 )
             )
     return ports

@@ -35,8 +35,14 @@ class FakeGpu:
     shutdown: int = 92
     pcie: tuple[int, int, int, int] = (5, 5, 16, 16)
     links: list[bool] = field(default_factory=lambda: [True] * 18)
-    link_errors: int = 0
+    crc: dict[int, int] = field(default_factory=dict)
+    """NVLink CRC (flit) errors counted, by link."""
+    replays: dict[int, int] = field(default_factory=dict)
+    recoveries: dict[int, int] = field(default_factory=dict)
     recovery_action: int = 0
+    pcie_replays: int = 0
+    corrected_ecc: int = 0
+    corrected_ecc_aggregate: int = 0
 
 
 def gpus(count: int = 8) -> list[FakeGpu]:
@@ -91,7 +97,12 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
         gpu = self._dev(handle)
+        if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return gpu.corrected_ecc if counter == real.NVML_VOLATILE_ECC else gpu.corrected_ecc_aggregate
         return gpu.volatile_ecc if counter == real.NVML_VOLATILE_ECC else gpu.aggregate_ecc
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+        return self._dev(handle).pcie_replays
 
     def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
         return list(range(self._dev(handle).retired))
@@ -134,7 +145,13 @@ class FakeNvml:
         return real.NVML_FEATURE_ENABLED if links[link] else real.NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
-        return self._dev(handle).link_errors if counter == real.NVML_NVLINK_ERROR_DL_CRC_FLIT else 0
+        gpu = self._dev(handle)
+        by_counter = {
+            real.NVML_NVLINK_ERROR_DL_CRC_FLIT: gpu.crc,
+            real.NVML_NVLINK_ERROR_DL_REPLAY: gpu.replays,
+            real.NVML_NVLINK_ERROR_DL_RECOVERY: gpu.recoveries,
+        }
+        return by_counter.get(counter, {}).get(link, 0)
 
     def nvmlDeviceGetFieldValues(self, handle: int, fields: list[int]) -> list[Any]:
         gpu = self._dev(handle)
