@@ -103,6 +103,13 @@ class GpuReport(BaseModel):
         pcie_replays: PCIe replays counted (the link's retransmissions: its signal is marginal).
         ecc_correctable: corrected (single-bit) ECC errors since the driver loaded.
         ecc_correctable_aggregate: corrected ECC errors over the GPU's life.
+        aer_correctable: PCIe AER correctable errors the kernel counted for the GPU's device this boot
+            (sysfs ``aer_dev_correctable``; ``None``: not reported).
+        aer_nonfatal: AER uncorrectable non-fatal errors this boot (``aer_dev_nonfatal``).
+        aer_fatal: AER uncorrectable fatal errors this boot (``aer_dev_fatal``).
+        fabric_state: the GPU's NVLink fabric registration where NVML reports one (NVSwitch and
+            multi-node NVLink systems): ``not-started``, ``in-progress`` or ``completed``; ``""``: none.
+        fabric_status: NVML's return code for a completed registration (0: success).
         compute_share: the share of its nominal compute throughput the GPU delivers (a simulated fleet's
             figure: a degraded GPU that delivers less while NVML reports nothing amiss, seen only in a
             workload's step time; no NVML reading sets it).
@@ -136,6 +143,11 @@ class GpuReport(BaseModel):
     pcie_replays: int = 0
     ecc_correctable: int = 0
     ecc_correctable_aggregate: int = 0
+    aer_correctable: int | None = None
+    aer_nonfatal: int | None = None
+    aer_fatal: int | None = None
+    fabric_state: str = ""
+    fabric_status: int = 0
     compute_share: float = Field(1.0, gt=0.0, le=1.0)
 
 

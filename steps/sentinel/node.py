@@ -235,9 +235,9 @@ def build_probes(
     if fleet is not None and source != "nvml":
         chosen = fleet
     else:
-        nvml = NvmlSource(nvml_module if nvml_module is not None else _nvml_module(), node)
-        chosen = nvml
         root = sysfs or "/sys"
+        nvml = NvmlSource(nvml_module if nvml_module is not None else _nvml_module(), node, sysfs=root)
+        chosen = nvml
         nics = lambda: read_nics(root)  # noqa: E731 - a reader bound to its root
         if log_path is None and os.access(KMSG, os.R_OK):
             log_path = KMSG

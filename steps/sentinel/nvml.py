@@ -13,12 +13,14 @@ delivers only new ones.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from steps.cluster.errors import NotFoundError
 from steps.cluster.health import GpuReport, NodeReport, NvlinkReport
+from steps.sentinel.sysfs import read_aer
 
 __all__ = ["NvmlSource", "NvmlUnavailableError"]
 
@@ -35,6 +37,8 @@ _REASONS = (
 _RESET_ACTIONS = {1, 4, 6}
 """NVML_GPU_RECOVERY_ACTION_GPU_RESET, _DRAIN_AND_RESET and _BUS_RESET: the GPU needs a reset."""
 _XID_EVENT = 0x08  # nvmlEventTypeXidCriticalError
+_FABRIC_STATES = {1: "not-started", 2: "in-progress", 3: "completed"}
+"""NVML_GPU_FABRIC_STATE_*: 0, not supported, has no word (no fabric to register with)."""
 
 
 class NvmlUnavailableError(Exception):
@@ -62,11 +66,13 @@ class NvmlSource:
         node: the node this agent runs on (the only node it can report).
         nvlinks: how many NVLinks to ask about per GPU (NVML_NVLINK_MAX_LINKS by default); links the GPU
             does not have answer not-supported or invalid and are skipped.
+        sysfs: where the host's ``/sys`` is, for each GPU's PCIe AER counters (None: not read).
     """
 
-    def __init__(self, nvml: Any, node: str, nvlinks: int | None = None) -> None:
+    def __init__(self, nvml: Any, node: str, nvlinks: int | None = None, sysfs: str | None = None) -> None:
         self._nvml = nvml
         self.node = node
+        self._sysfs = sysfs
         self._nvlinks = nvlinks if nvlinks is not None else int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
         self._event_set: Any = None
         self._started = False
@@ -259,7 +265,22 @@ class NvmlSource:
             pcie_replays=int(call(nvml.nvmlDeviceGetPcieReplayCounter, handle) or 0),
             ecc_correctable=int(corrected),
             ecc_correctable_aggregate=int(corrected_life),
+            **self._fabric(handle),
+            **(read_aer(self._sysfs, bus) if self._sysfs and bus else {}),
         )
+
+    def _fabric(self, handle: Any) -> dict[str, Any]:
+        """The GPU's NVLink fabric registration, where NVML has the call and the GPU one to report."""
+        nvml = self._nvml
+        info_type = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+        read = getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+        if info_type is None or read is None:
+            return {}
+        info = info_type()
+        if self._call(read, handle, ctypes.byref(info)) is None:
+            return {}  # not supported (no NVSwitch fabric), or NVML refused
+        state = _FABRIC_STATES.get(int(info.state), "")
+        return {"fabric_state": state, "fabric_status": int(info.status)} if state else {}
 
     def _bit(self, suffix: str, bit: int) -> int:
         """A clock event reason's bit, by the module's name for it where it has one."""

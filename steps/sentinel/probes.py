@@ -201,12 +201,24 @@ def _link_readings(gpu: GpuReport, name: str, rates: _Rates) -> list[Reading]:
         replays = rates.over("pcie", "replay-rate", (gpu.uuid, "pcie-replays"), gpu.pcie_replays)
         if replays:
             pcie.faults.append(("replay-rate", f"{name}: PCIe replays {replays}"))
+        pcie.faults += _aer_faults(gpu, name, rates)
         readings.append(pcie)
     if gpu.nvlinks:
         nvlink = Reading("nvlink", gpu.uuid)
         down = [str(link.link) for link in gpu.nvlinks if not link.active]
         if down:
             nvlink.faults.append(("link-down", f"{name}: NVLink {', '.join(down)} down"))
+        if gpu.fabric_state == "completed" and gpu.fabric_status:
+            nvlink.faults.append(
+                (
+                    "fabric-failed",
+                    f"{name}: NVLink fabric registration failed (NVML status {gpu.fabric_status})",
+                )
+            )
+        elif gpu.fabric_state in ("not-started", "in-progress"):
+            nvlink.faults.append(
+                ("fabric-not-ready", f"{name}: NVLink fabric registration {gpu.fabric_state}")
+            )
         for link in gpu.nvlinks:
             key = (gpu.uuid, f"nvlink-{link.link}")
             crc = rates.over("nvlink", "crc-rate", (*key, "crc"), link.crc_errors)
@@ -220,6 +232,22 @@ def _link_readings(gpu: GpuReport, name: str, rates: _Rates) -> list[Reading]:
                 )
         readings.append(nvlink)
     return readings
+
+
+def _aer_faults(gpu: GpuReport, name: str, rates: _Rates) -> list[tuple[str, str]]:
+    """The GPU's PCIe AER counters: a fatal error this boot, non-fatal and correctable ones by rate."""
+    faults: list[tuple[str, str]] = []
+    if gpu.aer_fatal:
+        faults.append(("aer-fatal", f"{name}: {gpu.aer_fatal} fatal PCIe AER errors this boot"))
+    nonfatal = rates.over("pcie", "aer-nonfatal-rate", (gpu.uuid, "aer-nonfatal"), gpu.aer_nonfatal)
+    if nonfatal:
+        faults.append(("aer-nonfatal-rate", f"{name}: non-fatal PCIe AER errors {nonfatal}"))
+    correctable = rates.over(
+        "pcie", "aer-correctable-rate", (gpu.uuid, "aer-correctable"), gpu.aer_correctable
+    )
+    if correctable:
+        faults.append(("aer-correctable-rate", f"{name}: correctable PCIe AER errors {correctable}"))
+    return faults
 
 
 def gpu_events(

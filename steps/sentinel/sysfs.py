@@ -9,6 +9,9 @@ in the agent's pod; a fake tree in tests):
 - ``class/net/IF/operstate`` (``up``) and ``speed`` (Mbit/s; unreadable or ``-1`` while down), for
   interfaces backed by a device (``class/net/IF/device``) that are not IPoIB (``type`` 32).
 
+And a PCI device's AER counters (``bus/pci/devices/ADDRESS/aer_dev_correctable``, ``aer_dev_nonfatal``,
+``aer_dev_fatal``: one ``NAME COUNT`` line per error kind and a ``TOTAL_ERR_...`` line), for the GPUs.
+
 It reports every such port; which of them the NIC probe watches (the fabric's, never a port that was not
 up since the agent started) is :class:`steps.sentinel.probes.NicScope`'s to say.
 """
@@ -20,9 +23,10 @@ from pathlib import Path
 
 from steps.cluster.health import NicReport
 
-__all__ = ["read_nics"]
+__all__ = ["read_aer", "read_nics", "sysfs_pci"]
 
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+_BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _IPOIB = "32"
 
 
@@ -91,3 +95,36 @@ def read_nics(root: str | Path = "/sys") -> list[NicReport]:
     """Every InfiniBand port, then every physical Ethernet interface, under ``root``, by name."""
     base = Path(root)
     return _infiniband(base) + _ethernet(base)
+
+
+def sysfs_pci(bus_id: str) -> str:
+    """``0000:1b:00.0`` (sysfs's name) from NVML's ``00000000:1B:00.0``; ``""`` for anything else."""
+    found = _BUS_ID.match(bus_id.strip())
+    if not found:
+        return ""
+    domain, bus, device, function = found.groups()
+    return f"{int(domain, 16):04x}:{bus}:{device}.{function}".lower()
+
+
+def _aer_total(path: Path) -> int | None:
+    """The ``TOTAL_ERR_...`` count of an AER file (else the sum of its lines); None when unreadable."""
+    counts: dict[str, int] = {}
+    for line in _read(path).splitlines():
+        name, _, count = line.strip().rpartition(" ")
+        if name and count.isdigit():
+            counts[name.strip()] = int(count)
+    if not counts:
+        return None
+    totals = [value for name, value in counts.items() if name.startswith("TOTAL_ERR")]
+    return totals[0] if totals else sum(counts.values())
+
+
+def read_aer(root: str | Path, bus_id: str) -> dict[str, int | None]:
+    """The AER counts of the PCI device ``bus_id`` (NVML's form or sysfs's) under ``root``, as
+    :class:`~steps.cluster.health.GpuReport` fields; each None where the kernel shows none."""
+    device = Path(root) / "bus" / "pci" / "devices" / (sysfs_pci(bus_id) or bus_id)
+    return {
+        "aer_correctable": _aer_total(device / "aer_dev_correctable"),
+        "aer_nonfatal": _aer_total(device / "aer_dev_nonfatal"),
+        "aer_fatal": _aer_total(device / "aer_dev_fatal"),
+    }

@@ -43,6 +43,8 @@ class FakeGpu:
     pcie_replays: int = 0
     corrected_ecc: int = 0
     corrected_ecc_aggregate: int = 0
+    fabric: tuple[int, int] | None = None
+    """NVLink fabric registration (state, status) as NVML gives it; None: not supported."""
 
 
 def gpus(count: int = 8) -> list[FakeGpu]:
@@ -56,6 +58,7 @@ class FakeNvml:
     """Module-like: pass an instance where the agent takes the ``pynvml`` module."""
 
     NVMLError = NVMLError
+    c_nvmlGpuFabricInfo_t = real.c_nvmlGpuFabricInfo_t
 
     def __init__(self, devices: list[FakeGpu] | None = None, init_error: int | None = None) -> None:
         self.devices = devices if devices is not None else gpus()
@@ -100,6 +103,13 @@ class FakeNvml:
         if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
             return gpu.corrected_ecc if counter == real.NVML_VOLATILE_ECC else gpu.corrected_ecc_aggregate
         return gpu.volatile_ecc if counter == real.NVML_VOLATILE_ECC else gpu.aggregate_ecc
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: int, info: Any) -> int:
+        gpu = self._dev(handle)
+        if gpu.fabric is None:
+            raise NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        info._obj.state, info._obj.status = gpu.fabric  # a ctypes.byref() of the caller's structure
+        return int(real.NVML_SUCCESS)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
         return self._dev(handle).pcie_replays

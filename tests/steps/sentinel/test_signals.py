@@ -99,6 +99,19 @@ def _fabric(root: Path) -> None:
             _counter(root, f"mlx5_{i}/1", name, value)
 
 
+def _aer(root: Path, index: int, kind: str, total: int) -> None:
+    """GPU ``index``'s AER file ``aer_dev_KIND`` as the kernel writes it, its total ``total``."""
+    device = root / "bus/pci/devices" / f"0000:{0x18 + 0x10 * index:02x}:00.0"
+    device.mkdir(parents=True, exist_ok=True)
+    name = {"correctable": "COR", "nonfatal": "NONFATAL", "fatal": "FATAL"}[kind]
+    first = "RxErr" if kind == "correctable" else "Undefined"
+    (device / f"aer_dev_{kind}").write_text(f"{first} {total}\nBadTLP 0\nTOTAL_ERR_{name} {total}\n")
+
+
+def _aer_set(index: int, kind: str, total: int) -> Callable[[list[FakeGpu], Path], None]:
+    return lambda devices, root: _aer(root, index, kind, total)
+
+
 def _set(index: int, **values: object) -> Callable[[list[FakeGpu], Path], None]:
     def apply(devices: list[FakeGpu], root: Path) -> None:
         for key, value in values.items():
@@ -124,6 +137,10 @@ SIGNALS = [
     Signal("nvlink-replays", "nvlink", "error-rate",
            _set(5, replays={7: 40}, recoveries={7: 2}),
            _set(5, replays={7: 58}, recoveries={7: 5}), "GPU-fake-5"),
+    Signal("aer-correctable", "pcie", "aer-correctable-rate",
+           _aer_set(3, "correctable", 500), _aer_set(3, "correctable", 521), "GPU-fake-3"),
+    Signal("aer-nonfatal", "pcie", "aer-nonfatal-rate",
+           _aer_set(3, "nonfatal", 4), _aer_set(3, "nonfatal", 5), "GPU-fake-3"),
     Signal("ib-link-downed", "nic", "link-downed-rate",
            _port("link_downed", 7), _port("link_downed", 8), "mlx5_3/1"),
     Signal("ib-symbol-errors", "nic", "symbol-error-rate",
@@ -257,3 +274,50 @@ def test_the_readme_lists_every_signal_with_the_catalogues_severity_action_and_t
         assert (severity, action) == (rule.severity, rule.action), (check, code)
         number = threshold.split()[0] if threshold else None
         assert number == (None if rule.threshold is None else f"{rule.threshold:g}"), (check, code, threshold)
+
+
+@pytest.mark.parametrize(
+    ("fabric", "code", "severity"),
+    [((3, 0), None, None), ((2, 0), "fabric-not-ready", "degraded"), ((3, 7), "fabric-failed", "fatal")],
+    ids=["completed", "in-progress", "failed"],
+)
+def test_the_nvlink_fabric_registration_is_read_where_nvml_reports_one(
+    fabric: tuple[int, int], code: str | None, severity: str | None, tmp_path: Path
+) -> None:
+    devices, clock = gpus(8), Clock()
+    devices[0].fabric = fabric  # the others: not supported, as on a machine with no NVSwitch fabric
+    sentinel, port = _agent(devices, tmp_path, clock)
+    changed = sentinel.run_once().changed
+    if code is None:
+        assert changed == []
+        return
+    (event,) = changed
+    assert (event.check, event.entity, event.code, event.severity) == ("nvlink", "GPU-fake-0", code, severity)
+    assert port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule") is (severity == "fatal")
+
+
+def test_a_fatal_pcie_aer_error_this_boot_is_fatal_at_once(tmp_path: Path) -> None:
+    devices, clock = gpus(8), Clock()
+    _aer(tmp_path, 5, "fatal", 1)
+    sentinel, port = _agent(devices, tmp_path, clock)
+    (event,) = sentinel.run_once().changed
+    assert (event.check, event.entity, event.code, event.severity, event.action) == (
+        "pcie", "GPU-fake-5", "aer-fatal", "fatal", "reboot",
+    )  # fmt: skip
+    assert port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+
+
+def test_aer_counters_are_read_by_the_gpus_pci_address(tmp_path: Path) -> None:
+    from steps.sentinel.sysfs import read_aer, sysfs_pci
+
+    assert sysfs_pci("00000000:1B:00.0") == "0000:1b:00.0" and sysfs_pci("nonsense") == ""
+    _aer(tmp_path, 0, "correctable", 12)
+    (tmp_path / "bus/pci/devices/0000:18:00.0/aer_dev_fatal").write_text("Undefined 0\nDLP 2\n")  # no TOTAL
+    assert read_aer(tmp_path, "00000000:18:00.0") == {
+        "aer_correctable": 12,
+        "aer_nonfatal": None,
+        "aer_fatal": 2,
+    }
+    assert read_aer(tmp_path, "00000000:28:00.0") == dict.fromkeys(
+        ("aer_correctable", "aer_nonfatal", "aer_fatal")
+    )
