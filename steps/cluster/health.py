@@ -103,6 +103,9 @@ class GpuReport(BaseModel):
         pcie_replays: PCIe replays counted (the link's retransmissions: its signal is marginal).
         ecc_correctable: corrected (single-bit) ECC errors since the driver loaded.
         ecc_correctable_aggregate: corrected ECC errors over the GPU's life.
+        ecc_uncorrectable_sram: of ``ecc_uncorrectable``, those in the GPU's on-chip SRAM (``None``:
+            NVML does not split them on this GPU).
+        ecc_uncorrectable_dram: of ``ecc_uncorrectable``, those in its device memory (HBM).
         aer_correctable: PCIe AER correctable errors the kernel counted for the GPU's device this boot
             (sysfs ``aer_dev_correctable``; ``None``: not reported).
         aer_nonfatal: AER uncorrectable non-fatal errors this boot (``aer_dev_nonfatal``).
@@ -143,6 +146,8 @@ class GpuReport(BaseModel):
     pcie_replays: int = 0
     ecc_correctable: int = 0
     ecc_correctable_aggregate: int = 0
+    ecc_uncorrectable_sram: int | None = None
+    ecc_uncorrectable_dram: int | None = None
     aer_correctable: int | None = None
     aer_nonfatal: int | None = None
     aer_fatal: int | None = None

@@ -83,6 +83,13 @@ _LINE = re.compile(
     r"(?P<code>\d+)(?:,\s*(?P<message>.*?))?\s*$"
 )
 _PCI = re.compile(r"^(?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?$")
+_FALLEN = re.compile(
+    r"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): "
+    r"GPU has fallen off the bus"
+)
+"""The driver's own line for a GPU lost from the bus (``NVRM: GPU 0000:1b:00.0: GPU has fallen off the
+bus.``), which it may write without the Xid 79 line: read as an XID 79, what that code means."""
+FALLEN_OFF_THE_BUS = 79
 
 
 def normalise_pci(address: str) -> str:
@@ -123,12 +130,17 @@ class ParseResult:
 
 
 def parse_lines(lines: Iterable[str]) -> ParseResult:
-    """The XID and SXid lines among ``lines``; any other line is ignored."""
+    """The XID and SXid lines among ``lines``, and the driver's fallen-off-the-bus line as an XID 79; any
+    other line is ignored."""
     found: list[KernelXid] = []
     pcis: dict[str, str] = {}
     bad = 0
     for line in lines:
         if "Xid" not in line:
+            fallen = _FALLEN.search(line) if "fallen off the bus" in line else None
+            if fallen is not None:
+                pci = normalise_pci(fallen.group("pci"))
+                found.append(KernelXid("xid", pci, FALLEN_OFF_THE_BUS, "GPU has fallen off the bus"))
             continue
         match = _LINE.search(line)
         if match is None:

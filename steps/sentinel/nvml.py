@@ -41,6 +41,10 @@ _FABRIC_STATES = {1: "not-started", 2: "in-progress", 3: "completed"}
 """NVML_GPU_FABRIC_STATE_*: 0, not supported, has no word (no fabric to register with)."""
 
 
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 class NvmlUnavailableError(Exception):
     """NVML is absent or will not initialise (no driver, no GPU, no library): the agent reports it as
     its own condition and goes on serving metrics."""
@@ -212,6 +216,14 @@ class NvmlSource:
         unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         volatile = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_VOLATILE_ECC) or 0
         aggregate = call(nvml.nvmlDeviceGetTotalEccErrors, handle, unc, nvml.NVML_AGGREGATE_ECC) or 0
+        where = {
+            place: call(nvml.nvmlDeviceGetMemoryErrorCounter, handle, unc, nvml.NVML_VOLATILE_ECC, location)
+            for place, location in (
+                ("sram", getattr(nvml, "NVML_MEMORY_LOCATION_SRAM", None)),
+                ("dram", getattr(nvml, "NVML_MEMORY_LOCATION_DRAM", None)),
+            )
+            if location is not None
+        }
         cor = nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
         corrected = call(nvml.nvmlDeviceGetTotalEccErrors, handle, cor, nvml.NVML_VOLATILE_ECC) or 0
         corrected_life = call(nvml.nvmlDeviceGetTotalEccErrors, handle, cor, nvml.NVML_AGGREGATE_ECC) or 0
@@ -265,6 +277,8 @@ class NvmlSource:
             pcie_replays=int(call(nvml.nvmlDeviceGetPcieReplayCounter, handle) or 0),
             ecc_correctable=int(corrected),
             ecc_correctable_aggregate=int(corrected_life),
+            ecc_uncorrectable_sram=_count(where.get("sram")),
+            ecc_uncorrectable_dram=_count(where.get("dram")),
             **self._fabric(handle),
             **(read_aer(self._sysfs, bus) if self._sysfs and bus else {}),
         )

@@ -144,6 +144,8 @@ def _memory_readings(gpu: GpuReport, name: str, retired_limit: float, rates: _Ra
     ecc = Reading("ecc", gpu.uuid)
     if gpu.ecc_uncorrectable:
         volatile = f"{name}: {gpu.ecc_uncorrectable} uncorrectable ECC errors"
+        if gpu.ecc_uncorrectable_sram is not None and gpu.ecc_uncorrectable_dram is not None:
+            volatile += f" ({gpu.ecc_uncorrectable_sram} in SRAM, {gpu.ecc_uncorrectable_dram} in DRAM)"
         ecc.faults.append(("volatile-uncorrectable", volatile))
     if gpu.ecc_uncorrectable_aggregate:
         lifetime = f"{name}: {gpu.ecc_uncorrectable_aggregate} uncorrectable ECC errors over its life"

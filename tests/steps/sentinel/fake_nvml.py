@@ -43,6 +43,8 @@ class FakeGpu:
     pcie_replays: int = 0
     corrected_ecc: int = 0
     corrected_ecc_aggregate: int = 0
+    sram_ecc: int | None = None
+    """Of ``volatile_ecc``, those in SRAM (the rest in DRAM); None: NVML does not split them."""
     fabric: tuple[int, int] | None = None
     """NVLink fabric registration (state, status) as NVML gives it; None: not supported."""
 
@@ -110,6 +112,18 @@ class FakeNvml:
             raise NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         info._obj.state, info._obj.status = gpu.fabric  # a ctypes.byref() of the caller's structure
         return int(real.NVML_SUCCESS)
+
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, handle: int, error_type: int, counter: int, location: int
+    ) -> int:
+        gpu = self._dev(handle)
+        if gpu.sram_ecc is None or counter != real.NVML_VOLATILE_ECC:
+            raise NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        if error_type == real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return 0
+        if location == real.NVML_MEMORY_LOCATION_SRAM:
+            return gpu.sram_ecc
+        return gpu.volatile_ecc - gpu.sram_ecc if location == real.NVML_MEMORY_LOCATION_DRAM else 0
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
         return self._dev(handle).pcie_replays

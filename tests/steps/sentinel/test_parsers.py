@@ -30,6 +30,9 @@ LINES = [
     "Link 32 egress",
     "Mar 03 12:00:04 gpu-7 kernel: NVRM: Xid (PCI:0000:1b:00): unreadable garbage",
     "Mar 03 12:00:05 gpu-7 kernel: eth0: link up",
+    # the driver's own line for a lost GPU, which may come without its Xid 79
+    "Mar 03 12:00:06 gpu-7 kernel: NVRM: GPU 0000:5B:00.0: GPU has fallen off the bus.",
+    "Mar 03 12:00:07 gpu-7 kernel: usb 1-1: device fallen off the bus",
 ]
 
 
@@ -41,8 +44,10 @@ def test_every_log_format_parses_and_bad_lines_are_counted() -> None:
         ("xid", "0000:3b:00", 13),
         ("xid", "0000:4b:00", 154),
         ("sxid", "0000:05:00", 12028),
+        ("xid", "0000:5b:00", 79),
     ]
     assert result.xids[0].message.endswith("GPU has fallen off the bus.")
+    assert result.xids[-1].message == "GPU has fallen off the bus"
     assert result.bad_lines == 1
 
 

@@ -321,3 +321,13 @@ def test_aer_counters_are_read_by_the_gpus_pci_address(tmp_path: Path) -> None:
     assert read_aer(tmp_path, "00000000:28:00.0") == dict.fromkeys(
         ("aer_correctable", "aer_nonfatal", "aer_fatal")
     )
+
+
+def test_uncorrectable_ecc_errors_say_whether_they_are_in_sram_or_dram(tmp_path: Path) -> None:
+    devices, clock = gpus(8), Clock()
+    devices[1].volatile_ecc, devices[1].sram_ecc = 3, 2
+    devices[2].volatile_ecc = 1  # NVML does not split them on this GPU
+    sentinel, _ = _agent(devices, tmp_path, clock)
+    messages = {e.entity: e.message for e in sentinel.run_once().changed if e.check == "ecc"}
+    assert messages["GPU-fake-1"].endswith("3 uncorrectable ECC errors (2 in SRAM, 1 in DRAM)")
+    assert messages["GPU-fake-2"].endswith("1 uncorrectable ECC errors")
