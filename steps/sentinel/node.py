@@ -91,13 +91,15 @@ class Sentinel:
     """The NVML wait in flight (set once it returned)."""
 
     def snapshot(self) -> dict[str, object]:
-        """The state file's parts: the agent's, the kernel log's, the XID history's and NVML's XIDs."""
+        """The state file's parts: the agent's, the kernel log's, the XID history's, NVML's XIDs and the
+        error counters' history."""
         parts: dict[str, object] = {"agent": self.agent.snapshot()}
         if self.probes.kernel_log is not None:
             parts["kernel_log"] = self.probes.kernel_log.snapshot()
             parts["xid_history"] = self.probes.xid_history.snapshot()
         if self.nvml is not None:
             parts["nvml_xids"] = {str(i): list(x) for i, x in sorted(self.nvml.xids.items())}
+        parts["counters"] = self.probes.rates.snapshot()
         return parts
 
     def restore(self) -> bool:
@@ -123,6 +125,11 @@ class Sentinel:
                         f"warning: sentinel: state {self.state.path}: XID history ignored: {exc}",
                         file=sys.stderr,
                     )
+        if "counters" in data:
+            try:
+                self.probes.rates.restore(data["counters"])
+            except ValueError as exc:
+                print(f"warning: sentinel: state {self.state.path}: counters ignored: {exc}", file=sys.stderr)
         xids = data.get("nvml_xids")
         if self.nvml is not None and isinstance(xids, dict):
             try:

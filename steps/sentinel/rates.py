@@ -15,8 +15,8 @@ is what it grew since the agent started, scaled to an hour.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["CounterRates", "Rate"]
 
@@ -43,6 +43,9 @@ class Rate:
 class CounterRates:
     """The readings of every counter a node's probes watch, by key, within a sliding window.
 
+    Only a reading that changed a counter is kept (with when it was first watched), so the history, which
+    the agent keeps in its state file across restarts (:meth:`snapshot`), changes only when a counter does.
+
     Args:
         window_s: how far back a rate looks, in seconds.
         min_span_s: how long a counter must have been watched before it has a rate, in seconds.
@@ -53,23 +56,50 @@ class CounterRates:
             raise ValueError(f"window {window_s:g} s, minimum span {min_span_s:g} s: need 0 < span <= window")
         self.window_s = window_s
         self.min_span_s = min_span_s
-        self._readings: dict[Hashable, deque[tuple[float, int]]] = {}
+        self._changes: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
+        self._since: dict[tuple[str, ...], float] = {}
 
-    def observe(self, key: Hashable, value: int, at: float) -> Rate | None:
+    def observe(self, key: tuple[str, ...], value: int, at: float) -> Rate | None:
         """Record ``value`` of counter ``key`` read at ``at`` (seconds); its rate, or None while it has
-        been watched for less than ``min_span_s`` (since the agent started or the counter was reset).
-        A reading at or before the last one of that counter is ignored for the history (a clock that
-        stepped back) but still judged against it."""
-        readings = self._readings.setdefault(key, deque())
-        if readings and value < readings[-1][1]:
-            readings.clear()  # reset: counting starts again from here
-        if not readings or at > readings[-1][0]:
-            readings.append((at, value))
-        # keep the newest reading at or before the window's start: the growth is measured from there
-        while len(readings) > 1 and readings[1][0] <= at - self.window_s:
-            readings.popleft()
-        first_at, first_value = readings[0]
-        span = at - first_at
+        been watched for less than ``min_span_s`` (since the agent started or the counter was reset)."""
+        changes = self._changes.setdefault(key, deque())
+        if not changes or value < changes[-1][1]:  # first watched, or reset: counting starts here
+            changes.clear()
+            changes.append((at, value))
+            self._since[key] = at
+        elif value != changes[-1][1] and at > changes[-1][0]:
+            changes.append((at, value))
+        # the value at the window's start is that of the newest change at or before it
+        while len(changes) > 1 and changes[1][0] <= at - self.window_s:
+            changes.popleft()
+        span = min(at - self._since[key], self.window_s)
         if span < self.min_span_s:
             return None
-        return Rate(increase=max(0, value - first_value), span_s=span)
+        return Rate(increase=max(0, value - changes[0][1]), span_s=span)
+
+    def snapshot(self) -> list[list[object]]:
+        """What a restarted agent of the same boot needs to go on: per counter, its key, since when it is
+        watched, and its changes."""
+        return [
+            [list(key), self._since[key], [list(change) for change in changes]]
+            for key, changes in sorted(self._changes.items())
+        ]
+
+    def restore(self, data: Any) -> None:
+        """Take over a :meth:`snapshot`.
+
+        Raises:
+            ValueError: ``data`` is not such a snapshot.
+        """
+        changes: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
+        since: dict[tuple[str, ...], float] = {}
+        try:
+            for key, started, readings in data:
+                name = tuple(str(part) for part in key)
+                since[name] = float(started)
+                changes[name] = deque((float(at), int(value)) for at, value in readings)
+                if not changes[name]:
+                    raise ValueError(f"counter {'/'.join(name)} has no reading")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not a counter history snapshot: {exc}") from None
+        self._changes, self._since = changes, since

@@ -18,6 +18,8 @@ the host), holds:
 - ``nvml_xids``: the XIDs NVML's event set delivered, per GPU index.
 - ``xid_history``: :meth:`steps.sentinel.history.XidHistory.snapshot` (the kernel log's XID lines per GPU
   and code over time, for the fault history's rules; ``dsx sentinel history`` reads it).
+- ``counters``: :meth:`steps.sentinel.rates.CounterRates.snapshot` (the GPUs' and ports' error counters
+  over the last hour, so a restart neither loses a climbing rate nor clears its condition).
 
 A write goes to a temporary file in the same directory, is flushed to disk and renamed over the old one,
 so a crash leaves the old file or the new one, never half of one; a file that does not parse is said

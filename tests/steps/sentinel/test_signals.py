@@ -6,6 +6,7 @@ fake sysfs tree, with a clock the test moves."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import MemoryStore, SimCluster
 from steps.sentinel.catalogue import load_catalogue
+from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.rates import CounterRates
 from tests.steps.sentinel.fake_nvml import FakeGpu, FakeNvml, gpus
@@ -52,6 +54,21 @@ def test_a_counter_that_goes_down_was_reset_and_counts_again_from_there() -> Non
     assert rates.observe("c", 3, 600.0) is None  # a driver reload: watched for 0 s since
     rate = rates.observe("c", 13, 1200.0)
     assert rate is not None and rate.increase == 10
+
+
+def test_a_snapshot_restores_the_same_history_and_nonsense_is_refused() -> None:
+    rates = CounterRates()
+    for at, value in ((0.0, 5), (30.0, 5), (300.0, 9)):
+        rates.observe(("GPU-1", "pcie-replays"), value, at)
+    again = CounterRates()
+    again.restore(json.loads(json.dumps(rates.snapshot())))  # as the state file holds it
+    assert again.snapshot() == rates.snapshot() == [[["GPU-1", "pcie-replays"], 0.0, [[0.0, 5], [300.0, 9]]]]
+    assert again.observe(("GPU-1", "pcie-replays"), 12, 600.0) == rates.observe(
+        ("GPU-1", "pcie-replays"), 12, 600.0
+    )
+    for nonsense in ([["x"]], [[["k"], 0.0, []]], "text", [[["k"], "soon", [[0, 1]]]]):
+        with pytest.raises(ValueError, match="not a counter history snapshot"):
+            CounterRates().restore(nonsense)
 
 
 # --------------------------------------------------------------------------------- the agent
@@ -151,15 +168,28 @@ SIGNALS = [
 
 
 def _agent(
-    devices: list[FakeGpu], root: Path, clock: Clock, overrides: Path | None = None
+    devices: list[FakeGpu],
+    root: Path,
+    clock: Clock,
+    overrides: Path | None = None,
+    port: SimCluster | None = None,
+    state: Path | None = None,
 ) -> tuple[Sentinel, SimCluster]:
-    """The agent of :data:`NODE` over a fake NVML of ``devices`` and the sysfs tree under ``root``."""
-    port = SimCluster(MemoryStore(load_fleet("sim:nodes=2,gpu=h100,workloads=false")), retry=FAST)
-    catalogue = load_catalogue(overrides=overrides)
-    nvml = FakeNvml(devices)
-    return build_sentinel(
-        port, NODE, catalogue, source="nvml", nvml_module=nvml, sysfs=str(root), clock=clock
-    ), port
+    """The agent of :data:`NODE` over a fake NVML of ``devices`` and the sysfs tree under ``root``; with
+    ``state``, keeping its state there (one boot) as the DaemonSet's agent does."""
+    port = port or SimCluster(MemoryStore(load_fleet("sim:nodes=2,gpu=h100,workloads=false")), retry=FAST)
+    sentinel = build_sentinel(
+        port,
+        NODE,
+        load_catalogue(overrides=overrides),
+        source="nvml",
+        nvml_module=FakeNvml(devices),
+        sysfs=str(root),
+        clock=clock,
+        state_dir=state,
+        boot=Boot("0b5c1e7a-0000-4000-8000-000000000002", START.timestamp() - 3600),
+    )
+    return sentinel, port
 
 
 @pytest.mark.parametrize("signal", SIGNALS, ids=[s.name for s in SIGNALS])
@@ -331,3 +361,19 @@ def test_uncorrectable_ecc_errors_say_whether_they_are_in_sram_or_dram(tmp_path:
     messages = {e.entity: e.message for e in sentinel.run_once().changed if e.check == "ecc"}
     assert messages["GPU-fake-1"].endswith("3 uncorrectable ECC errors (2 in SRAM, 1 in DRAM)")
     assert messages["GPU-fake-2"].endswith("1 uncorrectable ECC errors")
+
+
+def test_a_restarted_agent_keeps_a_climbing_rate_and_its_condition(tmp_path: Path) -> None:
+    """The counters' last hour is in the agent's state file: the restarted agent's first pass neither
+    clears the degraded reading (it would have no rate for a minute) nor loses the growth."""
+    devices, clock, state = gpus(8), Clock(), tmp_path / "state"
+    sentinel, port = _agent(devices, tmp_path, clock, state=state)
+    sentinel.run_once()
+    clock.now += dt.timedelta(minutes=20)
+    devices[2].pcie_replays = 200  # 600 an hour
+    (event,) = sentinel.run_once().changed
+    assert (event.code, event.healthy) == ("replay-rate", False)
+    restarted, _ = _agent(devices, tmp_path, clock, port=port, state=state)
+    clock.now += dt.timedelta(seconds=10)
+    assert restarted.run_once().changed == []  # still degraded: nothing to write
+    assert port.get_node(NODE).condition(vocab.CONDITION_SENTINEL["pcie"]).status == "True"
