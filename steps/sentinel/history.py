@@ -7,6 +7,11 @@ the reader is given it: the agent is, ``dsx-remediate``'s pods are not):
   application errors or nothing to act on) seen on one GPU ``count`` times within ``withinMinutes`` escalates
   that GPU's reading to the rule's severity and action. :class:`XidHistory` counts the kernel log's lines
   of each XID per GPU over time, from the counts :class:`~steps.sentinel.kernel_log.KernelLog` keeps.
+- **Port rules** (:class:`NicRule`): a fabric port whose error counter (its link going down, above all)
+  grows by ``count`` within ``withinMinutes`` escalates that port's faulty reading to the rule's severity
+  and action: the catalogue's ``link-downed-rate`` makes a port that flaps twice an hour degraded, this
+  rule one that flaps on fatal. The counters' history is the agent's
+  (:class:`~steps.sentinel.rates.CounterRates`, kept across restarts in its state file).
 - **The lemon rule** (:class:`LemonRule`): a node returned to service by ``count`` remediations within
   ``withinDays`` days is escalated for replacement instead of being repaired again (applied by
   ``dsx-remediate``'s guard, :func:`steps.sentinel.remediate.guard`, which reads the ledger).
@@ -23,16 +28,20 @@ from pydantic import Field, model_validator
 
 from steps.models import Camel, Frozen, read_model
 from steps.sentinel.events import Action, HealthEvent, Severity, severity_rank
+from steps.sentinel.rates import CounterRates
 
 __all__ = [
     "FaultHistory",
     "LemonRule",
+    "NicRule",
     "NodeHistory",
+    "PortCount",
     "Returned",
     "XidCount",
     "XidHistory",
     "XidRule",
     "load_history",
+    "port_counts",
 ]
 
 
@@ -48,6 +57,34 @@ class XidRule(Camel):
     action: Action
 
 
+NicCounter = Literal["link_downed", "symbol_errors", "buffer_overruns"]
+"""The port counters a rule may count (:class:`~steps.cluster.health.NicReport` fields)."""
+
+
+class NicRule(Camel):
+    """A port's ``counter`` grown by ``count`` within ``within_minutes``: its faulty reading becomes
+    ``severity`` with ``action``."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    counter: NicCounter
+    count: int = Field(ge=1)
+    within_minutes: float = Field(gt=0, le=24 * 60, allow_inf_nan=False)
+    severity: Severity
+    action: Action
+
+    def escalate(self, event: HealthEvent, grown: int | None) -> HealthEvent:
+        """``event`` (a faulty reading of the port) as this rule makes it when the counter grew by
+        ``grown`` within its window, or as it is."""
+        if event.check != "nic" or event.healthy or grown is None or grown < self.count:
+            return event
+        if severity_rank(self.severity) <= severity_rank(event.severity):
+            return event
+        why = f"{grown} times within {self.within_minutes:g} min: history rule {self.name}"
+        return event.model_copy(
+            update={"severity": self.severity, "action": self.action, "message": f"{event.message} ({why})"}
+        )
+
+
 class LemonRule(Camel):
     """A node returned to service by ``count`` remediations within ``within_days`` days is replaced."""
 
@@ -61,14 +98,16 @@ class FaultHistory(Camel):
     api_version: Literal["dsx.dev/v1alpha1"] = "dsx.dev/v1alpha1"
     kind: Literal["FaultHistory"] = "FaultHistory"
     xid: list[XidRule] = Field(default_factory=list)
+    nic: list[NicRule] = Field(default_factory=list)
     lemon: LemonRule | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> FaultHistory:
-        names = [rule.name for rule in self.xid]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"XID rule {twice[0]!r} is listed twice")
+        for kind, rules in (("XID", self.xid), ("port", self.nic)):
+            names = [rule.name for rule in rules]
+            twice = sorted({name for name in names if names.count(name) > 1})
+            if twice:
+                raise ValueError(f"{kind} rule {twice[0]!r} is listed twice")
         return self
 
 
@@ -93,6 +132,44 @@ class XidCount(Frozen):
     fired: bool
 
 
+class PortCount(Frozen):
+    """What a port rule sees of one port now: its counter's growth within the rule's window."""
+
+    port: str
+    counter: str
+    rule: str
+    within_minutes: float
+    grown: int
+    count: int
+    fired: bool
+
+
+def port_counts(rules: Sequence[NicRule], rates: CounterRates, now: float) -> list[PortCount]:
+    """For every port counter the agent keeps and every rule that counts it: its growth within the
+    rule's window at ``now`` and whether the rule fires."""
+    rows: list[PortCount] = []
+    for port, counter in sorted(k for k in rates.counters() if len(k) == 2):
+        for rule in rules:
+            grown = (
+                rates.growth((port, counter), rule.within_minutes * 60, now)
+                if rule.counter == counter
+                else None
+            )
+            if grown is not None:
+                rows.append(
+                    PortCount(
+                        port=port,
+                        counter=counter,
+                        rule=rule.name,
+                        within_minutes=rule.within_minutes,
+                        grown=grown,
+                        count=rule.count,
+                        fired=grown >= rule.count,
+                    )
+                )
+    return rows
+
+
 class Returned(Frozen):
     """A remediation that returned the node to service: when, and which workflow."""
 
@@ -106,6 +183,7 @@ class NodeHistory(Frozen):
     Attributes:
         state_file: the agent's state file read for the XID counts (``""``: none of this boot).
         xid: per GPU, code and rule, its lines within the rule's window.
+        ports: per fabric port, counter and port rule, the counter's growth within the rule's window.
         returned: the remediations that returned the node to service within the lemon rule's window.
         lemon: the lemon rule in force (``None``: none).
         lemon_fired: whether the next remediation would be escalated for replacement instead.
@@ -115,6 +193,7 @@ class NodeHistory(Frozen):
     boot_id: str
     state_file: str
     xid: list[XidCount]
+    ports: list[PortCount] = Field(default_factory=list)
     returned: list[Returned]
     lemon: LemonRule | None
     lemon_fired: bool

@@ -336,9 +336,11 @@ def nic_events(
     rates: CounterRates | None = None,
 ) -> list[HealthEvent]:
     """A reading per port given: down, slower than the fastest port of its kind among them, or with an
-    error counter climbing (by its rate over ``rates``, as :func:`gpu_events`). Which ports to give, and
-    when a port down is a fault at all, is :class:`NicScope`'s to say."""
-    judged = _Rates(rates or CounterRates(), now.timestamp(), catalogue)
+    error counter climbing (by its rate over ``rates``, as :func:`gpu_events`), a faulty one escalated by
+    the fault history's port rules. Which ports to give, and when a port down is a fault at all, is
+    :class:`NicScope`'s to say."""
+    history = rates or CounterRates()
+    judged = _Rates(history, now.timestamp(), catalogue)
     fastest: dict[str, float] = {}
     for nic in nics:
         if nic.up and nic.speed_gbps:
@@ -364,7 +366,14 @@ def nic_events(
             if grew:
                 reading.faults.append((code, f"{nic.kind} port {nic.name}: {words} {grew}"))
         readings.append(reading)
-    return _events(node, readings, catalogue, now)
+    events = _events(node, readings, catalogue, now)
+    for rule in catalogue.history.nic:
+        at = now.timestamp()
+        events = [
+            rule.escalate(e, history.growth((e.entity, rule.counter), rule.within_minutes * 60, at))
+            for e in events
+        ]
+    return events
 
 
 _PATTERN = re.compile(r"[A-Za-z0-9_.:/*?\[\]!-]+")
@@ -479,7 +488,9 @@ class NodeProbes:
         self.report: NodeReport | None = None
         self.xid_history = XidHistory(catalogue.history.xid)
         """The kernel log's XID lines per GPU over time, for the catalogue's history rules."""
-        self.rates = CounterRates()
+        self.rates = CounterRates(
+            keep_s=max((r.within_minutes * 60 for r in catalogue.history.nic), default=0.0)
+        )
         """The GPUs' and ports' error counters over the last hour, judged as rates."""
 
     def probes(self) -> list[Probe]:

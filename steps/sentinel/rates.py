@@ -40,6 +40,16 @@ class Rate:
         return f"{self.increase} in the last {self.span_s / 60.0:.0f} min"
 
 
+def _value_at(changes: deque[tuple[float, int]], start: float) -> int:
+    """The counter's value at ``start``: that of its newest change at or before it, else its first."""
+    value = changes[0][1]
+    for at, changed in changes:
+        if at > start:
+            break
+        value = changed
+    return value
+
+
 class CounterRates:
     """The readings of every counter a node's probes watch, by key, within a sliding window.
 
@@ -49,13 +59,16 @@ class CounterRates:
     Args:
         window_s: how far back a rate looks, in seconds.
         min_span_s: how long a counter must have been watched before it has a rate, in seconds.
+        keep_s: how far back the changes are kept (at least ``window_s``), for :meth:`growth` over
+            longer spans (the fault history's port rules).
     """
 
-    def __init__(self, window_s: float = HOUR_S, min_span_s: float = 60.0) -> None:
+    def __init__(self, window_s: float = HOUR_S, min_span_s: float = 60.0, keep_s: float = 0.0) -> None:
         if window_s <= 0 or min_span_s <= 0 or min_span_s > window_s:
             raise ValueError(f"window {window_s:g} s, minimum span {min_span_s:g} s: need 0 < span <= window")
         self.window_s = window_s
         self.min_span_s = min_span_s
+        self.keep_s = max(window_s, keep_s)
         self._changes: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
         self._since: dict[tuple[str, ...], float] = {}
 
@@ -69,13 +82,24 @@ class CounterRates:
             self._since[key] = at
         elif value != changes[-1][1] and at > changes[-1][0]:
             changes.append((at, value))
-        # the value at the window's start is that of the newest change at or before it
-        while len(changes) > 1 and changes[1][0] <= at - self.window_s:
-            changes.popleft()
+        while len(changes) > 1 and changes[1][0] <= at - self.keep_s:
+            changes.popleft()  # the newest change at or before the oldest start asked about stays
         span = min(at - self._since[key], self.window_s)
         if span < self.min_span_s:
             return None
-        return Rate(increase=max(0, value - changes[0][1]), span_s=span)
+        return Rate(increase=max(0, value - _value_at(changes, at - self.window_s)), span_s=span)
+
+    def growth(self, key: tuple[str, ...], seconds: float, at: float) -> int | None:
+        """How much counter ``key`` grew within the ``seconds`` before ``at`` (since it was first watched
+        or reset, when that is later); None for a counter never observed."""
+        changes = self._changes.get(key)
+        if not changes:
+            return None
+        return max(0, changes[-1][1] - _value_at(changes, at - min(seconds, self.keep_s)))
+
+    def counters(self) -> list[tuple[str, ...]]:
+        """Every counter observed."""
+        return list(self._changes)
 
     def snapshot(self) -> list[list[object]]:
         """What a restarted agent of the same boot needs to go on: per counter, its key, since when it is

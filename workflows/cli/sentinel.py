@@ -20,11 +20,12 @@ from steps.sentinel import ledger
 from steps.sentinel.agent import GuardedProbe, ProbeTimeoutError, probe_fault, serve
 from steps.sentinel.budget import TaintBudget, TaintBudgetSettings, parse_daemonset
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
-from steps.sentinel.history import NodeHistory, Returned, XidHistory
+from steps.sentinel.history import NodeHistory, Returned, XidHistory, port_counts
 from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import build_probes, build_sentinel
 from steps.sentinel.policy import Breaker
 from steps.sentinel.probes import parse_fabric_nics
+from steps.sentinel.rates import CounterRates
 from steps.sentinel.remediate import returns_within
 from steps.sentinel.state import StateFile
 from workflows.cli._reconcile import reconcile_cmd, reconcile_now
@@ -396,6 +397,20 @@ def _history_table(h: NodeHistory) -> None:
         )
     else:
         print("no XID a history rule counts")
+    ports = [
+        [
+            p.port,
+            p.counter,
+            p.rule,
+            f"{p.grown} of {p.count} within {p.within_minutes:g} min",
+            "fired" if p.fired else "-",
+        ]
+        for p in h.ports
+    ]
+    if ports:
+        print_table(
+            "Port history (counter growth per fabric port)", ["port", "counter", "rule", "grown", ""], ports
+        )
     if h.lemon is None:
         print("no lemon rule")
         return
@@ -426,7 +441,7 @@ def history_cmd(
     the node (in its sentinel pod) for the XID counts."""
 
     history = _catalogue(overrides).history
-    boot_id, state_file, counts = "", "", []
+    boot_id, state_file, counts, ports = "", "", [], []
     if state_dir is not None:
         boot = Boot.read()
         if boot is None:
@@ -441,6 +456,16 @@ def history_cmd(
             except ValueError as exc:
                 raise InputError(f"{state.path}: {exc}") from None
             state_file, counts = str(state.path), xids.counts(dt.datetime.now(dt.UTC).timestamp())
+        if data is not None and "counters" in data:
+            rates = CounterRates()
+            try:
+                rates.restore(data["counters"])
+            except ValueError as exc:
+                raise InputError(f"{state.path}: {exc}") from None
+            state_file, ports = (
+                str(state.path),
+                port_counts(history.nic, rates, dt.datetime.now(dt.UTC).timestamp()),
+            )
     lemon = history.lemon
     entries = ledger.entries(connect(cluster), node)
     now = dt.datetime.now(dt.UTC)
@@ -450,6 +475,7 @@ def history_cmd(
         boot_id=boot_id,
         state_file=state_file,
         xid=counts,
+        ports=ports,
         returned=[Returned(at=e.at, workflow=e.workflow) for e in returned],
         lemon=lemon,
         lemon_fired=lemon is not None and len(returned) >= lemon.count,

@@ -174,6 +174,7 @@ def _agent(
     overrides: Path | None = None,
     port: SimCluster | None = None,
     state: Path | None = None,
+    boot: Boot | None = None,
 ) -> tuple[Sentinel, SimCluster]:
     """The agent of :data:`NODE` over a fake NVML of ``devices`` and the sysfs tree under ``root``; with
     ``state``, keeping its state there (one boot) as the DaemonSet's agent does."""
@@ -187,7 +188,7 @@ def _agent(
         sysfs=str(root),
         clock=clock,
         state_dir=state,
-        boot=Boot("0b5c1e7a-0000-4000-8000-000000000002", START.timestamp() - 3600),
+        boot=boot or Boot("0b5c1e7a-0000-4000-8000-000000000002", START.timestamp() - 3600),
     )
     return sentinel, port
 
@@ -377,3 +378,46 @@ def test_a_restarted_agent_keeps_a_climbing_rate_and_its_condition(tmp_path: Pat
     clock.now += dt.timedelta(seconds=10)
     assert restarted.run_once().changed == []  # still degraded: nothing to write
     assert port.get_node(NODE).condition(vocab.CONDITION_SENTINEL["pcie"]).status == "True"
+
+
+def test_a_port_that_goes_on_flapping_is_degraded_then_fatal_by_the_history_rule(tmp_path: Path) -> None:
+    """recipes/faults/history.yaml's flapping-port: six link-downs within the hour make the port's reading
+    fatal (tainted, remediated); the catalogue's link-downed-rate had made it degraded at the first ones."""
+    devices, clock = gpus(8), Clock()
+    _fabric(tmp_path)  # mlx5_3/1's link_downed at 7 over its life
+    sentinel, port = _agent(devices, tmp_path, clock)
+    sentinel.run_once()
+    seen: list[tuple[str, str]] = []
+    for downs in range(1, 7):
+        clock.now += dt.timedelta(minutes=5)
+        _counter(tmp_path, "mlx5_3/1", "link_downed", 7 + downs)
+        seen += [(e.severity, e.message) for e in sentinel.run_once().changed]
+    assert [severity for severity, _ in seen] == ["degraded", "fatal"]
+    assert seen[-1][1].endswith("(6 times within 60 min: history rule flapping-port)")
+    assert port.get_node(NODE).has_taint(vocab.TAINT_UNHEALTHY, "NoSchedule")
+
+
+def test_dsx_sentinel_history_shows_each_ports_counter_against_the_port_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli import dsx_here
+
+    this_boot = Boot.read()
+    assert this_boot is not None
+    devices, clock, state = gpus(8), Clock(), tmp_path / "state"
+    clock.now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=35)
+    _fabric(tmp_path)
+    sentinel, _ = _agent(devices, tmp_path, clock, state=state, boot=this_boot)
+    sentinel.run_once()
+    for downs in range(1, 7):  # six link-downs on mlx5_3/1, five minutes apart, the last 5 min ago
+        clock.now += dt.timedelta(minutes=5)
+        _counter(tmp_path, "mlx5_3/1", "link_downed", 7 + downs)
+        sentinel.run_once()
+    args = ("sentinel", "history", NODE, "--state-dir", str(state), "--cluster", "sim:nodes=2,gpu=h100")
+    code, out, err = dsx_here(capsys, *args, "-o", "json")
+    assert code == 0, err
+    ports = {(p["port"], p["counter"]): (p["grown"], p["fired"]) for p in json.loads(out)["ports"]}
+    assert ports[("mlx5_3/1", "link_downed")] == (6, True)
+    assert ports[("mlx5_0/1", "link_downed")] == (0, False)
+    code, table, _ = dsx_here(capsys, *args)
+    assert code == 0 and "6 of 6 within 60 min" in table and "flapping-port" in table
