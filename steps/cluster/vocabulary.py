@@ -129,6 +129,7 @@ __all__ = [
     "LABEL_OUTCOME_KIND",
     "LABEL_RACK",
     "LABEL_RECERTIFY",
+    "LABEL_REPAIR",
     "LABEL_REPLACE",
     "LABEL_STATE",
     "MANAGED_FALSE",
@@ -202,6 +203,9 @@ ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
 #: readings of it that clear the fault, came after.
 ANNOTATION_REPAIR_BOOTED_AT: Final = "dsx.dev/repair-booted-at"
 LABEL_REPLACE: Final = "dsx.dev/replace"
+#: dsx-remediate's repair request on the node: the action asked for (reset-gpu, reboot, replace,
+#: contact-support); the request itself is the ConfigMap dsx-repair-<node> in dsx's namespace.
+LABEL_REPAIR: Final = "dsx.dev/repair"
 LABEL_RECERTIFY: Final = "dsx.dev/recertify"
 # dsx-remediate's pair test: what it found (passed beside, failed beside, skipped and why), read by conclude.
 ANNOTATION_PAIR_TEST: Final = "dsx.dev/pair-test"

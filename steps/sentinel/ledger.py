@@ -84,6 +84,7 @@ __all__ = [
     "entries",
     "month_of",
     "node_label",
+    "node_object_name",
     "object_labels",
     "object_name",
     "read_all",
@@ -157,19 +158,20 @@ def _dns_head(node: str, room: int) -> str:
 
 
 def object_name(node: str, month: str) -> str:
-    """The name of ``node``'s ledger object for ``month``: ``dsx-ledger-<node>-<yyyy-mm>``, or, where
-    that is no DNS subdomain of at most 253 characters, the node's first characters and a hash of its
-    name in its place."""
-    name = f"{OBJECT_PREFIX}{node}-{month}"
+    """The name of ``node``'s ledger object for ``month``: ``dsx-ledger-<node>-<yyyy-mm>`` (see
+    :func:`node_object_name`)."""
+    return node_object_name(OBJECT_PREFIX, node, f"-{month}")
+
+
+def node_object_name(prefix: str, node: str, suffix: str = "") -> str:
+    """``<prefix><node><suffix>``, or, where that is no DNS subdomain of at most 253 characters, the
+    node's first characters and a hash of its name in its place."""
+    name = f"{prefix}{node}{suffix}"
     if len(name) <= _NAME_MAX and _DNS_SUBDOMAIN.match(name):
         return name
-    room = _NAME_MAX - len(OBJECT_PREFIX) - len(month) - _HASH - 2
+    room = _NAME_MAX - len(prefix) - len(suffix) - _HASH - 1
     head = _dns_head(node, room)
-    return (
-        f"{OBJECT_PREFIX}{head}-{_digest(node)}-{month}"
-        if head
-        else f"{OBJECT_PREFIX}{_digest(node)}-{month}"
-    )
+    return f"{prefix}{head}-{_digest(node)}{suffix}" if head else f"{prefix}{_digest(node)}{suffix}"
 
 
 def node_label(node: str) -> str:

@@ -40,7 +40,7 @@ from steps.durations import parse_duration
 from steps.errors import DsxError, InputError
 from steps.models import input_error
 from steps.outputs import write_params
-from steps.sentinel import ledger
+from steps.sentinel import ledger, repair
 from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
@@ -174,6 +174,9 @@ def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
     detail = f"{name} was {whose} during remediation (state {_state(node) or 'none'}); remediation cancelled"
     attempt = _attempt(port, name)
     _set_state(port, name, None, workflow, **{vocab.ANNOTATION_REMEDIATION: None})
+    if vocab.LABEL_REPAIR in node.labels:  # the repair it asked for is no longer asked
+        port.set_labels(name, {vocab.LABEL_REPAIR: None})
+        repair.clear_request(port, name)
     ledger.record(port, name, "cancelled", workflow=workflow, attempt=attempt, check=check, detail=detail)
     port.record_event(name, "DsxRemediationCancelled", detail, "Warning")
     raise RemediationCancelled(detail)
@@ -571,8 +574,10 @@ def drain(node: str, check: str, workflow_name: str = "", policy: str = "{}") ->
 
 
 def request_repair(node: str, check: str, workflow_name: str = "") -> str:
-    """Ask the repair system for a repair (``dsx.dev/repair-requested-at``), noting the boot id the
-    repaired node must no longer show (``dsx.dev/repair-boot-id``)."""
+    """Ask the repair system for a repair: the request (:mod:`steps.sentinel.repair`: the action, the
+    GPUs and the evidence, in ``dsx-repair-<node>``, the action also as the node's ``dsx.dev/repair``
+    label) and ``dsx.dev/repair-requested-at``, noting the boot id the repaired node must no longer show
+    (``dsx.dev/repair-boot-id``)."""
     port = connect()
     current = _held(port, node, workflow_name, check)
     asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT)
@@ -582,6 +587,9 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
         return f"{node}: already repaired ({_state(current)})"
     boot = current.node_info.boot_id
     at = changes.format_time(_now())
+    request = repair.build_request(current, check, workflow_name, at)
+    name = repair.write_request(port, request)
+    port.set_labels(node, {vocab.LABEL_REPAIR: request.action})
     _set_state(
         port,
         node,
@@ -593,18 +601,22 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
         },
     )
+    gpus = ", ".join(f"GPU {g.index} ({g.uuid})" for g in request.gpus) or "the node"
+    what = f"{request.action} of {gpus}"
     _record(
         port,
         node,
         vocab.NodeState.awaiting_repair.value,
         workflow_name,
         check,
-        f"repair requested (boot id {boot or 'unknown'})",
+        f"repair requested: {what} (boot id {boot or 'unknown'}; request {name})",
     )
     port.record_event(
-        node, "DsxRepairRequested", f"dsx-remediate {workflow_name} asks for a repair of {node}"
+        node,
+        "DsxRepairRequested",
+        f"dsx-remediate {workflow_name} asks for a repair of {node}: {what}; the request is ConfigMap {name}",
     )
-    return f"{node}: repair requested at {at}"
+    return f"{node}: repair requested at {at}: {what} (ConfigMap {name})"
 
 
 def repair_problems(node: Node, check: str) -> list[str]:
@@ -771,7 +783,8 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_PAIR_TEST: None,
         },
     )
-    port.set_labels(node, {vocab.LABEL_REPLACE: None})
+    port.set_labels(node, {vocab.LABEL_REPLACE: None, vocab.LABEL_REPAIR: None})
+    repair.clear_request(port, node)  # repaired: an escalated node keeps its request, the vendor's case
     ledger.record(
         port,
         node,

@@ -294,6 +294,10 @@ def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_p
     assert not node.unschedulable and not node.has_taint(vocab.TAINT_UNHEALTHY)
     assert vocab.LABEL_STATE not in node.labels and vocab.LABEL_RECERTIFY not in node.labels
     assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    # the repair request is gone with the repair done
+    assert vocab.LABEL_REPAIR not in node.labels
+    assert port.get_object("v1", "ConfigMap", "dsx-repair-node-01", port.namespace) is None
+    assert any(e.detail.startswith("repair requested: reboot of ") for e in ledger.entries(port, "node-01"))
     states = [e.state for e in ledger.entries(port, "node-01")]
     assert states[:2] == ["requested", "quarantined"] and states[-2:] == ["in-service", "ended"]
     evictions = [c for c in port.calls() if c.method == "evict"]
@@ -309,6 +313,9 @@ def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None
     node = port.get_node("node-01")
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
     assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    # the repair it asked for stays asked, with its evidence: the case for the vendor
+    assert node.labels[vocab.LABEL_REPAIR] == "reboot"
+    assert port.get_object("v1", "ConfigMap", "dsx-repair-node-01", port.namespace) is not None
 
 
 @pytest.mark.story

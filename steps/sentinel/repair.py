@@ -1,0 +1,173 @@
+"""The repair request ``dsx-remediate`` makes: what to do to the node, to which GPUs, and why.
+
+Once the node is drained, ``request-repair`` asks for its repair in two places an operator's tooling
+reads:
+
+- the node's label ``dsx.dev/repair`` names the action (``reset-gpu``, ``reboot``, ``replace``,
+  ``contact-support``), so ``kubectl get nodes -l dsx.dev/repair=reboot`` lists what waits for a reboot;
+- the ConfigMap ``dsx-repair-<node>`` in dsx's namespace (labelled ``dsx.dev/node`` and
+  ``dsx.dev/repair``) holds the request as one YAML document, ``request.yaml`` (kind ``RepairRequest``):
+  the node, its boot id, the check and the workflow that asks; the action and severity the sentinel's
+  condition gives; the GPUs its findings name (UUID, PCI address, index); and the evidence, ready to
+  hand to a vendor: each finding of the condition as the agent wrote it (an XID's kernel-log line
+  among them), the condition itself, and the node's last certification.
+
+The request goes once the node is back in service; an escalated node keeps it (the case for the vendor).
+The action and GPUs are read from the check's node condition: its reason says the worst finding's
+severity and action, and its message lists every finding as ``SEVERITY (ACTION): MESSAGE``, separated by
+``; ``, each GPU named as the agent names it, ``GPU 3 (GPU-<uuid>, PCI 0000:3b:00)``.
+"""
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from steps.cluster import ClusterPort, Node
+from steps.cluster import vocabulary as vocab
+from steps.models import Camel, Frozen
+from steps.sentinel import ledger
+from steps.sentinel.events import Action, Severity, condition_reading
+
+__all__ = [
+    "Finding",
+    "RepairGpu",
+    "RepairRequest",
+    "build_request",
+    "clear_request",
+    "findings",
+    "gpus_named",
+    "request_name",
+    "write_request",
+]
+
+PREFIX = "dsx-repair-"
+"""The request objects' name prefix: ``dsx-repair-<node>``."""
+DEFAULT_ACTION: Action = "reboot"
+"""The action asked for when the check's condition names none (it cleared, or it is not the agent's)."""
+
+_FINDING = re.compile(r"^(fatal|degraded|info) \(([a-z-]+)\): ")
+_GPU = re.compile(r"\bGPU (\d+) \(([^,()\s]+)(?:, PCI ([0-9a-fA-F:.]+))?\)")
+
+
+class RepairGpu(Frozen):
+    """A GPU a repair is for, as the sentinel's findings name it."""
+
+    index: int
+    uuid: str
+    pci: str = ""
+
+
+class Finding(Frozen):
+    """One finding of the sentinel's condition: its severity, the action it asks for, what it says."""
+
+    severity: str
+    action: str
+    message: str
+
+
+class RepairRequest(Camel):
+    """A repair request (kind ``RepairRequest``): ``request.yaml`` of ``dsx-repair-<node>``."""
+
+    api_version: str = "dsx.dev/v1alpha1"
+    kind: str = "RepairRequest"
+    node: str
+    boot_id: str = ""
+    check: str
+    workflow: str = ""
+    requested_at: str
+    action: Action
+    severity: Severity | None = None
+    gpus: list[RepairGpu] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    condition: dict[str, str] = Field(default_factory=dict)
+    certification: dict[str, str] = Field(default_factory=dict)
+
+
+def findings(message: str) -> list[Finding]:
+    """The findings a sentinel condition's message lists (``SEVERITY (ACTION): MESSAGE; ...``); a part
+    that starts no finding belongs to the one before (a message holding ``; `` itself)."""
+    found: list[Finding] = []
+    for part in message.split("; ") if message else []:
+        head = _FINDING.match(part)
+        if head is not None:
+            found.append(Finding(severity=head.group(1), action=head.group(2), message=part[head.end() :]))
+        elif found:
+            found[-1] = found[-1].model_copy(update={"message": f"{found[-1].message}; {part}"})
+    return found
+
+
+def gpus_named(text: str) -> list[RepairGpu]:
+    """Every GPU ``text`` names as the agent does (``GPU 3 (GPU-<uuid>, PCI 0000:3b:00)``), once each,
+    in order."""
+    gpus: dict[str, RepairGpu] = {}
+    for index, uuid, pci in _GPU.findall(text):
+        gpus.setdefault(uuid, RepairGpu(index=int(index), uuid=uuid, pci=pci.lower()))
+    return list(gpus.values())
+
+
+def request_name(node: str) -> str:
+    """The name of ``node``'s request object: ``dsx-repair-<node>`` (hashed where too long)."""
+    return ledger.node_object_name(PREFIX, node)
+
+
+def build_request(node: Node, check: str, workflow: str, at: str) -> RepairRequest:
+    """The request for ``node``'s repair after ``check`` found it faulty, from its condition now.
+
+    The action and severity are the condition's (its worst finding's); the GPUs are those named by the
+    findings that ask for that action, or by any finding when none of those names one.
+    """
+    condition_type = vocab.CONDITION_SENTINEL.get(check, "")
+    condition = node.condition(condition_type) if condition_type else None
+    written: dict[str, Any] = {}
+    if condition is not None:
+        written = {
+            "type": condition.type,
+            "status": condition.status,
+            "reason": condition.reason,
+            "message": condition.message,
+            "lastTransitionTime": condition.last_transition_time or "",
+        }
+    reading = condition_reading(node.name, check, written) if written else None
+    listed = findings(str(written.get("message", "")))
+    action: Action = reading.action if reading is not None else DEFAULT_ACTION
+    asked = [f for f in listed if f.action == action]
+    gpus = gpus_named(" ".join(f.message for f in asked)) or gpus_named(" ".join(f.message for f in listed))
+    certification = {
+        key: value
+        for key, value in {
+            vocab.LABEL_CERTIFICATION: node.labels.get(vocab.LABEL_CERTIFICATION, ""),
+            vocab.ANNOTATION_CERTIFICATION_REASON: node.annotations.get(
+                vocab.ANNOTATION_CERTIFICATION_REASON, ""
+            ),
+        }.items()
+        if value
+    }
+    return RepairRequest(
+        node=node.name,
+        boot_id=node.node_info.boot_id,
+        check=check,
+        workflow=workflow,
+        requested_at=at,
+        action=action,
+        severity=reading.severity if reading is not None else None,
+        gpus=gpus,
+        findings=listed,
+        condition={k: str(v) for k, v in written.items()},
+        certification=certification,
+    )
+
+
+def write_request(port: ClusterPort, request: RepairRequest) -> str:
+    """Write ``request`` as ``dsx-repair-<node>`` in dsx's namespace (replacing an older one); its name."""
+    name = request_name(request.node)
+    document = yaml.safe_dump(request.model_dump(mode="json", by_alias=True), sort_keys=False, width=110)
+    labels = {vocab.LABEL_NODE: ledger.node_label(request.node), vocab.LABEL_REPAIR: request.action}
+    port.update_state(name, lambda _: {"request.yaml": document}, labels=labels)
+    return name
+
+
+def clear_request(port: ClusterPort, node: str) -> bool:
+    """Delete ``node``'s request object; ``False`` when there was none."""
+    return port.delete_object("v1", "ConfigMap", request_name(node), port.namespace)
