@@ -127,7 +127,7 @@ class _Rates:
     catalogue: FaultCatalogue
 
     def over(self, check: str, code: str, key: tuple[str, ...], value: int | None) -> str | None:
-        """How the counter grew (``12 in the last 42 min, over 10 an hour``) when its rate is at or
+        """How the counter grew (``12 in the last 42 min, 10 an hour allowed``) when its rate is at or
         above the code's threshold; None otherwise, and for a counter not reported."""
         if value is None:
             return None
@@ -367,8 +367,8 @@ def nic_events(
                 reading.faults.append((code, f"{nic.kind} port {nic.name}: {words} {grew}"))
         readings.append(reading)
     events = _events(node, readings, catalogue, now)
+    at = now.timestamp()
     for rule in catalogue.history.nic:
-        at = now.timestamp()
         events = [
             rule.escalate(e, history.growth((e.entity, rule.counter), rule.within_minutes * 60, at))
             for e in events

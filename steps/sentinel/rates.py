@@ -3,8 +3,9 @@
 NVML and sysfs count errors since the driver loaded or the port came up (PCIe replays, NVLink CRC
 errors, corrected ECC errors, InfiniBand symbol errors). A lifetime total says little: a GPU with
 two hundred replays over a year of service is healthy, one with two hundred in the last ten minutes is
-not. The probes judge the growth: each reading of a counter is kept with its time, and its rate is
-what it grew since the oldest reading still inside the window (an hour by default), scaled to an hour.
+not. The probes judge the growth: each change of a counter is kept with its time, and its rate is
+what it grew since the window's start (an hour back by default; its value then is that of its last
+change before it), scaled to an hour.
 
 A counter that goes down was reset (a driver reload, a port reset): its history starts again at that
 reading. Until a counter has been watched for ``min_span_s`` there is no rate at all, so that two
