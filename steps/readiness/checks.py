@@ -219,8 +219,8 @@ SMOKE_PRELOAD = ("steps.readiness.ranks.smoke", "torch.nn.parallel", "torch.opti
 
 #: What the ranks of every check import, for a step module running checks to name as its
 #: ``FORK_SERVER_PRELOAD``: a local runner's fork server then imports it once for all its steps, and
-#: each step's ranks fork from a server that has it (:mod:`steps.forkserver`), where each step's own
-#: server imported torch again (3 to 5 s of CPU per step).
+#: each step's ranks fork from a server that has it (:mod:`steps.forkserver`); a server of each step's own
+#: would import torch again (3 to 5 s of CPU per step).
 RANK_PRELOAD = (*RANK_SERVER_PRELOAD, "steps.readiness.ranks.sweep", *SMOKE_PRELOAD)
 
 
