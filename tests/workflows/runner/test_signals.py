@@ -106,7 +106,7 @@ def test_a_stopped_run_keeps_its_evidence_and_leaves_no_process(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == code, stderr
+    assert process.returncode == code, f"stdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
     document = json.loads((out / "workflow.json").read_text())
     assert document["status"]["phase"] == "Failed"
     assert document["status"]["message"] == "Stopped with strategy 'Terminate'"
