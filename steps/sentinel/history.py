@@ -148,25 +148,20 @@ def port_counts(rules: Sequence[NicRule], rates: CounterRates, now: float) -> li
     """For every port counter the agent keeps and every rule that counts it: its growth within the
     rule's window at ``now`` and whether the rule fires."""
     rows: list[PortCount] = []
-    for port, counter in sorted(k for k in rates.counters() if len(k) == 2):
-        for rule in rules:
-            grown = (
-                rates.growth((port, counter), rule.within_minutes * 60, now)
-                if rule.counter == counter
-                else None
-            )
-            if grown is not None:
-                rows.append(
-                    PortCount(
-                        port=port,
-                        counter=counter,
-                        rule=rule.name,
-                        within_minutes=rule.within_minutes,
-                        grown=grown,
-                        count=rule.count,
-                        fired=grown >= rule.count,
-                    )
+    for port, counter in sorted(k for k in rates.counters() if len(k) == 2):  # (port, field) or (GPU, name)
+        for rule in (r for r in rules if r.counter == counter):
+            grown = rates.growth((port, counter), rule.within_minutes * 60, now) or 0
+            rows.append(
+                PortCount(
+                    port=port,
+                    counter=counter,
+                    rule=rule.name,
+                    within_minutes=rule.within_minutes,
+                    grown=grown,
+                    count=rule.count,
+                    fired=grown >= rule.count,
                 )
+            )
     return rows
 
 

@@ -378,19 +378,15 @@ def breaker_reset_cmd(
         raise typer.Exit(reconcile_now(cluster, by=f"dsx sentinel breaker reset --by {by.strip()}", err=True))
 
 
+def _against(seen: int, count: int, within_minutes: float, fired: bool) -> list[str]:
+    """A history rule's columns: what it saw within its window against its count, and whether it fired."""
+    return [f"{seen} of {count} within {within_minutes:g} min", "fired" if fired else "-"]
+
+
 def _history_table(h: NodeHistory) -> None:
     source = h.state_file or "no state file of this boot (the agent keeps none, or has not run)"
     print(f"{h.node}, boot {h.boot_id or '-'}: XID counts from {source}")
-    rows = [
-        [
-            x.pci,
-            x.code,
-            x.rule,
-            f"{x.lines} of {x.count} within {x.within_minutes:g} min",
-            "fired" if x.fired else "-",
-        ]
-        for x in h.xid
-    ]
+    rows = [[x.pci, x.code, x.rule, *_against(x.lines, x.count, x.within_minutes, x.fired)] for x in h.xid]
     if rows:
         print_table(
             "XID history (kernel-log lines per GPU and code)", ["GPU", "XID", "rule", "lines", ""], rows
@@ -398,14 +394,7 @@ def _history_table(h: NodeHistory) -> None:
     else:
         print("no XID a history rule counts")
     ports = [
-        [
-            p.port,
-            p.counter,
-            p.rule,
-            f"{p.grown} of {p.count} within {p.within_minutes:g} min",
-            "fired" if p.fired else "-",
-        ]
-        for p in h.ports
+        [p.port, p.counter, p.rule, *_against(p.grown, p.count, p.within_minutes, p.fired)] for p in h.ports
     ]
     if ports:
         print_table(
