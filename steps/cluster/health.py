@@ -18,7 +18,17 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GpuReport", "NicReport", "NodeHealthSource", "NodeReport", "NvlinkReport", "health_source"]
+__all__ = [
+    "GpuReport",
+    "GpuResetError",
+    "GpuResetter",
+    "NicReport",
+    "NodeHealthSource",
+    "NodeReport",
+    "NvlinkReport",
+    "gpu_resetter",
+    "health_source",
+]
 
 
 class NvlinkReport(BaseModel):
@@ -221,3 +231,34 @@ def health_source(port: object) -> NodeHealthSource | None:
     holds the hardware's state too, and is its own source.
     """
     return port if isinstance(port, NodeHealthSource) else None
+
+
+class GpuResetError(Exception):
+    """A GPU reset that did not happen: refused (a process holds the GPU) or failed; the message says
+    which and why."""
+
+
+@runtime_checkable
+class GpuResetter(Protocol):
+    """Something that can reset a node's GPU (NVML's driver on the node, the simulated fleet)."""
+
+    def gpu_holders(self, node: str, uuid: str) -> list[str]:
+        """The processes that hold the GPU ``uuid`` now (``pid NAME``), empty when it is idle.
+
+        Raises:
+            GpuResetError: no GPU ``uuid`` on the node, or what holds it cannot be read.
+        """
+        ...
+
+    def reset_gpu(self, node: str, uuid: str) -> str:
+        """Reset the GPU ``uuid`` (it must be idle); what the reset said.
+
+        Raises:
+            GpuResetError: the reset failed or was refused.
+        """
+        ...
+
+
+def gpu_resetter(source: object) -> GpuResetter | None:
+    """The GPU reset behind a health source, or ``None`` when it can reset none."""
+    return source if isinstance(source, GpuResetter) else None

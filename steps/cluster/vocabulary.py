@@ -75,6 +75,8 @@ __all__ = [
     "ANNOTATION_REMEDIATION",
     "ANNOTATION_REPAIR_BOOTED_AT",
     "ANNOTATION_REPAIR_BOOT_ID",
+    "ANNOTATION_REPAIR_GPUS",
+    "ANNOTATION_REPAIR_OUTCOME",
     "ANNOTATION_REPAIR_REQUESTED_AT",
     "ANNOTATION_REPORT_CONTENTS",
     "ANNOTATION_STATE_SINCE",
@@ -202,6 +204,11 @@ ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
 #: The last time the repair wait read the node on its old boot id: the new boot, and the sentinel's
 #: readings of it that clear the fault, came after.
 ANNOTATION_REPAIR_BOOTED_AT: Final = "dsx.dev/repair-booted-at"
+#: The GPUs the repair request names (their UUIDs, comma-separated): what a reset-gpu actuator resets.
+ANNOTATION_REPAIR_GPUS: Final = "dsx.dev/repair-gpus"
+#: What the repair's actuator did with the request (JSON, steps.sentinel.outcome.RepairOutcome): who acted,
+#: Running, Succeeded or Failed, when, and what it says; about the request of dsx.dev/repair-requested-at.
+ANNOTATION_REPAIR_OUTCOME: Final = "dsx.dev/repair-outcome"
 LABEL_REPLACE: Final = "dsx.dev/replace"
 #: dsx-remediate's repair request on the node: the action asked for (reset-gpu, reboot, replace,
 #: contact-support); the request itself is the ConfigMap dsx-repair-<node> in dsx's namespace.

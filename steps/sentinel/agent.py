@@ -431,6 +431,8 @@ class Agent:
         """A write found no node (deleted, or being re-registered): once it is back, what the agent holds
         in force (its conditions, the taint of a fatal fault) is written again."""
         self.last_pass: float | None = None
+        self.node_seen: Callable[[Node], None] | None = None
+        """Called with the node each time it is read (the repair actuator reads its requests there)."""
         self.api_calls = 0
         """Calls to the API server under way: time spent in them is the server's, not the agent's."""
 
@@ -506,6 +508,8 @@ class Agent:
     def _seen_node(self, node: Node) -> None:
         self._node_read_at = time.monotonic()
         self.metrics.observe_node(node, time.time())
+        if self.node_seen is not None:
+            self.node_seen(node)
 
     def apply(self, events: Sequence[HealthEvent]) -> PassResult:
         """Fold readings into the state and write what changed."""

@@ -515,6 +515,17 @@ class KernelLog:
         self.seen = seen
         return True
 
+    def forget(self, pcis: Iterable[str]) -> int:
+        """Forget the XIDs kept of the GPUs at ``pcis`` (a GPU reset ends the life they were about): a pass
+        no longer reports them, and a new line, even a repeat of a forgotten one, is kept again. Their
+        counts stay (:attr:`seen`: the fault history counts a GPU's XIDs across its resets). How many
+        were forgotten."""
+        gone = {normalise_pci(p) for p in pcis}
+        before = len(self.xids)
+        self.xids = [x for x in self.xids if not (x.kind == "xid" and x.pci in gone)]
+        self._kept = {k: v for k, v in self._kept.items() if not (k[0] == "xid" and k[1] in gone)}
+        return before - len(self.xids)
+
     def close(self) -> None:
         """Close ``/dev/kmsg`` if open."""
         if self._fd is not None:

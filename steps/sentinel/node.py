@@ -34,8 +34,10 @@ from typing import Any, Literal
 
 from steps.cluster.errors import ClusterError
 from steps.cluster.health import NicReport, NodeHealthSource, health_source
+from steps.cluster.node import Node
 from steps.cluster.port import GPU_RESOURCE, ClusterPort
 from steps.errors import InputError
+from steps.sentinel.actuator import RepairActuator
 from steps.sentinel.agent import NODE_READ_S, PROBE_TIMEOUT_S, Agent, Metrics, PassResult
 from steps.sentinel.budget import GpuNodes, TaintBudget, TaintBudgetSettings
 from steps.sentinel.catalogue import FaultCatalogue
@@ -87,8 +89,20 @@ class Sentinel:
     probes: NodeProbes
     nvml: NvmlSource | None
     state: StateFile | None = None
+    actuator: RepairActuator | None = None
     _waiting: threading.Event | None = field(default=None, init=False, repr=False)
     """The NVML wait in flight (set once it returned)."""
+    _node: Node | None = field(default=None, init=False, repr=False)
+    """The node as the agent last read it, not yet shown to the actuator."""
+
+    def __post_init__(self) -> None:
+        if self.actuator is not None and self.actuator.enabled:
+            self.agent.node_seen = self._seen
+        else:
+            self.actuator = None
+
+    def _seen(self, node: Node) -> None:
+        self._node = node
 
     def snapshot(self) -> dict[str, object]:
         """The state file's parts: the agent's, the kernel log's, the XID history's, NVML's XIDs and the
@@ -151,10 +165,23 @@ class Sentinel:
             self.state.save(self.snapshot())
 
     def run_once(self) -> PassResult:
-        """One pass of the agent."""
+        """One pass of the agent, then :meth:`finish_pass`."""
         result = self.agent.run_once()
+        return self.finish_pass(result) or result
+
+    def finish_pass(self, result: PassResult | None = None) -> PassResult | None:
+        """After a pass of the agent (the loop's ``after``): with an actuator, the repair the node read
+        in the pass asks for, and when GPUs were reset a second pass at once, so that their reading
+        after the reset is written (that pass's result is returned); then :meth:`after_pass`."""
+        node, self._node = self._node, None
+        if self.actuator is not None and node is not None and self.actuator.act(node):
+            result = self.agent.run_once()
         self.after_pass()
         return result
+
+    def after_loop_pass(self) -> None:
+        """:meth:`finish_pass` as the agent's loop calls it after each pass."""
+        self.finish_pass()
 
     def wait(self, seconds: float, stop: threading.Event | None = None) -> None:
         """Wait between passes: on NVML's XID events where there is an event set, else sleep. The NVML
@@ -278,13 +305,17 @@ def build_sentinel(
     taint_budget: TaintBudgetSettings | None = None,
     fleet_daemonset: tuple[str, str] | None = None,
     node_read_s: float = NODE_READ_S,
+    reset_gpus: bool = False,
+    kured_sentinel: str | Path | None = None,
 ) -> Sentinel:
     """The agent of ``node`` (its probes as :func:`build_probes` makes them); with ``state_dir``, its
     state kept there across restarts in this boot (``boot``, default read from ``/proc``) and taken
     over at once from an agent of this boot that ran before. Its taints ask the fleet-wide taint budget
     (``taint_budget``: share and window, default 10% of the GPU nodes within 1 h), whose GPU nodes are
     those the sentinel's DaemonSet ``fleet_daemonset`` (namespace, name) runs on, else the nodes with
-    GPUs (:mod:`steps.sentinel.budget`). Its node is read for the node metrics every ``node_read_s``."""
+    GPUs (:mod:`steps.sentinel.budget`). Its node is read for the node metrics every ``node_read_s``, and
+    then for the repair it carries out when asked (:mod:`steps.sentinel.actuator`): GPU resets with
+    ``reset_gpus``, reboots through kured with ``kured_sentinel``, the file kured watches."""
     boot = boot or Boot.read()
     probes, nvml = build_probes(
         node,
@@ -320,6 +351,9 @@ def build_sentinel(
             print("warning: sentinel: no boot id in /proc: state not kept across restarts", file=sys.stderr)
         else:
             state = StateFile(state_dir, node, boot.id)
-    sentinel = Sentinel(agent, probes, nvml, state)
+    actuator = RepairActuator(
+        node, port, probes, reset_gpus=reset_gpus, kured_sentinel=kured_sentinel, clock=clock
+    )
+    sentinel = Sentinel(agent, probes, nvml, state, actuator)
     sentinel.restore()
     return sentinel

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from steps.cluster.errors import NotFoundError
-from steps.cluster.health import GpuReport, NodeReport, NvlinkReport
+from steps.cluster.health import GpuReport, GpuResetError, NodeReport, NvlinkReport
 from steps.sentinel.sysfs import read_aer
 
 __all__ = ["NvmlSource", "NvmlUnavailableError"]
@@ -39,6 +40,12 @@ _RESET_ACTIONS = {1, 4, 6}
 _XID_EVENT = 0x08  # nvmlEventTypeXidCriticalError
 _FABRIC_STATES = {1: "not-started", 2: "in-progress", 3: "completed"}
 """NVML_GPU_FABRIC_STATE_*: 0, not supported, has no word (no fabric to register with)."""
+
+
+RESET_COMMAND = ("nvidia-smi", "--gpu-reset", "-i")
+"""How a GPU is reset (its UUID appended): NVIDIA's documented reset, which the driver refuses while
+anything holds the GPU and where the GPU or its NVLink/NVSwitch topology does not allow it."""
+RESET_TIMEOUT_S = 120.0
 
 
 def _count(value: Any) -> int | None:
@@ -71,10 +78,22 @@ class NvmlSource:
         nvlinks: how many NVLinks to ask about per GPU (NVML_NVLINK_MAX_LINKS by default); links the GPU
             does not have answer not-supported or invalid and are skipped.
         sysfs: where the host's ``/sys`` is, for each GPU's PCIe AER counters (None: not read).
+        reset_command: the command that resets one GPU, its UUID appended (:data:`RESET_COMMAND`).
+        reset_timeout_s: how long a reset may take.
     """
 
-    def __init__(self, nvml: Any, node: str, nvlinks: int | None = None, sysfs: str | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        node: str,
+        nvlinks: int | None = None,
+        sysfs: str | None = None,
+        reset_command: Sequence[str] = RESET_COMMAND,
+        reset_timeout_s: float = RESET_TIMEOUT_S,
+    ) -> None:
         self._nvml = nvml
+        self.reset_command = tuple(reset_command)
+        self.reset_timeout_s = reset_timeout_s
         self.node = node
         self._sysfs = sysfs
         self._nvlinks = nvlinks if nvlinks is not None else int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
@@ -126,7 +145,7 @@ class NvmlSource:
                 nvml.nvmlEventSetFree(self._event_set)
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
-        self._started = False
+        self._started, self._event_set = False, None
 
     # ----------------------------------------------------------------- events
 
@@ -154,6 +173,78 @@ class NvmlSource:
                     kept.append(xid)
                 got.append((index, xid))
             wait = 0  # take what else is queued, without waiting again
+
+    # ----------------------------------------------------------------- reset
+
+    def gpu_holders(self, node: str, uuid: str) -> list[str]:
+        """The processes NVML says run on the GPU ``uuid`` (compute and graphics), as ``pid NAME``.
+
+        Raises:
+            GpuResetError: not this node, NVML unavailable, or no such GPU.
+        """
+        nvml = self._nvml
+        self._this_node(node)
+        try:
+            self.start()
+            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+            running = [
+                *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+            ]
+        except NvmlUnavailableError as exc:
+            raise GpuResetError(str(exc)) from None
+        except nvml.NVMLError as exc:
+            raise GpuResetError(f"NVML cannot say what holds GPU {uuid}: {exc}") from None
+        holders: list[str] = []
+        for pid in dict.fromkeys(int(p.pid) for p in running):
+            try:
+                name = _text(nvml.nvmlSystemGetProcessName(pid))
+            except nvml.NVMLError:
+                name = "(name unknown)"
+            holders.append(f"pid {pid} {name}")
+        return holders
+
+    def reset_gpu(self, node: str, uuid: str) -> str:
+        """Reset the GPU ``uuid`` with :attr:`reset_command`; what it printed. NVML is shut down first (a
+        client of the GPU, this source among them, would make the driver refuse) and starts again at the
+        next read; the XIDs kept of the GPU are forgotten once it is reset.
+
+        Raises:
+            GpuResetError: not this node, the command is missing, failed, or took too long.
+        """
+        self._this_node(node)
+        index = self._index_of(uuid)
+        with self._lock:
+            self.close()
+        command = [*self.reset_command, uuid]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=self.reset_timeout_s, check=False
+            )
+        except FileNotFoundError:
+            raise GpuResetError(f"{command[0]} not found: the GPU reset needs the driver's tools") from None
+        except subprocess.TimeoutExpired:
+            took = f"{' '.join(command)} did not end within {self.reset_timeout_s:g} s"
+            raise GpuResetError(took) from None
+        said = " ".join((done.stdout + " " + done.stderr).split())
+        if done.returncode != 0:
+            raise GpuResetError(f"{' '.join(command)} exited {done.returncode}: {said or 'nothing said'}")
+        if index is not None:
+            self.xids.pop(index, None)
+        return said or f"GPU {uuid} reset"
+
+    def _this_node(self, node: str) -> None:
+        if node != self.node:
+            raise GpuResetError(f"NVML here is {self.node}'s, not {node}'s")
+
+    def _index_of(self, uuid: str) -> int | None:
+        """The index NVML gives the GPU ``uuid`` (``None``: NVML cannot say)."""
+        nvml = self._nvml
+        try:
+            self.start()
+            return int(nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetHandleByUUID(uuid)))
+        except (NvmlUnavailableError, nvml.NVMLError):
+            return None
 
     # ----------------------------------------------------------------- reading
 

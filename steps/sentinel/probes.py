@@ -524,6 +524,13 @@ class NodeProbes:
             )
         ]
 
+    def forget_gpus(self, uuids: Sequence[str]) -> None:
+        """Forget what the GPUs ``uuids`` reported before they were reset: their XIDs in the kernel log
+        (the source forgets those it kept itself). The next pass reads them afresh."""
+        pci_of = {g.uuid: g.pci_bus_id for g in self.report.gpus if g.pci_bus_id} if self.report else {}
+        if self.kernel_log is not None:
+            self.kernel_log.forget(pci_of[u] for u in uuids if u in pci_of)
+
     def _expected(self) -> int | None:
         expected = self.expected_gpus
         return expected() if callable(expected) else expected

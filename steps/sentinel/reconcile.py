@@ -36,7 +36,17 @@ from steps.sentinel.events import condition_reading, severity_rank
 from steps.sentinel.policy import Breaker, QuarantinePolicy, decide
 from steps.sentinel.standing import standing
 
-__all__ = ["REMEDIATE", "Plan", "Skip", "Start", "plan", "reconcile", "remediations", "submit_workflow"]
+__all__ = [
+    "REMEDIATE",
+    "Plan",
+    "Skip",
+    "Start",
+    "create_workflow",
+    "plan",
+    "reconcile",
+    "remediations",
+    "submit_workflow",
+]
 
 REMEDIATE = vocab.WORKFLOW_REMEDIATE
 """The WorkflowTemplate the reconciler starts."""
@@ -165,19 +175,42 @@ def submit_workflow(
     """Create the ``dsx-remediate`` Workflow for ``start`` (what ``argo submit --from
     workflowtemplate/dsx-remediate`` does) with ``parameters`` besides node, check and event; its name."""
     values = {**parameters, "node": start.node, "check": start.check, "event": start.event}
+    return create_workflow(
+        port,
+        REMEDIATE,
+        values,
+        namespace,
+        annotations={"dsx.dev/started-by": by or vocab.WORKFLOW_RECONCILE},
+    )
+
+
+def create_workflow(
+    port: ClusterPort,
+    template: str,
+    values: Mapping[str, str],
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> str:
+    """Create a Workflow from the WorkflowTemplate ``template`` (``workflowTemplateRef``) with the
+    parameters ``values``, named ``<template>-xxxxx`` as ``argo submit --from`` names it; its name.
+
+    Raises:
+        InputError: no free name after 5 tries.
+    """
     for _ in range(5):
-        name = f"{REMEDIATE}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
+        name = f"{template}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
         manifest: dict[str, Any] = {
             "apiVersion": _WORKFLOW[0],
             "kind": _WORKFLOW[1],
             "metadata": {
                 "name": name,
                 "namespace": namespace or port.namespace,
-                "labels": {"app.kubernetes.io/part-of": "dsx"},
-                "annotations": {"dsx.dev/started-by": by or vocab.WORKFLOW_RECONCILE},
+                "labels": {"app.kubernetes.io/part-of": "dsx", **(labels or {})},
+                "annotations": dict(annotations or {}),
             },
             "spec": {
-                "workflowTemplateRef": {"name": REMEDIATE},
+                "workflowTemplateRef": {"name": template},
                 "arguments": {"parameters": [{"name": k, "value": v} for k, v in values.items()]},
             },
         }
@@ -186,7 +219,7 @@ def submit_workflow(
         except ConflictError:  # 409: the name is taken (AlreadyExists)
             continue
         return name
-    raise InputError(f"no free Workflow name for {REMEDIATE} after 5 tries")
+    raise InputError(f"no free Workflow name for {template} after 5 tries")
 
 
 def _parameters(text: str) -> dict[str, str]:

@@ -46,6 +46,7 @@ from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
 from steps.sentinel.events import HealthEvent, condition_reading
 from steps.sentinel.history import LemonRule
+from steps.sentinel.outcome import Phase, RepairOutcome, annotation, outcome_of
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
 from steps.sentinel.recertify import NO_VERDICT
 from steps.sentinel.standing import SUPERSEDED, standing
@@ -173,13 +174,21 @@ def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
     whose = "uncordoned" if cordon is None else f"cordoned by someone else ({cordon.describe()})"
     detail = f"{name} was {whose} during remediation (state {_state(node) or 'none'}); remediation cancelled"
     attempt = _attempt(port, name)
-    _set_state(port, name, None, workflow, **{vocab.ANNOTATION_REMEDIATION: None})
+    _set_state(port, name, None, workflow, **{vocab.ANNOTATION_REMEDIATION: None, **_REPAIR_ASKED})
     if vocab.LABEL_REPAIR in node.labels:  # the repair it asked for is no longer asked
         port.set_labels(name, {vocab.LABEL_REPAIR: None})
         repair.clear_request(port, name)
     ledger.record(port, name, "cancelled", workflow=workflow, attempt=attempt, check=check, detail=detail)
     port.record_event(name, "DsxRemediationCancelled", detail, "Warning")
     raise RemediationCancelled(detail)
+
+
+_REPAIR_ASKED: dict[str, str | None] = {
+    vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
+    vocab.ANNOTATION_REPAIR_GPUS: None,
+    vocab.ANNOTATION_REPAIR_OUTCOME: None,
+}
+"""What a repair request leaves on the node besides its time and boot, removed with it."""
 
 
 def _out_of_service(port: ClusterPort, name: str, reason: str) -> None:
@@ -270,6 +279,7 @@ class Settings:
     breaker: BreakerSettings
     drain_policy: DrainPolicy
     repair_timeout_s: float
+    repair_template: repair.TemplateCall | None = None
 
 
 def _number(name: str, text: object, kind: type[int] | type[float]) -> float:
@@ -317,6 +327,8 @@ def check_parameters(
     breaker_window_s: object = 3600.0,
     drain_policy: str = "{}",
     repair_timeout: str = "4h",
+    repair_template: str = "",
+    repair_template_actions: str = repair.TEMPLATE_ACTIONS,
 ) -> Settings:
     """Read every parameter of ``dsx-remediate`` that a later step would read, before anything changes:
     ``guard`` calls it first, and ``dsx run`` before a local run starts.
@@ -350,6 +362,7 @@ def check_parameters(
         breaker=BreakerSettings(max_share=share, window_s=window),
         drain_policy=_drain_policy(drain_policy),
         repair_timeout_s=_repair_timeout(repair_timeout),
+        repair_template=repair.template_call(repair_template, repair_template_actions),
     )
 
 
@@ -394,6 +407,8 @@ def guard(
     breaker_window_s: str = "3600",
     drain_policy: str = "{}",
     repair_timeout: str = "4h",
+    repair_template: str = "",
+    repair_template_actions: str = repair.TEMPLATE_ACTIONS,
 ) -> str:
     """Decide whether this remediation may go on; the output ``proceed`` is ``true`` or ``false``.
 
@@ -414,7 +429,16 @@ def guard(
     True, or the HealthEvent's ``observed_at``) when an event started it.
     """
     settings = check_parameters(
-        node, check, event, max_attempts, breaker_share, breaker_window_s, drain_policy, repair_timeout
+        node,
+        check,
+        event,
+        max_attempts,
+        breaker_share,
+        breaker_window_s,
+        drain_policy,
+        repair_timeout,
+        repair_template,
+        repair_template_actions,
     )
     triggered, reading = settings.triggered, settings.reading
     port = connect()
@@ -573,16 +597,30 @@ def drain(node: str, check: str, workflow_name: str = "", policy: str = "{}") ->
     return report.model_dump()
 
 
-def request_repair(node: str, check: str, workflow_name: str = "") -> str:
-    """Ask the repair system for a repair: the request (:mod:`steps.sentinel.repair`: the action, the
-    GPUs and the evidence, in ``dsx-repair-<node>``, the action also as the node's ``dsx.dev/repair``
-    label) and ``dsx.dev/repair-requested-at``, noting the boot id the repaired node must no longer show
-    (``dsx.dev/repair-boot-id``)."""
+def request_repair(
+    node: str,
+    check: str,
+    workflow_name: str = "",
+    repair_template: str = "",
+    repair_template_actions: str = repair.TEMPLATE_ACTIONS,
+) -> str:
+    """Ask for a repair: the request (:mod:`steps.sentinel.repair`: the action, the GPUs and the
+    evidence, in ``dsx-repair-<node>``, the action also as the node's ``dsx.dev/repair`` label and the
+    GPUs' UUIDs as ``dsx.dev/repair-gpus``) and ``dsx.dev/repair-requested-at``, noting the boot id the
+    repaired node must no longer show (``dsx.dev/repair-boot-id``). An action the operator's
+    WorkflowTemplate takes (``repair_template``, for the actions ``repair_template_actions``) is handed
+    to it: a Workflow of it is created with the request as parameters, its outcome ``Running``.
+
+    Raises:
+        InputError: the template parameters are malformed.
+    """
+    call = repair.template_call(repair_template, repair_template_actions)
     port = connect()
     current = _held(port, node, workflow_name, check)
     asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT)
     if _state(current) == vocab.NodeState.awaiting_repair.value and asked:
-        return f"{node}: repair already requested at {asked}"
+        handed = _hand_to_template(port, current, check, workflow_name, call)
+        return f"{node}: repair already requested at {asked}" + (f"; {handed}" if handed else "")
     if _past(current, vocab.NodeState.awaiting_repair):
         return f"{node}: already repaired ({_state(current)})"
     boot = current.node_info.boot_id
@@ -590,7 +628,7 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
     request = repair.build_request(current, check, workflow_name, at)
     name = repair.write_request(port, request)
     port.set_labels(node, {vocab.LABEL_REPAIR: request.action})
-    _set_state(
+    current = _set_state(
         port,
         node,
         vocab.NodeState.awaiting_repair.value,
@@ -598,7 +636,8 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
         **{
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: at,
             vocab.ANNOTATION_REPAIR_BOOT_ID: boot,
-            vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
+            **_REPAIR_ASKED,
+            vocab.ANNOTATION_REPAIR_GPUS: ",".join(g.uuid for g in request.gpus) or None,
         },
     )
     gpus = ", ".join(f"GPU {g.index} ({g.uuid})" for g in request.gpus) or "the node"
@@ -616,27 +655,68 @@ def request_repair(node: str, check: str, workflow_name: str = "") -> str:
         "DsxRepairRequested",
         f"dsx-remediate {workflow_name} asks for a repair of {node}: {what}; the request is ConfigMap {name}",
     )
-    return f"{node}: repair requested at {at}: {what} (ConfigMap {name})"
+    handed = _hand_to_template(port, current, check, workflow_name, call)
+    return f"{node}: repair requested at {at}: {what} (ConfigMap {name})" + (f"; {handed}" if handed else "")
+
+
+def _hand_to_template(
+    port: ClusterPort, current: Node, check: str, workflow_name: str, call: repair.TemplateCall | None
+) -> str:
+    """Create the operator's repair Workflow for the request on ``current`` when its action is the
+    template's and nothing answered it yet; what was done (empty: nothing)."""
+    action = current.labels.get(vocab.LABEL_REPAIR, "")
+    asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "")
+    if call is None or action not in call.actions or not asked or outcome_of(current) is not None:
+        return ""
+    created = repair.call_template(port, current, call.template, workflow_name)
+    _write_outcome(port, current.name, asked, f"workflow/{created}", "Running", f"{call.template} asked")
+    detail = f"repair handed to WorkflowTemplate {call.template}: Workflow {created}"
+    _record(port, current.name, vocab.NodeState.awaiting_repair.value, workflow_name, check, detail)
+    return detail
+
+
+def _write_outcome(
+    port: ClusterPort, node: str, asked: str, actuator: str, phase: Phase, message: str
+) -> Node:
+    """Write what the repair's actuator did with the request of ``asked`` on the node."""
+    outcome = RepairOutcome(
+        requested_at=asked, actuator=actuator, phase=phase, at=changes.format_time(_now()), message=message
+    )
+    return port.set_node_metadata(node, annotations={vocab.ANNOTATION_REPAIR_OUTCOME: annotation(outcome)})
 
 
 def repair_problems(node: Node, check: str) -> list[str]:
     """What keeps ``node`` from counting as repaired for ``check``; empty when it is.
 
-    Repaired is: on a boot id other than the one the repair request recorded, Ready, and the check's
-    condition not True. A condition that changed after the request must have been written after the new
-    boot (its heartbeat no older than :data:`~steps.cluster.vocabulary.ANNOTATION_REPAIR_BOOTED_AT`, the
-    last read of the old boot, or than the request when the wait never saw the old boot), so a reading of
-    the old boot never clears a node: on a
-    real node the boot id changes first, Ready comes tens of seconds later and the sentinel's first
-    reading of the new boot later still.
+    Repaired is: on a boot id other than the one the repair request recorded (or, for a ``reset-gpu``
+    request, the GPUs reset: its actuator's outcome ``Succeeded``), Ready, and the check's condition not
+    True. A condition that changed after the request must have been written after the new boot (its
+    heartbeat no older than :data:`~steps.cluster.vocabulary.ANNOTATION_REPAIR_BOOTED_AT`, the last read
+    of the old boot, or than the request when the wait never saw the old boot) or after the reset, so a
+    reading from before the repair never clears a node: on a real node the boot id changes first, Ready
+    comes tens of seconds later and the sentinel's first reading of the new boot later still. An
+    actuator's ``Failed`` outcome is a problem of its own, and so is one still ``Running``.
     """
     condition = _condition(check)
     before = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
     asked = node.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "")
     booted = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOTED_AT, "") or asked
+    outcome = outcome_of(node)
     problems = []
-    if before and node.node_info.boot_id == before:
+    if outcome is not None and outcome.phase == "Failed":
+        problems.append(f"{outcome.actuator} failed: {outcome.message}")
+    elif outcome is not None and outcome.phase == "Running":
+        problems.append(f"{outcome.actuator} not done ({outcome.message})")
+    rebooted = not before or node.node_info.boot_id != before
+    reset = (
+        node.labels.get(vocab.LABEL_REPAIR) == "reset-gpu"
+        and outcome is not None
+        and outcome.phase == "Succeeded"
+    )
+    if not rebooted and not reset:
         problems.append(f"still on boot {before} (no reboot)")
+    elif not rebooted and outcome is not None:
+        booted = outcome.at  # the GPUs were reset, not the node: the reading must follow the reset
     if not node.ready:
         problems.append("not Ready")
     fault = node.condition(condition)
@@ -648,7 +728,8 @@ def repair_problems(node: Node, check: str) -> list[str]:
         and _after(fault.last_transition_time, asked)
         and not _after(fault.last_heartbeat_time, booted)
     ):
-        problems.append(f"condition {condition} last written at {fault.last_heartbeat_time}, before the boot")
+        when = "the reset" if booted != asked and not rebooted else "the boot"
+        problems.append(f"condition {condition} last written at {fault.last_heartbeat_time}, before {when}")
     return problems
 
 
@@ -665,8 +746,9 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
     """Wait, up to ``timeout`` (``4h``, ``30m``), for the node to be repaired as :func:`repaired` judges
     it (:func:`repair_problems`), reading it every few seconds. Once it is seen on a new boot, the last
     time it was read on the old one is written on the node (``dsx.dev/repair-booted-at``): the boot came
-    after it, so a sentinel reading of the new boot is no older. Ends when the node is repaired or the time
-    ran out, either way: the ``repaired`` step decides.
+    after it, so a sentinel reading of the new boot is no older. A repair handed to a Workflow of the
+    operator's template is followed too: once that Workflow ends, its phase is the outcome's. Ends when
+    the node is repaired, its actuator failed, or the time ran out: the ``repaired`` step decides.
 
     Raises:
         InputError: ``timeout`` is not a duration between :data:`REPAIR_WAIT_MIN_S` and
@@ -687,6 +769,10 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
             current = port.set_node_metadata(
                 node, annotations={vocab.ANNOTATION_REPAIR_BOOTED_AT: changes.format_time(on_old_boot)}
             )
+        current = _follow_workflow(port, current)
+        outcome = outcome_of(current)
+        if outcome is not None and outcome.phase == "Failed":
+            return f"{node}: the repair failed: {outcome.actuator}: {outcome.message}"
         problems = repair_problems(current, check)
         if not problems:
             return f"{node}: repaired (boot {current.node_info.boot_id})"
@@ -695,6 +781,26 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
             return f"{node}: not repaired within {timeout}: " + ", ".join(problems)
         time.sleep(min(interval, left))
         current = _held(port, node, workflow_name, check)
+
+
+def _follow_workflow(port: ClusterPort, current: Node) -> Node:
+    """The node, with the outcome of a repair handed to a Workflow written once that Workflow ended
+    (``Succeeded``, or ``Failed`` for any other end and for a Workflow that is gone)."""
+    outcome = outcome_of(current)
+    if outcome is None or outcome.finished or not outcome.actuator.startswith("workflow/"):
+        return current
+    name = outcome.actuator.removeprefix("workflow/")
+    found = repair.workflow_phase(port, name)
+    if found is None:
+        phase: Phase = "Failed"
+        said = f"Workflow {name} is gone"
+    elif found[0] in vocab.WORKFLOW_FINISHED_PHASES:
+        phase = "Succeeded" if found[0] == "Succeeded" else "Failed"
+        said = f"Workflow {name} {found[0]}" + (f": {found[1]}" if found[1] else "")
+    else:
+        return current
+    asked = current.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, "")
+    return _write_outcome(port, current.name, asked, outcome.actuator, phase, said)
 
 
 def repaired(node: str, check: str, workflow_name: str = "") -> str:
@@ -710,13 +816,22 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
     current = _held(port, node, workflow_name, check)
     if _past(current, vocab.NodeState.recertifying) or _state(current) == vocab.NodeState.recertifying.value:
         return f"{node}: already repaired"
+    outcome = outcome_of(current)
+    if outcome is not None:
+        detail = f"repair by {outcome.actuator}: {outcome.phase} at {outcome.at}: {outcome.message}"
+        _record(port, node, vocab.NodeState.awaiting_repair.value, workflow_name, check, detail)
     problems = repair_problems(current, check)
+    if outcome is not None and outcome.phase == "Failed":
+        _escalate(port, node, workflow_name, check, "the repair failed: " + ", ".join(problems))
     if problems:
         _escalate(port, node, workflow_name, check, "the repair did not come: " + ", ".join(problems))
     _set_state(port, node, vocab.NodeState.recertifying.value, workflow_name)
     port.set_labels(node, {vocab.LABEL_CERTIFICATION: vocab.Certification.pending.value})
-    _record(port, node, _RECERTIFYING, workflow_name, check, f"repaired: boot {current.node_info.boot_id}")
-    return f"{node}: repaired (boot {current.node_info.boot_id}); recertifying"
+    boot = current.node_info.boot_id
+    kept = boot == current.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID)
+    how = f"GPUs reset, boot {boot} kept" if kept else f"boot {boot}"
+    _record(port, node, _RECERTIFYING, workflow_name, check, f"repaired: {how}")
+    return f"{node}: repaired ({how}); recertifying"
 
 
 def conclude(node: str, check: str, workflow_name: str = "") -> str:
@@ -779,7 +894,7 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
             vocab.ANNOTATION_REMEDIATION: None,
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
             vocab.ANNOTATION_REPAIR_BOOT_ID: None,
-            vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
+            **_REPAIR_ASKED,
             vocab.ANNOTATION_PAIR_TEST: None,
         },
     )

@@ -19,26 +19,34 @@ severity and action, and its message lists every finding as ``SEVERITY (ACTION):
 """
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import Field
 
 from steps.cluster import ClusterPort, Node
 from steps.cluster import vocabulary as vocab
+from steps.errors import InputError
 from steps.models import Camel, Frozen
 from steps.sentinel import ledger
 from steps.sentinel.events import Action, Severity, condition_reading
+from steps.sentinel.outcome import requested_gpus
+from steps.sentinel.reconcile import create_workflow
 
 __all__ = [
+    "TEMPLATE_ACTIONS",
     "Finding",
     "RepairGpu",
     "RepairRequest",
+    "TemplateCall",
     "build_request",
+    "call_template",
     "clear_request",
     "findings",
     "gpus_named",
     "request_name",
+    "template_call",
+    "workflow_phase",
     "write_request",
 ]
 
@@ -47,6 +55,9 @@ PREFIX = "dsx-repair-"
 DEFAULT_ACTION: Action = "reboot"
 """The action asked for when the check's condition names none (it cleared, or it is not the agent's)."""
 
+TEMPLATE_ACTIONS = "replace"
+"""The actions handed to the operator's WorkflowTemplate by default."""
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _FINDING = re.compile(r"^(fatal|degraded|info) \(([a-z-]+)\): ")
 _GPU = re.compile(r"\bGPU (\d+) \(([^,()\s]+)(?:, PCI ([0-9a-fA-F:.]+))?\)")
 
@@ -171,3 +182,61 @@ def write_request(port: ClusterPort, request: RepairRequest) -> str:
 def clear_request(port: ClusterPort, node: str) -> bool:
     """Delete ``node``'s request object; ``False`` when there was none."""
     return port.delete_object("v1", "ConfigMap", request_name(node), port.namespace)
+
+
+class TemplateCall(Frozen):
+    """The operator's repair WorkflowTemplate and the actions handed to it."""
+
+    template: str
+    actions: frozenset[str]
+
+
+def template_call(template: str, actions: str = TEMPLATE_ACTIONS) -> TemplateCall | None:
+    """The ``repair-template`` and ``repair-template-actions`` parameters, read; ``None`` without a
+    template.
+
+    Raises:
+        InputError: a template name that is no object name, or an action not in the catalogue's.
+    """
+    template = template.strip()
+    if not template:
+        return None
+    if len(template) > 253 - 6 or not _DNS_NAME.fullmatch(template):
+        raise InputError(f"parameter repair-template: {template!r} is not a WorkflowTemplate name")
+    known = get_args(Action)
+    chosen = frozenset(a.strip() for a in actions.split(",") if a.strip())
+    wrong = sorted(chosen - set(known))
+    if wrong or not chosen:
+        raise InputError(
+            f"parameter repair-template-actions: {', '.join(wrong) or 'none given'}: "
+            f"expected a comma-separated list of {', '.join(known)}"
+        )
+    return TemplateCall(template=template, actions=chosen)
+
+
+def call_template(port: ClusterPort, node: Node, template: str, workflow: str) -> str:
+    """Create a Workflow of the operator's ``template`` for ``node``'s repair request, its parameters the
+    request's: ``node``, ``action``, ``gpus`` (UUIDs, comma-separated), ``request`` (the ConfigMap
+    holding the whole request), ``requested-at``, ``boot-id`` and ``workflow`` (the remediation's); its
+    name. The template reads those it needs as ``{{workflow.parameters.NAME}}``."""
+    values = {
+        "node": node.name,
+        "action": node.labels.get(vocab.LABEL_REPAIR, ""),
+        "gpus": ",".join(requested_gpus(node)),
+        "request": request_name(node.name),
+        "requested-at": node.annotations.get(vocab.ANNOTATION_REPAIR_REQUESTED_AT, ""),
+        "boot-id": node.node_info.boot_id,
+        "workflow": workflow,
+    }
+    labels = {vocab.LABEL_NODE: ledger.node_label(node.name), vocab.LABEL_REPAIR: values["action"]}
+    return create_workflow(port, template, values, port.namespace, labels=labels)
+
+
+def workflow_phase(port: ClusterPort, name: str) -> tuple[str, str] | None:
+    """The phase and message of the Workflow ``name`` in dsx's namespace (``("", "")`` before the
+    controller took it up); ``None`` when it is gone."""
+    found = port.get_object("argoproj.io/v1alpha1", "Workflow", name, port.namespace)
+    if found is None:
+        return None
+    status = found.get("status") or {}
+    return str(status.get("phase") or ""), str(status.get("message") or "")

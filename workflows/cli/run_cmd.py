@@ -379,6 +379,8 @@ _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
             "breaker-window-s": "breaker_window_s",
             "drain-policy": "drain_policy",
             "repair-timeout": "repair_timeout",
+            "repair-template": "repair_template",
+            "repair-template-actions": "repair_template_actions",
         },
     ),
 }

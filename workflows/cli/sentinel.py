@@ -228,11 +228,25 @@ def agent_cmd(
     taint_budget: float = TAINT_BUDGET_OPTION,
     taint_window: str = TAINT_WINDOW_OPTION,
     fleet_daemonset: str | None = FLEET_DAEMONSET_OPTION,
+    reset_gpus: bool = typer.Option(
+        False,
+        "--reset-gpus/--no-reset-gpus",
+        help="Carry out dsx-remediate's reset-gpu requests on this node: reset each GPU the request names "
+        "once nothing holds it (nvidia-smi --gpu-reset; needs root), then probe again.",
+    ),
+    kured_sentinel: str | None = typer.Option(
+        None,
+        "--kured-sentinel",
+        help="Carry out dsx-remediate's reboot requests through kured: write this file, the one kured "
+        "watches (its --reboot-sentinel, /var/run/reboot-required on the host by default), as this "
+        "process sees it.",
+    ),
     overrides: Path | None = OVERRIDES_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint
-    (never on a node labelled dsx.dev/managed=false, never past the fleet-wide taint budget).
+    (never on a node labelled dsx.dev/managed=false, never past the fleet-wide taint budget); with
+    --reset-gpus or --kured-sentinel, carry out the repairs dsx-remediate asks for on it.
     With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
 
     if not node:
@@ -242,6 +256,8 @@ def agent_cmd(
     daemonset = parse_daemonset(fleet_daemonset) if fleet_daemonset is not None else None
     if state_dir is not None and Path(state_dir).exists() and not Path(state_dir).is_dir():
         raise InputError(f"--state-dir {state_dir}: not a directory")
+    if kured_sentinel is not None and (not kured_sentinel or Path(kured_sentinel).is_dir()):
+        raise InputError(f"--kured-sentinel {kured_sentinel!r}: not a file's path")
     port = connect(cluster)
     try:
         port.get_node(node)
@@ -264,6 +280,8 @@ def agent_cmd(
         taint_budget=budget,
         fleet_daemonset=daemonset,
         node_read_s=node_read_interval,
+        reset_gpus=reset_gpus,
+        kured_sentinel=kured_sentinel,
     )
     if once:
         _one_pass(sentinel, output)
@@ -280,7 +298,9 @@ def agent_cmd(
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        sentinel.agent.run(interval, stop, lambda seconds: sentinel.wait(seconds, stop), sentinel.after_pass)
+        sentinel.agent.run(
+            interval, stop, lambda seconds: sentinel.wait(seconds, stop), sentinel.after_loop_pass
+        )
     except KeyboardInterrupt:
         stop.set()
     finally:

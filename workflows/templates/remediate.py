@@ -1,8 +1,10 @@
 """``dsx-remediate``: take a faulty node out of service, repair it, and let it back only once it passed again.
 
 guard -> quarantine (cordon, taint, ``dsx.dev/state=quarantined``) -> drain (Eviction API only) ->
-request-repair -> repair-wait (reads the node until it is repaired as ``repaired`` judges it: a new boot
-id, Ready, the check's condition cleared by a reading of the new boot) or, with ``repair-wait=suspend``,
+request-repair (the request; an action ``repair-template`` takes handed to a Workflow of it) ->
+repair-wait (reads the node until it is repaired as ``repaired`` judges it: a new boot id, or the GPUs
+reset by the sentinel's agent for a ``reset-gpu`` request, Ready, the check's condition cleared by a
+reading after it; an actuator's failure ends it) or, with ``repair-wait=suspend``,
 repair-suspend (a Suspend an operator resumes: ``argo resume``; locally ``dsx resume RUN_DIR``), either
 bounded by ``repair-timeout`` -> repaired (the same judgement; else escalated) -> recertify
 (``dsx-certify`` through ``templateRef``, on the node alone; then a pair test beside a known-good node
@@ -101,6 +103,20 @@ def _parameters() -> list[Parameter]:
             enum=list(REPAIR_WAITS),
         ),
         param("repair-timeout", "How long to wait for the repair before the repair check decides.", "4h"),
+        param(
+            "repair-template",
+            "A WorkflowTemplate of the operator's that carries out the repair of the actions "
+            "repair-template-actions names: a Workflow of it is created with the request as parameters "
+            "(node, action, gpus, request, requested-at, boot-id, workflow) and the repair wait follows "
+            "it; the chart's remediate.repairTemplate.name. Empty: none.",
+            "",
+        ),
+        param(
+            "repair-template-actions",
+            "The actions handed to repair-template, comma-separated (reset-gpu, reboot, replace, "
+            "contact-support); the chart's remediate.repairTemplate.actions.",
+            "replace",
+        ),
         # Certification's own parameters (read by dsx-certify's DAG as workflow parameters).
         param(
             "nodes",
@@ -323,13 +339,22 @@ def templates() -> list[Any]:
                     # Read here too, so that a malformed one fails the run before anything changes.
                     "drain_policy": wt.get_parameter("drain-policy"),
                     "repair_timeout": wt.get_parameter("repair-timeout"),
+                    "repair_template": wt.get_parameter("repair-template"),
+                    "repair_template_actions": wt.get_parameter("repair-template-actions"),
                 }
             )
             go = f"{guarded.get_parameter('proceed').value} == true"
             common = {"node": node, "check": check, "workflow_name": WORKFLOW_NAME}
             quarantined = quarantine(arguments=common, when=go)
             drained = drain(arguments={**common, "policy": wt.get_parameter("drain-policy")}, when=go)
-            requested = request_repair(arguments=common, when=go)
+            requested = request_repair(
+                arguments={
+                    **common,
+                    "repair_template": wt.get_parameter("repair-template"),
+                    "repair_template_actions": wt.get_parameter("repair-template-actions"),
+                },
+                when=go,
+            )
             how = wt.get_parameter("repair-wait").value
             waited = repair_wait(
                 arguments={**common, "timeout": wt.get_parameter("repair-timeout")},

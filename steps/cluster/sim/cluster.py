@@ -23,7 +23,7 @@ from steps.cluster.base import PortBase
 from steps.cluster.changes import format_time
 from steps.cluster.errors import ApiStatusError, NotFoundError
 from steps.cluster.fabric import FabricSettings
-from steps.cluster.health import NodeReport
+from steps.cluster.health import GpuResetError, NodeReport
 from steps.cluster.patches import merge_patch, strategic_merge_patch
 from steps.cluster.port import CordonResult, EvictionResult, Node, Pod, Propagation
 from steps.cluster.resources import Resource
@@ -190,6 +190,33 @@ class SimCluster(PortBase):
                 link_hangs=health.link_hangs,
                 nics=tuple(health.nics),
             )
+
+    def gpu_holders(self, node: str, uuid: str) -> list[str]:
+        """What holds the GPU ``uuid`` of ``node``: the fleet's pods on the node that hold GPUs (which of
+        them holds which GPU the fleet does not say, so each holds every one): the GPU resetter's half
+        of the simulated fleet.
+
+        Raises:
+            GpuResetError: no such GPU on the node.
+        """
+        with self.store.transaction(write=False) as fleet:
+            health = _health_of(fleet, node)
+            if not any(g.uuid == uuid for g in health.gpus):
+                raise GpuResetError(f"{node} has no GPU {uuid}")
+            return [f"pod {p.ref}" for _, p in sorted(fleet.pods.items()) if p.node == node and p.holds_gpus]
+
+    def reset_gpu(self, node: str, uuid: str) -> str:
+        """Reset the GPU ``uuid`` of ``node`` (:func:`steps.cluster.sim.repair.reset_gpu`), logged as a
+        call; what the reset says.
+
+        Raises:
+            GpuResetError: no such GPU on the node.
+        """
+        with self.store.transaction() as fleet:
+            _health_of(fleet, node)
+            said = repair.reset_gpu(fleet, node, uuid)
+        self.store.append_log(CallRecord(seq=0, method="reset_gpu", args={"node": node, "uuid": uuid}))
+        return said
 
     def fabric_settings(self) -> FabricSettings:
         """How the fleet's fabric behaves in modelled group tests (``noise`` and ``seed`` of the spec):

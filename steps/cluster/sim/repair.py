@@ -26,7 +26,7 @@ import uuid
 
 from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import format_time
-from steps.cluster.health import NvlinkReport
+from steps.cluster.health import GpuReport, GpuResetError, NvlinkReport
 from steps.cluster.port import GPU_RESOURCE, Node, Taint
 from steps.cluster.sim.model import Fleet
 
@@ -35,8 +35,10 @@ __all__ = [
     "REPAIR_MODES",
     "boot_id",
     "due",
+    "healed",
     "not_ready_taints",
     "reboot_due",
+    "reset_gpu",
     "schedule",
     "settle",
 ]
@@ -142,6 +144,62 @@ def _clear(node: Node, now: float) -> Node:
     return node.model_copy(update={"conditions": conditions})
 
 
+def healed(gpu: GpuReport) -> GpuReport:
+    """``gpu`` as a successful repair leaves it: healthy, no XID, error or throttle, at its full links."""
+    return gpu.model_copy(
+        update={
+            "healthy": True,
+            "xids": (),
+            "ecc_uncorrectable": 0,
+            "nvlink_gbps": gpu.nominal_nvlink_gbps,
+            "retired_pages_pending": False,
+            "remap_pending": False,
+            "throttle_reasons": (),
+            "temperature_c": 42.0,
+            "pcie_generation": gpu.pcie_max_generation,
+            "pcie_width": gpu.pcie_max_width,
+            "nvlinks": tuple(NvlinkReport(link=link.link) for link in gpu.nvlinks),
+            "reset_required": False,
+        }
+    )
+
+
+_GPU_FAULTS = ("xid", "ecc", "failing-gpu", "pcie-degraded", "nvlink-down", "thermal", "slow-nvlink")
+"""The fault kinds that are about one GPU (``KIND=VALUE@I``; GPU 0 without ``@I``)."""
+
+
+def _about_gpu(fault: str, index: int) -> bool:
+    kind, _, rest = fault.partition("@")
+    name = kind.split("=", 1)[0].split(":", 1)[0]
+    if name not in _GPU_FAULTS:
+        return False
+    return int(rest) == index if rest.isdigit() else index == 0 and name != "slow-nvlink"
+
+
+def reset_gpu(fleet: Fleet, node: str, gpu_uuid: str) -> str:
+    """Reset the GPU ``gpu_uuid`` of ``node`` as the driver's reset would leave it: what a reset clears is
+    gone (its XIDs, volatile errors, a pending remap, a stuck link), it is offered again, and its faults
+    leave the node's list; the node keeps its boot. What the reset says.
+
+    Raises:
+        GpuResetError: no such GPU on the node.
+    """
+    health, state = fleet.health[node], fleet.nodes[node]
+    index = next((g.index for g in health.gpus if g.uuid == gpu_uuid), None)
+    if index is None:
+        raise GpuResetError(f"{node} has no GPU {gpu_uuid}")
+    position = next(i for i, g in enumerate(health.gpus) if g.uuid == gpu_uuid)
+    was_healthy = health.gpus[position].healthy
+    health.gpus[position] = healed(health.gpus[position])
+    health.faults = [f for f in health.faults if not _about_gpu(f, index)]
+    if not was_healthy and GPU_RESOURCE in state.allocatable:
+        capacity = int(state.capacity.get(GPU_RESOURCE, "0"))
+        offered = int(state.allocatable[GPU_RESOURCE])
+        state.allocatable[GPU_RESOURCE] = str(min(capacity, offered + 1))
+    fleet.nodes[node] = state.model_copy(update={"resource_version": fleet.next_revision()})
+    return f"GPU {index} ({gpu_uuid}) was reset"
+
+
 def reboot_due(fleet: Fleet, now: float) -> list[str]:
     """Reboot every node whose repair is due; the nodes rebooted."""
     done = []
@@ -154,25 +212,7 @@ def reboot_due(fleet: Fleet, now: float) -> list[str]:
         allocatable = dict(node.allocatable)
         health.ready = True
         if fleet.repair == "ok":
-            health.gpus = [
-                g.model_copy(
-                    update={
-                        "healthy": True,
-                        "xids": (),
-                        "ecc_uncorrectable": 0,
-                        "nvlink_gbps": g.nominal_nvlink_gbps,
-                        "retired_pages_pending": False,
-                        "remap_pending": False,
-                        "throttle_reasons": (),
-                        "temperature_c": 42.0,
-                        "pcie_generation": g.pcie_max_generation,
-                        "pcie_width": g.pcie_max_width,
-                        "nvlinks": tuple(NvlinkReport(link=link.link) for link in g.nvlinks),
-                        "reset_required": False,
-                    }
-                )
-                for g in health.gpus
-            ]
+            health.gpus = [healed(g) for g in health.gpus]
             health.nics = [  # every port cabled comes back up; one never cabled stays down
                 n
                 if n.name in health.uncabled

@@ -47,6 +47,8 @@ class FakeGpu:
     """Of ``volatile_ecc``, those in SRAM (the rest in DRAM); None: NVML does not split them."""
     fabric: tuple[int, int] | None = None
     """NVLink fabric registration (state, status) as NVML gives it; None: not supported."""
+    processes: dict[int, str] = field(default_factory=dict)
+    """The compute processes running on it: pid -> name."""
 
 
 def gpus(count: int = 8) -> list[FakeGpu]:
@@ -66,6 +68,8 @@ class FakeNvml:
         self.devices = devices if devices is not None else gpus()
         self.init_error = init_error
         self.pending_events: list[tuple[int, int]] = []
+        self.initialised = False
+        self.shutdowns = 0
         for name in dir(real):
             if name.startswith(("NVML_", "nvmlClocks", "nvmlEventType")):
                 setattr(self, name, getattr(real, name))
@@ -79,9 +83,30 @@ class FakeNvml:
     def nvmlInit(self) -> None:
         if self.init_error is not None:
             raise NVMLError(self.init_error)
+        self.initialised = True
 
     def nvmlShutdown(self) -> None:
-        pass
+        self.initialised = False
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        for index, gpu in enumerate(self.devices):
+            if gpu.uuid == uuid:
+                return index
+        raise NVMLError(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in self._dev(handle).processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[Any]:
+        self._dev(handle)
+        return []
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        for gpu in self.devices:
+            if pid in gpu.processes:
+                return gpu.processes[pid]
+        raise NVMLError(real.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.devices)
