@@ -37,6 +37,7 @@ ACCOUNTS = {
     "dsx-remediate": "dsx-remediate",
     "dsx-goodput": "dsx-goodput",
     "dsx-reconcile": "dsx-reconcile",
+    "dsx-repair-webhook": "dsx-repair",
 }
 SENTINEL_ACCOUNT = "dsx-sentinel"
 
@@ -897,3 +898,79 @@ def test_the_sentinel_lives_in_a_privileged_namespace_of_its_own_by_default() ->
     assert daemonset["metadata"]["namespace"] == "dsx-sentinel"
     assert _of(_render(CHART, "sentinel.createNamespace=false"), "Namespace") == []
     assert _of(_render(CHART, "sentinel.namespace="), "Namespace") == []  # the chart's own namespace
+
+
+def _remediate_parameters(docs: list[dict[str, Any]]) -> dict[str, str]:
+    spec = _spec(_workflows(docs)["dsx-remediate"])
+    return {p["name"]: p.get("value", "") for p in spec["arguments"]["parameters"]}
+
+
+def test_the_repairs_that_act_are_off_until_the_chart_turns_them_on() -> None:
+    docs = _render(CHART)
+    pod, container = _sentinel(docs)
+    assert not [a for a in container["args"] if a.startswith(("--reset-gpus", "--kured-sentinel"))]
+    assert "kured" not in {v["name"] for v in pod["volumes"]}
+    parameters = _remediate_parameters(docs)
+    assert (parameters["repair-template"], parameters["repair-template-actions"]) == ("", "replace")
+    assert ("gpu-ops", "argoproj.io", "workflows", "create") not in _granted(docs, "dsx-remediate")
+    assert "dsx-dsx-repair-workflows" not in _policies(docs)
+
+
+def test_the_agent_resets_gpus_privileged_and_asks_kured_through_its_hosts_sentinel_file() -> None:
+    docs = _render(
+        CHART, "sentinel.repair.resetGpus=true", "sentinel.repair.kuredSentinel=/var/run/reboot-required"
+    )
+    pod, container = _sentinel(docs)
+    assert (
+        "--reset-gpus" in container["args"]
+        and "--kured-sentinel=/host/kured/reboot-required" in container["args"]
+    )
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "kured"]
+    assert volume["hostPath"] == {"path": "/var/run", "type": "Directory"}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "kured"]
+    assert mount == {"name": "kured", "mountPath": "/host/kured"}
+    assert pod["securityContext"]["runAsUser"] == 0 and container["securityContext"]["privileged"] is True
+    # kured alone, with the kernel log a host file: root, unprivileged, one capability to write as root
+    pod, container = _sentinel(
+        _render(CHART, "sentinel.kernelLog=/var/log/kern.log", "sentinel.repair.kuredSentinel=/run/reboot")
+    )
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert container["securityContext"]["privileged"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    pod, container = _sentinel(_render(CHART, "sentinel.kernelLog=/var/log/kern.log"))
+    assert (
+        pod["securityContext"]["runAsUser"] == 65532
+        and "add" not in container["securityContext"]["capabilities"]
+    )
+    refused = _run(
+        [helm_binary(), "template", "dsx", str(CHART), "--set", "sentinel.repair.kuredSentinel=run/x"]
+    )
+    assert refused.returncode != 0
+    assert 'sentinel.repair.kuredSentinel: "run/x" is not an absolute path on the host' in refused.stderr
+
+
+def test_the_operators_repair_template_is_the_only_workflow_dsx_remediates_account_may_create() -> None:
+    docs = _render(
+        CHART,
+        "remediate.repairTemplate.name=site-replace",
+        "remediate.repairTemplate.actions={replace,contact-support}",
+    )
+    parameters = _remediate_parameters(docs)
+    assert (parameters["repair-template"], parameters["repair-template-actions"]) == (
+        "site-replace",
+        "replace,contact-support",
+    )
+    assert ("gpu-ops", "argoproj.io", "workflows", "create") in _granted(docs, "dsx-remediate")
+    policy = _policies(docs)["dsx-dsx-repair-workflows"]
+    (matched,) = policy["spec"]["matchConditions"]
+    assert (
+        matched["expression"]
+        == 'request.userInfo.username in ["system:serviceaccount:gpu-ops:dsx-remediate"]'
+    )
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "object.spec.workflowTemplateRef.name == 'site-replace'" in rules
+    webhook = [g for g in _granted(docs, "dsx-repair") if g[2] != "workflowtaskresults"]
+    assert webhook == [("gpu-ops", "", "configmaps", "get")]  # dsx-repair-webhook reads the request
+    # the Sensor's and the reconciler's policy is unchanged
+    remediate = _policies(docs)["dsx-dsx-remediate-workflows"]
+    assert "'dsx-remediate'" in " ".join(v["expression"] for v in remediate["spec"]["validations"])

@@ -149,6 +149,7 @@ __all__ = [
     "WORKFLOW_RECIPE",
     "WORKFLOW_RECONCILE",
     "WORKFLOW_REMEDIATE",
+    "WORKFLOW_REPAIR_WEBHOOK",
     "ApiVersion",
     "Certification",
     "NodeState",
@@ -229,6 +230,8 @@ WORKFLOW_GOODPUT: Final = "dsx-goodput"
 WORKFLOW_RECIPE: Final = "dsx-recipe"
 WORKFLOW_RECONCILE: Final = "dsx-reconcile"
 WORKFLOW_REMEDIATE: Final = "dsx-remediate"
+#: The example repair template dsx ships (remediate.repairTemplate.name): the request POSTed to a URL.
+WORKFLOW_REPAIR_WEBHOOK: Final = "dsx-repair-webhook"
 WORKFLOW_FINISHED_PHASES: Final = ("Succeeded", "Failed", "Error")
 """The phases of an Argo Workflow that has ended (``WorkflowSucceeded``, ``WorkflowFailed``,
 ``WorkflowError``): its steps run no more."""

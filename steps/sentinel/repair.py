@@ -35,6 +35,7 @@ from steps.sentinel.reconcile import create_workflow
 
 __all__ = [
     "TEMPLATE_ACTIONS",
+    "TEMPLATE_PARAMETERS",
     "Finding",
     "RepairGpu",
     "RepairRequest",
@@ -55,6 +56,16 @@ PREFIX = "dsx-repair-"
 DEFAULT_ACTION: Action = "reboot"
 """The action asked for when the check's condition names none (it cleared, or it is not the agent's)."""
 
+TEMPLATE_PARAMETERS = {
+    "node": "The node to repair.",
+    "action": "The action asked for (reset-gpu, reboot, replace, contact-support).",
+    "gpus": "The UUIDs of the GPUs the request names, comma-separated.",
+    "request": "The ConfigMap holding the whole request (request.yaml, kind RepairRequest).",
+    "requested-at": "When dsx-remediate asked.",
+    "boot-id": "The node's boot id when it asked.",
+    "workflow": "The dsx-remediate Workflow that asks.",
+}
+"""The parameters a Workflow of the operator's repair template is given, and what each holds."""
 TEMPLATE_ACTIONS = "replace"
 """The actions handed to the operator's WorkflowTemplate by default."""
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -216,9 +227,8 @@ def template_call(template: str, actions: str = TEMPLATE_ACTIONS) -> TemplateCal
 
 def call_template(port: ClusterPort, node: Node, template: str, workflow: str) -> str:
     """Create a Workflow of the operator's ``template`` for ``node``'s repair request, its parameters the
-    request's: ``node``, ``action``, ``gpus`` (UUIDs, comma-separated), ``request`` (the ConfigMap
-    holding the whole request), ``requested-at``, ``boot-id`` and ``workflow`` (the remediation's); its
-    name. The template reads those it needs as ``{{workflow.parameters.NAME}}``."""
+    request's (:data:`TEMPLATE_PARAMETERS`); its name. The template reads those it needs as
+    ``{{workflow.parameters.NAME}}``."""
     values = {
         "node": node.name,
         "action": node.labels.get(vocab.LABEL_REPAIR, ""),
@@ -228,6 +238,7 @@ def call_template(port: ClusterPort, node: Node, template: str, workflow: str) -
         "boot-id": node.node_info.boot_id,
         "workflow": workflow,
     }
+    assert values.keys() == TEMPLATE_PARAMETERS.keys()
     labels = {vocab.LABEL_NODE: ledger.node_label(node.name), vocab.LABEL_REPAIR: values["action"]}
     return create_workflow(port, template, values, port.namespace, labels=labels)
 

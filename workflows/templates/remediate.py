@@ -37,7 +37,7 @@ from steps.cluster import vocabulary as vocab
 from steps.readiness import certify as readiness
 from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.certify import AUTO
-from steps.sentinel import ledger
+from steps.sentinel import ledger, repair, webhook
 from steps.sentinel import recertify as recert
 from steps.sentinel import reconcile as reconciler
 from steps.sentinel import remediate as steps
@@ -54,12 +54,14 @@ from workflows.templates._base import (
     workflow_template,
 )
 
-__all__ = ["LEDGER_ENV", "RECERTIFY_SELECTOR", "REPAIR_WAITS", "templates"]
+__all__ = ["LEDGER_ENV", "RECERTIFY_SELECTOR", "REPAIR_ACCOUNT", "REPAIR_WAITS", "templates"]
 
 REPAIR_WAITS = ("node", "suspend")
 """The ``repair-wait`` parameter's values: a resource template watching the node, or a Suspend step."""
 
 RECERTIFY_SELECTOR = f"{vocab.LABEL_RECERTIFY}=true"
+REPAIR_ACCOUNT = "dsx-repair"
+"""The account of dsx-repair-webhook (the chart's serviceAccounts.names.repair)."""
 #: The environment of every step that writes the ledger: how long it keeps (the chart's
 #: remediate.ledger.retentionDays replaces the compiled default).
 LEDGER_ENV = {vocab.ENV_LEDGER_RETENTION_DAYS: str(ledger.RETENTION_DAYS)}
@@ -248,6 +250,39 @@ def _exit_handler(wt: WorkflowTemplate) -> None:
     wt.on_exit = exit_handler
 
 
+def _repair_webhook() -> WorkflowTemplate:
+    """``dsx-repair-webhook``: the repair request POSTed as JSON to a URL (:mod:`steps.sentinel.webhook`),
+    the example of a repair template (``remediate.repairTemplate.name``); it runs as an account of its
+    own, :data:`REPAIR_ACCOUNT`, which reads the request's ConfigMap."""
+    notify = step(webhook.notify, timeout="2m", retries=3)
+    with (
+        workflow_template(
+            vocab.WORKFLOW_REPAIR_WEBHOOK,
+            "Hand a repair request to a web service: POST the request dsx-remediate wrote (ConfigMap "
+            "dsx-repair-<node>, kind RepairRequest: action, GPUs, evidence) as JSON to the url parameter "
+            "(the chart's remediate.webhook.url). A 2xx answer succeeds; anything else fails the "
+            "Workflow, and dsx-remediate escalates the node. Created by dsx-remediate when "
+            "remediate.repairTemplate.name names it.",
+            "repair-webhook",
+            [
+                *(param(name, description) for name, description in repair.TEMPLATE_PARAMETERS.items()),
+                param("url", "Where to POST the request (the chart's remediate.webhook.url).", ""),
+            ],
+            service_account_name=REPAIR_ACCOUNT,
+        ) as wt,
+        DAG(name="repair-webhook"),
+    ):
+        notify(
+            arguments={
+                "url": wt.get_parameter("url"),
+                "request": wt.get_parameter("request"),
+                "node": wt.get_parameter("node"),
+                "workflow": wt.get_parameter("workflow"),
+            }
+        )
+    return wt
+
+
 def _reconciler() -> CronWorkflow:
     """``dsx-reconcile``: every 5 minutes, ``dsx-remediate`` for each node whose fault the Sensor's edges
     missed (:mod:`steps.sentinel.reconcile`), as its own account (it reads nodes, the breaker and the
@@ -373,4 +408,4 @@ def templates() -> list[Any]:
             checked >> recertified
             recertified.next(concluded, on=_ENDED)
     _exit_handler(wt)
-    return [wt, _reconciler()]
+    return [wt, _reconciler(), _repair_webhook()]

@@ -7,8 +7,10 @@ server."""
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from steps.cluster.pod import Pod
 from steps.cluster.sim import FileStore, MemoryStore, SimCluster
 from steps.cluster.sim import repair as sim_repair
 from steps.errors import DsxError, InputError
-from steps.sentinel import ledger, remediate
+from steps.sentinel import ledger, remediate, repair, webhook
 from steps.sentinel.actuator import KURED, RESET, RepairActuator
 from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
@@ -33,6 +35,7 @@ from steps.sentinel.probes import NodeProbes
 from tests.k8s_emulator import Emulator, write_kubeconfig
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
+from workflows.templates import remediate as remediate_templates
 
 NODE = "node-01"
 XID_79 = f"sim:nodes=2,gpu=h100,workloads=false,repair=never,faults={NODE}:xid=79@3"
@@ -487,3 +490,73 @@ def test_on_a_node_a_reset_the_driver_refuses_fails_with_what_it_said(
     )
     log = sentinel.probes.kernel_log
     assert log is not None and [x.code for x in log.xids] == [79]  # not reset: nothing forgotten
+
+
+# ----------------------------------------------------------------------------- dsx-repair-webhook
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """A repair service: keeps each POST; answers the status its server's ``status`` says."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        server = self.server
+        server.got.append((dict(self.headers), json.loads(self.rfile.read(length))))  # type: ignore[attr-defined]
+        status = server.status  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b"ticket RMA-4711" if status < 300 else b"no such queue")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[http.server.HTTPServer]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    server.got, server.status = [], 201  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_webhook_template_posts_the_whole_request_and_fails_on_a_refusal(
+    file_fleet: SimCluster, tmp_path: Path, receiver: http.server.HTTPServer
+) -> None:
+    port = file_fleet
+    _sentinel(port, port, _catalogue(tmp_path)).run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", workflow_name="dsx-remediate-abcde")
+    url = f"http://127.0.0.1:{receiver.server_address[1]}/repairs"
+    request = f"dsx-repair-{NODE}"
+
+    said = webhook.notify(url, request, node=NODE, workflow="dsx-repair-webhook-xyz12")
+    assert said == f"{NODE}: reboot request taken by {url} (201): ticket RMA-4711"
+    ((headers, body),) = receiver.got  # type: ignore[attr-defined]
+    assert (
+        headers["Content-Type"] == "application/json"
+        and headers["X-Dsx-Workflow"] == "dsx-repair-webhook-xyz12"
+    )
+    assert (body["kind"], body["node"], body["action"]) == ("RepairRequest", NODE, "reboot")
+    assert [g["index"] for g in body["gpus"]] == [3] and "XID 79" in body["findings"][0]["message"]
+
+    receiver.status = 404  # type: ignore[attr-defined]
+    with pytest.raises(webhook.RepairHookError, match=f"{url} answered 404 Not Found: no such queue"):
+        webhook.notify(url, request)
+    with pytest.raises(InputError, match="parameter url: 'ftp://x' is not an http"):
+        webhook.notify("ftp://x", request)
+    with pytest.raises(InputError, match=f"the request is for '{NODE}', not 'node-02'"):
+        webhook.notify(url, request, node="node-02")
+    with pytest.raises(InputError, match="parameter request: no ConfigMap dsx-repair-node-02"):
+        webhook.notify(url, "dsx-repair-node-02")
+    receiver.server_close()
+    with pytest.raises(webhook.RepairHookError, match="could not be reached"):
+        webhook.notify("http://127.0.0.1:9/repairs", request, timeout="2s")
+
+
+def test_the_webhook_template_takes_the_parameters_remediation_gives_its_repair_template() -> None:
+    (template,) = [t for t in remediate_templates.templates() if t.name == vocab.WORKFLOW_REPAIR_WEBHOOK]
+    declared = {p.name for p in template.arguments}  # type: ignore[union-attr]
+    assert declared == {*repair.TEMPLATE_PARAMETERS, "url"}
