@@ -55,8 +55,14 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: and 4 nodes of 8 (32 ranks importing torch at once) do not fit a healthy run's deadline on 2 cores.
 DEFAULT_GPUS = 2
 #: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
-#: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier does not install it.
-CHART_VALUES = ["--set", "sentinel.enabled=false"]
+#: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier does not install it. The repair
+#: template is the one dsx ships, for ``replace`` (which no scenario's fault asks for but test_repair's).
+CHART_VALUES = [
+    "--set",
+    "sentinel.enabled=false",
+    "--set",
+    "remediate.repairTemplate.name=dsx-repair-webhook",
+]
 #: What the Events tier adds to them: the chart's EventSource and Sensor.
 EVENTS_VALUES = ["--set", "events.enabled=true"]
 ARGO_EVENTS_NAMESPACE = "argo-events"

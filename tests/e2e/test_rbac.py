@@ -31,6 +31,9 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "delete-after-timeout; the scenario's drain evicts",
     ("dsx-remediate", "get", "/pods"): "an eviction or a deletion refused with a conflict reads the pod "
     "again, to tell a pod replaced under the same name from one that changed",
+    ("dsx-remediate", "create", "argoproj.io/workflows"): "a Workflow of remediate.repairTemplate for a "
+    "request of its actions (replace); the scenario's fault asks for a reboot, and test_repair creates one "
+    "impersonating the account, which the audit log records as the administrator's request",
     ("dsx-remediate", "create", "coordination.k8s.io/leases"): "recertification takes the node's Lease, "
     "creating it when no certification ever held the node (the scenario's node was certified before)",
 }

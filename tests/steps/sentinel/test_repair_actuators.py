@@ -73,7 +73,7 @@ def _details(port: ClusterPort) -> list[str]:
     return [f"{e.state}: {e.detail}" for e in ledger.entries(port, NODE)]
 
 
-Doubles = tuple[ClusterPort, SimCluster]
+Doubles = tuple[ClusterPort, SimCluster, Emulator | None]
 
 
 @pytest.fixture
@@ -89,14 +89,14 @@ def file_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimCluster:
 def doubles(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Doubles]:
-    """(the cluster, the hardware): the simulated fleet as both, or, for ``kube``, the emulated API server
-    (seeded with the fleet's objects, reached through the real client by the agent and by remediation's
-    steps) with the fleet as the hardware only."""
+    """(the cluster, the hardware, the emulator): the simulated fleet as both, or, for ``kube``, the
+    emulated API server (seeded with the fleet's objects, reached through the real client by the agent and
+    by remediation's steps) with the fleet as the hardware only."""
     if request.param == "sim":
         monkeypatch.setenv(vocab.ENV_CLUSTER, shareable(XID_79, tmp_path))
         monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
         fleet = SimCluster(FileStore(tmp_path / "fleet.json"))
-        yield fleet, fleet
+        yield fleet, fleet, None
         return
     with Emulator() as emulator:
         emulator.seed(load_fleet(XID_79).manifests())
@@ -105,7 +105,7 @@ def doubles(
         monkeypatch.setenv("KUBECONFIG", str(config))
         monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
         api_client, _ = load_api_client(str(config))
-        yield KubeCluster(api_client, retry=FAST), SimCluster(MemoryStore(load_fleet(XID_79)))
+        yield KubeCluster(api_client, retry=FAST), SimCluster(MemoryStore(load_fleet(XID_79))), emulator
 
 
 # ----------------------------------------------------------------------------- reset-gpu
@@ -114,7 +114,7 @@ def doubles(
 def test_an_xid_79_whose_action_is_reset_gpu_is_reset_by_the_agent_not_rebooted(
     doubles: Doubles, tmp_path: Path
 ) -> None:
-    port, hardware = doubles
+    port, hardware, _ = doubles
     catalogue = _catalogue(tmp_path, xid_79="reset-gpu")
     sentinel = _sentinel(port, hardware, catalogue, reset_gpus=True)
     sentinel.run_once()  # the agent finds XID 79 on GPU 3: its condition asks for reset-gpu
@@ -197,26 +197,27 @@ def test_an_agent_not_given_reset_gpu_leaves_the_request_to_others(
 # ----------------------------------------------------------------------------- reboot through kured
 
 
-def _play_kured(port: SimCluster, sentinel_file: Path) -> bool:
-    """What kured does on its node: the sentinel file there, it reboots the node (its lock and drain
-    taken as granted); the file, in tmpfs, is gone with the boot."""
-    if not sentinel_file.exists():
-        return False
-    with port.store.transaction() as fleet:
+def _reboot(port: ClusterPort, hardware: SimCluster, emulator: Emulator | None) -> None:
+    """The node reboots: its hardware as a repair leaves it, a new boot id; on the emulated API server the
+    new boot id is what the kubelet of the new boot reports."""
+    with hardware.store.transaction() as fleet:
         fleet.repair = "ok"
         fleet.repairs_due[NODE] = 0.0
         sim_repair.settle(fleet, time.time())
-    sentinel_file.unlink()
-    return True
+    if emulator is not None:
+        node = port.get_object("v1", "Node", NODE)
+        assert node is not None
+        node["status"]["nodeInfo"]["bootID"] = hardware.get_node(NODE).node_info.boot_id
+        emulator.seed([node])
 
 
 def test_a_reboot_goes_through_kureds_sentinel_file_when_the_chart_selects_kured(
-    file_fleet: SimCluster, tmp_path: Path
+    doubles: Doubles, tmp_path: Path
 ) -> None:
-    port = file_fleet
+    port, hardware, emulator = doubles
     catalogue = _catalogue(tmp_path)
     kured = tmp_path / "host-run" / "reboot-required"
-    sentinel = _sentinel(port, port, catalogue, kured_sentinel=kured)
+    sentinel = _sentinel(port, hardware, catalogue, kured_sentinel=kured)
     sentinel.run_once()
     _quarantined(port)
     boot = port.get_node(NODE).node_info.boot_id
@@ -231,10 +232,11 @@ def test_a_reboot_goes_through_kureds_sentinel_file_when_the_chart_selects_kured
     sentinel.run_once()  # asked once: the file is not written again, nor the outcome
     assert outcome_of(port.get_node(NODE)) == outcome
 
-    assert _play_kured(port, kured)
+    kured.unlink()  # kured: the file there, it reboots the node; the file, in tmpfs, goes with the boot
+    _reboot(port, hardware, emulator)
     rebooted = port.get_node(NODE).node_info.boot_id
     assert rebooted != boot
-    after = _sentinel(port, port, catalogue, kured_sentinel=kured)  # the agent of the new boot
+    after = _sentinel(port, hardware, catalogue, kured_sentinel=kured)  # the agent of the new boot
     after.run_once()
     outcome = outcome_of(port.get_node(NODE))
     assert outcome is not None and (outcome.phase, outcome.message) == (
@@ -242,9 +244,8 @@ def test_a_reboot_goes_through_kureds_sentinel_file_when_the_chart_selects_kured
         f"rebooted: boot {rebooted} (was {boot})",
     )
     assert not kured.exists()  # the new boot's agent asks nothing more
-    assert (
-        remediate.repair_wait(NODE, "xid", "30s", workflow_name="w") == f"{NODE}: repaired (boot {rebooted})"
-    )
+    waited = remediate.repair_wait(NODE, "xid", "30s", workflow_name="w")
+    assert waited == f"{NODE}: repaired (boot {rebooted})"
     remediate.repaired(NODE, "xid", workflow_name="w")
     details = _details(port)
     assert f"awaiting-repair: repair by {KURED}: Succeeded at {outcome.at}: {outcome.message}" in details
@@ -268,7 +269,7 @@ def _parameters(workflow: dict[str, object]) -> dict[str, str]:
 def test_a_repair_handed_to_the_operators_template_ends_as_its_workflow_ends(
     doubles: Doubles, tmp_path: Path, ending: str
 ) -> None:
-    port, hardware = doubles
+    port, hardware, _ = doubles
     catalogue = _catalogue(tmp_path, xid_79="replace")
     _sentinel(port, hardware, catalogue).run_once()
     _quarantined(port)
@@ -340,10 +341,7 @@ def test_a_template_that_succeeded_still_needs_the_node_back_on_a_new_boot(
         "Succeeded",
         f"Workflow {name} Succeeded",
     )
-    with port.store.transaction() as fleet:  # the node the template repaired comes back
-        fleet.repair = "ok"
-        fleet.repairs_due[NODE] = 0.0
-        sim_repair.settle(fleet, time.time())
+    _reboot(port, port, None)  # the node the template repaired comes back
     assert remediate.repair_wait(NODE, "xid", "30s").startswith(f"{NODE}: repaired (boot ")
 
 
