@@ -974,3 +974,18 @@ def test_the_operators_repair_template_is_the_only_workflow_dsx_remediates_accou
     # the Sensor's and the reconciler's policy is unchanged
     remediate = _policies(docs)["dsx-dsx-remediate-workflows"]
     assert "'dsx-remediate'" in " ".join(v["expression"] for v in remediate["spec"]["validations"])
+
+
+def test_remediations_guard_applies_the_lemon_rule_of_the_sentinels_overrides() -> None:
+    def history_env(docs: list[dict[str, Any]]) -> str:
+        (guard,) = [t for t in _spec(_workflows(docs)["dsx-remediate"])["templates"] if t["name"] == "guard"]
+        return str(_env(guard["script"])["DSX_FAULT_HISTORY"])
+
+    assert history_env(_render(CHART)) == ""
+    lemon = {"lemon": {"count": 5, "withinDays": 14}}
+    given = f"sentinel.overrides={json.dumps({'history': lemon})}"
+    rendered = _run(
+        [helm_binary(), "template", "dsx", str(CHART), "--namespace", "gpu-ops", "--set-json", given]
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert json.loads(history_env(_docs(rendered.stdout))) == lemon

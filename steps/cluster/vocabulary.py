@@ -94,6 +94,7 @@ __all__ = [
     "ENV_CLUSTER",
     "ENV_DEBUG",
     "ENV_FAIL_FILE",
+    "ENV_FAULT_HISTORY",
     "ENV_GPU_IMAGE",
     "ENV_HELM_NAMESPACES",
     "ENV_JOB_POLL_S",
@@ -358,6 +359,10 @@ ENV_LEDGER_RETENTION_DAYS: Final = "DSX_LEDGER_RETENTION_DAYS"
 
 # Sentinel: the node agent.
 ENV_SENTINEL_OVERRIDES: Final = "DSX_SENTINEL_OVERRIDES"
+#: The cluster's fault history rules (a FaultHistory as JSON or YAML, the chart's
+#: sentinel.overrides.history) given to dsx-remediate's guard, whose lemon rule it applies; empty: the
+#: overrides file of DSX_SENTINEL_OVERRIDES where there is one, else the shipped rules.
+ENV_FAULT_HISTORY: Final = "DSX_FAULT_HISTORY"
 """A fault catalogue overrides file (the cluster's own severities, actions and modes)."""
 ENV_SENTINEL_SYSFS: Final = "DSX_SENTINEL_SYSFS"
 """Where the node's ``/sys`` is mounted in the agent's pod (default ``/sys``)."""

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from steps.cluster import ClusterPort, CordonRefusedError, Node, NotFoundError, changes, connect
@@ -45,7 +46,7 @@ from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.drain import DrainPolicy
 from steps.sentinel.drain import drain as drain_pods
 from steps.sentinel.events import HealthEvent, condition_reading
-from steps.sentinel.history import LemonRule
+from steps.sentinel.history import FaultHistory, LemonRule
 from steps.sentinel.outcome import Phase, RepairOutcome, annotation, outcome_of
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
 from steps.sentinel.recertify import NO_VERDICT
@@ -116,8 +117,23 @@ def returns_within(history: list[ledger.Entry], days: float, now: dt.datetime) -
 
 
 def _lemon_rule() -> LemonRule | None:
-    """The fault history's lemon rule: the shipped one, or the cluster's overrides' where this pod is
-    given them (:data:`~steps.cluster.vocabulary.ENV_SENTINEL_OVERRIDES`, as the agent is)."""
+    """The fault history's lemon rule: the cluster's rules where this pod is given them (the chart gives
+    guard :data:`~steps.cluster.vocabulary.ENV_FAULT_HISTORY`, its overrides' ``history``; or an overrides
+    file, :data:`~steps.cluster.vocabulary.ENV_SENTINEL_OVERRIDES`, as the agent is), else the shipped one.
+
+    Raises:
+        InputError: the rules given do not read as a FaultHistory (the variable named).
+    """
+    given = os.environ.get(vocab.ENV_FAULT_HISTORY, "").strip()
+    if given:
+        try:
+            found = FaultHistory.model_validate(yaml.safe_load(given))
+        except (yaml.YAMLError, ValidationError) as exc:
+            where = f"${vocab.ENV_FAULT_HISTORY}"
+            if isinstance(exc, ValidationError):
+                raise input_error(exc, where) from None
+            raise InputError(f"{where}: not YAML or JSON ({exc})") from None
+        return found.lemon
     overrides = os.environ.get(vocab.ENV_SENTINEL_OVERRIDES)
     return load_catalogue(overrides=Path(overrides) if overrides else None).history.lemon
 

@@ -337,7 +337,11 @@ def _reconciler() -> CronWorkflow:
 def templates() -> list[Any]:
     """The remediation WorkflowTemplate and the reconciler's CronWorkflow."""
     guard = step(
-        steps.guard, timeout="5m", retries=2, outputs=param_outputs("proceed", default=""), env=LEDGER_ENV
+        steps.guard,
+        timeout="5m",
+        retries=2,
+        outputs=param_outputs("proceed", default=""),
+        env={**LEDGER_ENV, vocab.ENV_FAULT_HISTORY: ""},
     )
     quarantine = step(steps.quarantine, timeout="5m", retries=2, env=LEDGER_ENV)
     drain = step(steps.drain, timeout="2h", retries=2, env=LEDGER_ENV)

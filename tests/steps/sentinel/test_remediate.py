@@ -251,6 +251,29 @@ def test_a_node_remediated_three_times_in_thirty_days_is_escalated_for_replaceme
     assert (tmp_path / "out" / "params" / "proceed").read_text() == "false"
 
 
+def test_the_clusters_lemon_rule_given_to_guard_replaces_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart gives guard the history of the sentinel's overrides (DSX_FAULT_HISTORY): a fleet that
+    allows four returns within 30 days repairs a node a fourth time; one whose rules say nothing of lemons
+    never escalates for them; rules that do not read are named."""
+    from steps.errors import InputError
+    from steps.sentinel import remediate
+
+    port = _three_attempts(tmp_path, monkeypatch, "in-service")
+    monkeypatch.setenv(vocab.ENV_FAULT_HISTORY, '{"lemon": {"count": 4, "withinDays": 30}}')
+    remediate.guard("node-01", "xid", workflow_name="w4", dry_run=True)
+    assert (tmp_path / "out" / "params" / "proceed").read_text() == "false"  # a dry run: decided, not done
+    assert port.get_node("node-01").labels.get(vocab.LABEL_STATE) != vocab.NodeState.escalated.value
+    assert "would quarantine" in ledger.entries(port, "node-01")[-1].detail
+    monkeypatch.setenv(vocab.ENV_FAULT_HISTORY, "xid: []")
+    remediate.guard("node-01", "xid", workflow_name="w5", dry_run=True)
+    assert "would quarantine" in ledger.entries(port, "node-01")[-1].detail
+    monkeypatch.setenv(vocab.ENV_FAULT_HISTORY, '{"lemon": {"count": 0, "withinDays": 30}}')
+    with pytest.raises(InputError, match=r"\$DSX_FAULT_HISTORY: lemon.count"):
+        remediate.guard("node-01", "xid", workflow_name="w6")
+
+
 def test_remediations_older_than_the_lemon_window_do_not_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

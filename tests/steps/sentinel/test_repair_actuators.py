@@ -32,6 +32,7 @@ from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.outcome import outcome_of
 from steps.sentinel.probes import NodeProbes
+from tests.cli import dsx
 from tests.k8s_emulator import Emulator, write_kubeconfig
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
@@ -558,3 +559,48 @@ def test_the_webhook_template_takes_the_parameters_remediation_gives_its_repair_
     (template,) = [t for t in remediate_templates.templates() if t.name == vocab.WORKFLOW_REPAIR_WEBHOOK]
     declared = {p.name for p in template.arguments}  # type: ignore[union-attr]
     assert declared == {*repair.TEMPLATE_PARAMETERS, "url"}
+
+
+# ----------------------------------------------------------------------------- the whole workflow
+
+
+@pytest.mark.story
+def test_a_whole_remediation_resets_the_gpu_and_returns_the_node_to_service_on_its_boot(
+    tmp_path: Path,
+) -> None:
+    """``dsx run remediate --local`` as a person runs it, the node's agent carrying out reset-gpu requests
+    meanwhile (a thread here, the DaemonSet on a cluster), over one shared fleet whose provider repairs
+    nothing: the GPU is reset, the node recertified and back in service on the boot it had."""
+    spec = shareable(f"sim:nodes=4,gpu=h100,repair=never,faults={NODE}:xid=79@3", tmp_path)
+    port = SimCluster(FileStore(tmp_path / "fleet.json"))
+    sentinel = _sentinel(port, port, _catalogue(tmp_path, xid_79="reset-gpu"), reset_gpus=True)
+    sentinel.run_once()
+    boot = port.get_node(NODE).node_info.boot_id
+    stop = threading.Event()
+
+    def agent() -> None:
+        while not stop.wait(0.5):
+            sentinel.run_once()
+
+    thread = threading.Thread(target=agent, daemon=True)
+    thread.start()
+    try:
+        result = dsx(
+            "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
+            "-p", f"node={NODE}", "-p", "check=xid", "-p", "repair-timeout=2m", "-p", "iters=2",
+            "-p", "p-min=0.9", "-p", 'drain-policy={"deadline_s": 2, "force": true, "poll_s": 0.1}',
+            timeout=600,
+        )  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    node = port.get_node(NODE)
+    assert node.node_info.boot_id == boot and not node.unschedulable
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "passed" and vocab.LABEL_STATE not in node.labels
+    assert vocab.ANNOTATION_REPAIR_OUTCOME not in node.annotations  # the request went with the repair
+    details = _details(port)
+    assert any(d.startswith(f"awaiting-repair: repair by {RESET}: Succeeded") for d in details)
+    assert f"recertifying: repaired: GPUs reset, boot {boot} kept" in details
+    assert [d.split(":")[0] for d in details][-2:] == ["in-service", "ended"]
+    assert [c.method for c in port.calls()].count("reset_gpu") == 1
