@@ -275,6 +275,7 @@ SENTINEL_CHECKS: Final[dict[str, tuple[SentinelComponent, str]]] = {
     "nic": ("nic", CONDITION_NIC_DEGRADED),
     "nvml": ("node", "DsxNvmlUnavailable"),
     "probe": ("node", "DsxSentinelProbeFailed"),
+    "node-problem": ("node", "DsxNodeProblem"),
 }
 """Every check the sentinel's probes run, by name: the component it is about, and the node condition it
 sets (``status=True``: the problem is present). The one table of checks; the views below read it."""

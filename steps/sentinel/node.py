@@ -96,12 +96,14 @@ class Sentinel:
     """The node as the agent last read it, not yet shown to the actuator."""
 
     def __post_init__(self) -> None:
-        if self.actuator is not None and self.actuator.enabled:
-            self.agent.node_seen = self._seen
-        else:
+        if self.actuator is not None and not self.actuator.enabled:
             self.actuator = None
+        self.agent.node_seen = self._seen
 
     def _seen(self, node: Node) -> None:
+        """The node as the agent read it: for the probes (its node-problem-detector conditions) and the
+        actuator."""
+        self.probes.see_node(node)
         self._node = node
 
     def snapshot(self) -> dict[str, object]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from steps.cluster.health import GpuReport, NicReport, NodeHealthSource, NodeReport
+from steps.cluster.node import Node
 from steps.errors import InputError
 from steps.sentinel.catalogue import FaultCatalogue
 from steps.sentinel.events import CHECKS, HealthEvent, severity_rank
@@ -320,6 +321,28 @@ def _xid_message(catalogue: FaultCatalogue, name: str, code: int, detail: str) -
     return f"{name}: XID {code} {mnemonic}" + (f": {detail}" if detail else "")
 
 
+NODE_PROBLEM = "node-problem"
+"""The check that reads node-problem-detector's conditions on the node."""
+
+
+def node_problem_events(node: Node, catalogue: FaultCatalogue, now: dt.datetime) -> list[HealthEvent]:
+    """A reading per condition of node-problem-detector's the catalogue lists (``node-problem``, by the
+    condition's type) that the node carries: status ``True`` is the fault, with NPD's reason and message;
+    ``False`` clears it; ``Unknown``, or a condition the node does not carry, says nothing."""
+    known = {e.code for e in catalogue.entries() if e.check == NODE_PROBLEM}
+    readings: list[Reading] = []
+    for condition in node.conditions:
+        if condition.type not in known or condition.status not in ("True", "False"):
+            continue
+        reading = Reading(NODE_PROBLEM, condition.type)
+        if condition.status == "True":
+            said = f" ({condition.reason})" if condition.reason else ""
+            words = f": {condition.message}" if condition.message else ""
+            reading.faults.append((condition.type, f"node-problem-detector: {condition.type}{said}{words}"))
+        readings.append(reading)
+    return _events(node.name, readings, catalogue, now)
+
+
 _NIC_COUNTERS = (
     ("link-downed-rate", "link_downed", "link went down"),
     ("symbol-error-rate", "symbol_errors", "symbol errors"),
@@ -492,14 +515,22 @@ class NodeProbes:
             keep_s=max((r.within_minutes * 60 for r in catalogue.history.nic), default=0.0)
         )
         """The GPUs' and ports' error counters over the last hour, judged as rates."""
+        self.node_read: Node | None = None
+        """The node as the agent last read it (:meth:`see_node`): its node-problem-detector conditions."""
+
+    def see_node(self, node: Node) -> None:
+        """Keep the node as the agent read it, for the ``node-problem`` probe's next pass."""
+        self.node_read = node
 
     def probes(self) -> list[Probe]:
-        """The probes in the order a pass runs them: kernel log, GPUs (with XIDs), NICs."""
+        """The probes in the order a pass runs them: kernel log, GPUs (with XIDs), NICs, and the node's
+        node-problem-detector conditions as the agent last read them."""
         found: list[Probe] = []
         if self.kernel_log is not None:
             found.append(("kernel-log", self._kernel))
         found.append(("gpu", self._gpus))
         found.append(("nic", self._nics))
+        found.append((NODE_PROBLEM, self._node_problems))
         return found
 
     def timeout_readings(self, name: str, seconds: float) -> list[HealthEvent]:
@@ -592,6 +623,11 @@ class NodeProbes:
             return entity[4:] if entity.startswith("PCI:") else pci_of.get(entity)
 
         return [self.xid_history.escalate(e, pci(e.entity), at) for e in events]
+
+    def _node_problems(self) -> list[HealthEvent]:
+        if self.node_read is None:
+            return []  # the node not read yet: nothing to say of its conditions
+        return node_problem_events(self.node_read, self.catalogue, self.clock())
 
     def _nics(self) -> list[HealthEvent]:
         if self.nics is not None:

@@ -17,9 +17,11 @@ import pytest
 from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import MemoryStore, SimCluster
+from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import Sentinel, build_sentinel
+from steps.sentinel.probes import NodeProbes
 from steps.sentinel.rates import CounterRates
 from tests.steps.sentinel.fake_nvml import FakeGpu, FakeNvml, gpus
 
@@ -421,3 +423,44 @@ def test_dsx_sentinel_history_shows_each_ports_counter_against_the_port_rules(
     assert ports[("mlx5_0/1", "link_downed")] == (0, False)
     code, table, _ = dsx_here(capsys, *args)
     assert code == 0 and "6 of 6 within 60 min" in table and "flapping-port" in table
+
+
+# ------------------------------------------------------------------------------- node-problem-detector
+
+
+def test_node_problem_detectors_conditions_on_the_node_are_read_as_sentinel_findings(tmp_path: Path) -> None:
+    """The agent reads its node (every pass here): a condition of NPD's the catalogue lists, True, is the
+    node-problem finding with NPD's reason and message; False clears it; a condition NPD writes that the
+    catalogue does not list, or one Unknown, says nothing."""
+    port = SimCluster(MemoryStore(load_fleet("sim:nodes=2,gpu=h100,workloads=false")), retry=FAST)
+    catalogue = load_catalogue()
+    probes = NodeProbes(NODE, catalogue, port, lambda: dt.datetime.now(dt.UTC), 8)
+    sentinel = Sentinel(
+        Agent(NODE, port, probes.probes(), catalogue, probe_timeout=None, node_read_s=0), probes, None
+    )
+    condition = vocab.CONDITION_SENTINEL["node-problem"]
+    sentinel.run_once()
+    port.set_condition(NODE, "NTPProblem", True, "NTPIsDown", "ntp service is not running")
+    port.set_condition(
+        NODE, "ReadonlyFilesystem", False, "FilesystemIsNotReadOnly", "Filesystem is not read-only"
+    )
+    sentinel.run_once()
+    sentinel.run_once()
+    assert port.get_node(NODE).condition(condition) is None  # nothing to say yet
+
+    said = "task docker:7 blocked for more than 300 seconds."
+    port.set_condition(NODE, "KernelDeadlock", True, "DockerHung", said)
+    sentinel.run_once()  # the pass reads the node after its probes ...
+    (finding,) = sentinel.run_once().changed  # ... and the next one reads its conditions
+    assert (finding.check, finding.entity, finding.code, finding.severity, finding.action) == (
+        "node-problem", "KernelDeadlock", "KernelDeadlock", "fatal", "reboot",
+    )  # fmt: skip
+    assert finding.message == f"node-problem-detector: KernelDeadlock (DockerHung): {said}"
+    node = port.get_node(NODE)
+    assert node.condition(condition).status == "True"  # type: ignore[union-attr]
+    assert node.has_taint(vocab.TAINT_UNHEALTHY, vocab.TAINT_UNHEALTHY_EFFECT)
+
+    port.set_condition(NODE, "KernelDeadlock", False, "KernelHasNoDeadlock", "kernel has no deadlock")
+    sentinel.run_once()
+    (cleared,) = sentinel.run_once().changed
+    assert cleared.healthy and port.get_node(NODE).condition(condition).status == "False"  # type: ignore[union-attr]
