@@ -913,6 +913,7 @@ def test_the_repairs_that_act_are_off_until_the_chart_turns_them_on() -> None:
     parameters = _remediate_parameters(docs)
     assert (parameters["repair-template"], parameters["repair-template-actions"]) == ("", "replace")
     assert ("gpu-ops", "argoproj.io", "workflows", "create") not in _granted(docs, "dsx-remediate")
+    assert ("default", "", "events", "list") in _granted(docs, "dsx-remediate")  # the request's evidence
     assert "dsx-dsx-repair-workflows" not in _policies(docs)
 
 

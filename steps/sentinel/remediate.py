@@ -641,7 +641,7 @@ def request_repair(
         return f"{node}: already repaired ({_state(current)})"
     boot = current.node_info.boot_id
     at = changes.format_time(_now())
-    request = repair.build_request(current, check, workflow_name, at)
+    request = repair.build_request(current, check, workflow_name, at, repair.node_events(port, node))
     name = repair.write_request(port, request)
     port.set_labels(node, {vocab.LABEL_REPAIR: request.action})
     current = _set_state(
@@ -820,8 +820,9 @@ def _follow_workflow(port: ClusterPort, current: Node) -> Node:
 
 
 def repaired(node: str, check: str, workflow_name: str = "") -> str:
-    """After the repair wait: the node must be repaired (:func:`repair_problems`: a new boot, Ready, the
-    check's condition cleared by a reading of the new boot).
+    """After the repair wait: the node must be repaired (:func:`repair_problems`: a new boot or the GPUs
+    reset, Ready, the check's condition cleared by a reading after it). What the repair's actuator did is
+    recorded in the ledger; a Workflow it handed the repair to is read once more (a suspend followed none).
 
     Anything else (the wait ran out: no repair came) escalates the node. On success the node moves to
     ``recertifying`` and its certification label to ``pending``, so a certification that never ran can
@@ -832,6 +833,7 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
     current = _held(port, node, workflow_name, check)
     if _past(current, vocab.NodeState.recertifying) or _state(current) == vocab.NodeState.recertifying.value:
         return f"{node}: already repaired"
+    current = _follow_workflow(port, current)  # after a suspend, which followed nothing
     outcome = outcome_of(current)
     if outcome is not None:
         detail = f"repair by {outcome.actuator}: {outcome.phase} at {outcome.at}: {outcome.message}"

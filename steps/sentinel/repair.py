@@ -10,7 +10,8 @@ reads:
   the node, its boot id, the check and the workflow that asks; the action and severity the sentinel's
   condition gives; the GPUs its findings name (UUID, PCI address, index); and the evidence, ready to
   hand to a vendor: each finding of the condition as the agent wrote it (an XID's kernel-log line
-  among them), the condition itself, and the node's last certification.
+  among them), the condition itself, the node's last certification, and the newest Events about the
+  node (the sentinel's findings as it saw them, remediation's steps, the kubelet's).
 
 The request goes once the node is back in service; an escalated node keeps it (the case for the vendor).
 The action and GPUs are read from the check's node condition: its reason says the worst finding's
@@ -26,7 +27,8 @@ from pydantic import Field
 
 from steps.cluster import ClusterPort, Node
 from steps.cluster import vocabulary as vocab
-from steps.errors import InputError
+from steps.cluster.port import NODE_EVENT_NAMESPACE
+from steps.errors import DsxError, InputError
 from steps.models import Camel, Frozen
 from steps.sentinel import ledger
 from steps.sentinel.events import Action, Severity, condition_reading
@@ -34,9 +36,11 @@ from steps.sentinel.outcome import requested_gpus
 from steps.sentinel.reconcile import create_workflow
 
 __all__ = [
+    "EVENTS_KEPT",
     "TEMPLATE_ACTIONS",
     "TEMPLATE_PARAMETERS",
     "Finding",
+    "NodeEvent",
     "RepairGpu",
     "RepairRequest",
     "TemplateCall",
@@ -45,6 +49,7 @@ __all__ = [
     "clear_request",
     "findings",
     "gpus_named",
+    "node_events",
     "request_name",
     "template_call",
     "workflow_phase",
@@ -89,6 +94,22 @@ class Finding(Frozen):
     message: str
 
 
+EVENTS_KEPT = 50
+"""The newest Events about the node a request keeps as evidence."""
+
+
+class NodeEvent(Camel):
+    """An Event about the node, as the evidence keeps it."""
+
+    reason: str
+    type: str = ""
+    message: str = ""
+    count: int = 1
+    first_seen: str = ""
+    last_seen: str = ""
+    source: str = ""
+
+
 class RepairRequest(Camel):
     """A repair request (kind ``RepairRequest``): ``request.yaml`` of ``dsx-repair-<node>``."""
 
@@ -105,6 +126,9 @@ class RepairRequest(Camel):
     findings: list[Finding] = Field(default_factory=list)
     condition: dict[str, str] = Field(default_factory=dict)
     certification: dict[str, str] = Field(default_factory=dict)
+    events: list[NodeEvent] = Field(default_factory=list)
+    events_note: str = ""
+    """Why the Events are missing, when they could not be read."""
 
 
 def findings(message: str) -> list[Finding]:
@@ -129,13 +153,50 @@ def gpus_named(text: str) -> list[RepairGpu]:
     return list(gpus.values())
 
 
+def node_events(port: ClusterPort, node: str) -> tuple[list[NodeEvent], str]:
+    """The newest :data:`EVENTS_KEPT` Events about ``node`` (the sentinel's, remediation's, the kubelet's:
+    every Event about a Node lives in namespace ``default``), oldest first; and, when they could not be
+    read, why (the request is made without them)."""
+    try:
+        items = port.list_objects("v1", "Event", NODE_EVENT_NAMESPACE)
+    except DsxError as exc:
+        return [], f"the Events about {node} could not be read: {exc}"
+    found: list[NodeEvent] = []
+    for event in items:
+        about = event.get("involvedObject") or {}
+        if about.get("kind") != "Node" or about.get("name") != node:
+            continue
+        first = str(event.get("firstTimestamp") or event.get("eventTime") or "")
+        source = event.get("source") or {}
+        found.append(
+            NodeEvent(
+                reason=str(event.get("reason") or ""),
+                type=str(event.get("type") or ""),
+                message=str(event.get("message") or ""),
+                count=int(event.get("count") or 1),
+                first_seen=first,
+                last_seen=str(event.get("lastTimestamp") or first),
+                source=str(source.get("component") or event.get("reportingComponent") or ""),
+            )
+        )
+    found.sort(key=lambda e: e.last_seen)
+    return found[-EVENTS_KEPT:], ""
+
+
 def request_name(node: str) -> str:
     """The name of ``node``'s request object: ``dsx-repair-<node>`` (hashed where too long)."""
     return ledger.node_object_name(PREFIX, node)
 
 
-def build_request(node: Node, check: str, workflow: str, at: str) -> RepairRequest:
-    """The request for ``node``'s repair after ``check`` found it faulty, from its condition now.
+def build_request(
+    node: Node,
+    check: str,
+    workflow: str,
+    at: str,
+    events: tuple[list[NodeEvent], str] = ([], ""),
+) -> RepairRequest:
+    """The request for ``node``'s repair after ``check`` found it faulty, from its condition now, with the
+    ``events`` about it (:func:`node_events`) as evidence.
 
     The action and severity are the condition's (its worst finding's); the GPUs are those named by the
     findings that ask for that action, or by any finding when none of those names one.
@@ -178,6 +239,8 @@ def build_request(node: Node, check: str, workflow: str, at: str) -> RepairReque
         findings=listed,
         condition={k: str(v) for k, v in written.items()},
         certification=certification,
+        events=events[0],
+        events_note=events[1],
     )
 
 

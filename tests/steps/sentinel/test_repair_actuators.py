@@ -604,3 +604,21 @@ def test_a_whole_remediation_resets_the_gpu_and_returns_the_node_to_service_on_i
     assert f"recertifying: repaired: GPUs reset, boot {boot} kept" in details
     assert [d.split(":")[0] for d in details][-2:] == ["in-service", "ended"]
     assert [c.method for c in port.calls()].count("reset_gpu") == 1
+
+
+def test_after_a_suspend_the_repair_check_reads_the_templates_workflow_itself(
+    file_fleet: SimCluster, tmp_path: Path
+) -> None:
+    """With repair-wait=suspend no wait followed the Workflow: the repair check reads its end."""
+    port = file_fleet
+    _sentinel(port, port, _catalogue(tmp_path)).run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", repair_template="site-repair", repair_template_actions="reboot")
+    (workflow,) = _workflows(port)
+    name = str(workflow["metadata"]["name"])  # type: ignore[index]
+    port.patch_object(
+        "argoproj.io/v1alpha1", "Workflow", name, {"status": {"phase": "Succeeded"}}, port.namespace
+    )
+    _reboot(port, port, None)  # the person resumes once the node is back
+    assert remediate.repaired(NODE, "xid", workflow_name="w").startswith(f"{NODE}: repaired (boot ")
+    assert any(d.startswith(f"awaiting-repair: repair by workflow/{name}: Succeeded") for d in _details(port))

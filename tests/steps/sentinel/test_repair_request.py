@@ -58,6 +58,8 @@ def test_the_request_names_the_action_the_gpus_and_the_evidence(faulty: SimClust
     (finding,) = body["findings"]
     assert finding["action"] == "reboot" and "XID 79" in finding["message"]
     assert body["condition"]["type"] == vocab.CONDITION_SENTINEL["xid"]
+    (seen,) = [e for e in body["events"] if e["reason"] == "DsxGpuXid"]  # the agent's Event, as evidence
+    assert seen["type"] == "Warning" and "XID 79" in seen["message"] and body.get("eventsNote", "") == ""
     assert node.labels[vocab.LABEL_REPAIR] == "reboot"
     assert node.labels[vocab.LABEL_STATE] == vocab.NodeState.awaiting_repair.value
     assert f"reboot of GPU 3 ({gpu.uuid})" in told
@@ -98,3 +100,15 @@ def test_findings_and_gpus_are_read_as_the_agent_writes_them() -> None:
         repair.request_name("n" * 250).startswith("dsx-repair-")
         and len(repair.request_name("n" * 250)) <= 253
     )
+
+
+def test_events_the_account_may_not_read_are_said_missing_and_the_request_made(faulty: SimCluster) -> None:
+    faulty.inject_api(forbid=["list events"])
+    remediate.request_repair(NODE, "xid", workflow_name="w")
+    body = yaml.safe_load(
+        faulty.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", faulty.namespace)["data"]["request.yaml"]  # type: ignore[index]
+    )
+    assert body["events"] == [] and body["eventsNote"].startswith(
+        f"the Events about {NODE} could not be read"
+    )
+    assert body["action"] == "reboot"
