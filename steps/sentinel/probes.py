@@ -325,11 +325,19 @@ NODE_PROBLEM = "node-problem"
 """The check that reads node-problem-detector's conditions on the node."""
 
 
-def node_problem_events(node: Node, catalogue: FaultCatalogue, now: dt.datetime) -> list[HealthEvent]:
-    """A reading per condition of node-problem-detector's the catalogue lists (``node-problem``, by the
-    condition's type) that the node carries: status ``True`` is the fault, with NPD's reason and message;
-    ``False`` clears it; ``Unknown``, or a condition the node does not carry, says nothing."""
-    known = {e.code for e in catalogue.entries() if e.check == NODE_PROBLEM}
+def node_problem_codes(catalogue: FaultCatalogue) -> frozenset[str]:
+    """The node-problem-detector conditions the catalogue lists (the ``node-problem`` codes)."""
+    return frozenset(e.code for e in catalogue.entries() if e.check == NODE_PROBLEM)
+
+
+def node_problem_events(
+    node: Node, catalogue: FaultCatalogue, now: dt.datetime, known: frozenset[str] | None = None
+) -> list[HealthEvent]:
+    """A reading per condition of node-problem-detector's the catalogue lists (``known``, the
+    ``node-problem`` codes, by the condition's type) that the node carries: status ``True`` is the fault,
+    with NPD's reason and message; ``False`` clears it; ``Unknown``, or a condition the node does not
+    carry, says nothing."""
+    known = node_problem_codes(catalogue) if known is None else known
     readings: list[Reading] = []
     for condition in node.conditions:
         if condition.type not in known or condition.status not in ("True", "False"):
@@ -517,6 +525,7 @@ class NodeProbes:
         """The GPUs' and ports' error counters over the last hour, judged as rates."""
         self.node_read: Node | None = None
         """The node as the agent last read it (:meth:`see_node`): its node-problem-detector conditions."""
+        self._node_problems_known = node_problem_codes(catalogue)
 
     def see_node(self, node: Node) -> None:
         """Keep the node as the agent read it, for the ``node-problem`` probe's next pass."""
@@ -627,7 +636,7 @@ class NodeProbes:
     def _node_problems(self) -> list[HealthEvent]:
         if self.node_read is None:
             return []  # the node not read yet: nothing to say of its conditions
-        return node_problem_events(self.node_read, self.catalogue, self.clock())
+        return node_problem_events(self.node_read, self.catalogue, self.clock(), self._node_problems_known)
 
     def _nics(self) -> list[HealthEvent]:
         if self.nics is not None:
