@@ -931,13 +931,14 @@ def test_the_agent_resets_gpus_privileged_and_asks_kured_through_its_hosts_senti
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "kured"]
     assert mount == {"name": "kured", "mountPath": "/host/kured"}
     assert pod["securityContext"]["runAsUser"] == 0 and container["securityContext"]["privileged"] is True
-    # kured alone, with the kernel log a host file: root, unprivileged, one capability to write as root
+    # kured alone, with the kernel log a host file: root (the owner of the host's /run), unprivileged, no
+    # capability
     pod, container = _sentinel(
         _render(CHART, "sentinel.kernelLog=/var/log/kern.log", "sentinel.repair.kuredSentinel=/run/reboot")
     )
     assert pod["securityContext"]["runAsUser"] == 0
     assert container["securityContext"]["privileged"] is False
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     pod, container = _sentinel(_render(CHART, "sentinel.kernelLog=/var/log/kern.log"))
     assert (
         pod["securityContext"]["runAsUser"] == 65532
