@@ -622,3 +622,18 @@ def test_after_a_suspend_the_repair_check_reads_the_templates_workflow_itself(
     _reboot(port, port, None)  # the person resumes once the node is back
     assert remediate.repaired(NODE, "xid", workflow_name="w").startswith(f"{NODE}: repaired (boot ")
     assert any(d.startswith(f"awaiting-repair: repair by workflow/{name}: Succeeded") for d in _details(port))
+
+
+def test_an_action_the_template_takes_is_left_to_it_by_the_agent(
+    file_fleet: SimCluster, tmp_path: Path
+) -> None:
+    port = file_fleet
+    kured = tmp_path / "host-run" / "reboot-required"
+    sentinel = _sentinel(port, port, _catalogue(tmp_path), kured_sentinel=kured)
+    sentinel.run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", repair_template="site-repair", repair_template_actions="reboot")
+    sentinel.run_once()
+    assert not kured.exists()
+    outcome = outcome_of(port.get_node(NODE))
+    assert outcome is not None and outcome.actuator.startswith("workflow/site-repair-")
