@@ -432,7 +432,8 @@ class Agent:
         in force (its conditions, the taint of a fatal fault) is written again."""
         self.last_pass: float | None = None
         self.node_seen: Callable[[Node], None] | None = None
-        """Called with the node each time it is read (the repair actuator reads its requests there)."""
+        """Called with the node each time it is read (the node-problem probe reads its conditions there, the
+        repair actuator its requests)."""
         self.api_calls = 0
         """Calls to the API server under way: time spent in them is the server's, not the agent's."""
 
