@@ -844,7 +844,7 @@ class Agent:
         interval: float,
         stop: threading.Event,
         wait: Callable[[float], None] | None = None,
-        after: Callable[[], None] | None = None,
+        after: Callable[[], object] | None = None,
     ) -> None:
         """Pass after pass until ``stop`` is set; between passes ``wait`` (an NVML event wait, which
         returns early with an XID) or a plain sleep."""

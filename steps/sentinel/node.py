@@ -167,23 +167,20 @@ class Sentinel:
             self.state.save(self.snapshot())
 
     def run_once(self) -> PassResult:
-        """One pass of the agent, then :meth:`finish_pass`."""
+        """One pass of the agent, then :meth:`finish_pass` (the second pass's result when it made one)."""
         result = self.agent.run_once()
-        return self.finish_pass(result) or result
+        return self.finish_pass() or result
 
-    def finish_pass(self, result: PassResult | None = None) -> PassResult | None:
+    def finish_pass(self) -> PassResult | None:
         """After a pass of the agent (the loop's ``after``): with an actuator, the repair the node read
         in the pass asks for, and when GPUs were reset a second pass at once, so that their reading
         after the reset is written (that pass's result is returned); then :meth:`after_pass`."""
         node, self._node = self._node, None
+        again = None
         if self.actuator is not None and node is not None and self.actuator.act(node):
-            result = self.agent.run_once()
+            again = self.agent.run_once()
         self.after_pass()
-        return result
-
-    def after_loop_pass(self) -> None:
-        """:meth:`finish_pass` as the agent's loop calls it after each pass."""
-        self.finish_pass()
+        return again
 
     def wait(self, seconds: float, stop: threading.Event | None = None) -> None:
         """Wait between passes: on NVML's XID events where there is an event set, else sleep. The NVML

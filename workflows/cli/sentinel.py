@@ -298,9 +298,7 @@ def agent_cmd(
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        sentinel.agent.run(
-            interval, stop, lambda seconds: sentinel.wait(seconds, stop), sentinel.after_loop_pass
-        )
+        sentinel.agent.run(interval, stop, lambda seconds: sentinel.wait(seconds, stop), sentinel.finish_pass)
     except KeyboardInterrupt:
         stop.set()
     finally:

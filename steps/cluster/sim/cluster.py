@@ -192,9 +192,8 @@ class SimCluster(PortBase):
             )
 
     def gpu_holders(self, node: str, uuid: str) -> list[str]:
-        """What holds the GPU ``uuid`` of ``node``: the fleet's pods on the node that hold GPUs (which of
-        them holds which GPU the fleet does not say, so each holds every one): the GPU resetter's half
-        of the simulated fleet.
+        """What holds the GPU ``uuid`` of ``node`` (:func:`steps.cluster.sim.repair.holding_gpus`): the GPU
+        resetter's half of the simulated fleet.
 
         Raises:
             GpuResetError: no such GPU on the node.
@@ -203,14 +202,14 @@ class SimCluster(PortBase):
             health = _health_of(fleet, node)
             if not any(g.uuid == uuid for g in health.gpus):
                 raise GpuResetError(f"{node} has no GPU {uuid}")
-            return [f"pod {p.ref}" for _, p in sorted(fleet.pods.items()) if p.node == node and p.holds_gpus]
+            return repair.holding_gpus(fleet, node)
 
     def reset_gpu(self, node: str, uuid: str) -> str:
         """Reset the GPU ``uuid`` of ``node`` (:func:`steps.cluster.sim.repair.reset_gpu`), logged as a
         call; what the reset says.
 
         Raises:
-            GpuResetError: no such GPU on the node.
+            GpuResetError: no such GPU on the node, or the reset refused (a lost GPU, one in use).
         """
         with self.store.transaction() as fleet:
             _health_of(fleet, node)

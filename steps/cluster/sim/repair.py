@@ -36,6 +36,7 @@ __all__ = [
     "boot_id",
     "due",
     "healed",
+    "holding_gpus",
     "not_ready_taints",
     "reboot_due",
     "reset_gpu",
@@ -178,26 +179,33 @@ def _about_gpu(fault: str, index: int) -> bool:
 
 def reset_gpu(fleet: Fleet, node: str, gpu_uuid: str) -> str:
     """Reset the GPU ``gpu_uuid`` of ``node`` as the driver's reset would leave it: what a reset clears is
-    gone (its XIDs, volatile errors, a pending remap, a stuck link), it is offered again, and its faults
-    leave the node's list; the node keeps its boot. What the reset says.
+    gone (its XIDs, volatile errors, a pending remap, a stuck link) and its faults leave the node's list;
+    the node keeps its boot. What the reset says. Refused as the driver refuses it: for a GPU that is lost
+    (fallen off the bus: the reset cannot reach it, a reboot must) and while a pod holds GPUs on the node.
 
     Raises:
-        GpuResetError: no such GPU on the node.
+        GpuResetError: no such GPU on the node, or the reset refused.
     """
-    health, state = fleet.health[node], fleet.nodes[node]
-    index = next((g.index for g in health.gpus if g.uuid == gpu_uuid), None)
-    if index is None:
+    health = fleet.health[node]
+    position = next((i for i, g in enumerate(health.gpus) if g.uuid == gpu_uuid), None)
+    if position is None:
         raise GpuResetError(f"{node} has no GPU {gpu_uuid}")
-    position = next(i for i, g in enumerate(health.gpus) if g.uuid == gpu_uuid)
-    was_healthy = health.gpus[position].healthy
-    health.gpus[position] = healed(health.gpus[position])
-    health.faults = [f for f in health.faults if not _about_gpu(f, index)]
-    if not was_healthy and GPU_RESOURCE in state.allocatable:
-        capacity = int(state.capacity.get(GPU_RESOURCE, "0"))
-        offered = int(state.allocatable[GPU_RESOURCE])
-        state.allocatable[GPU_RESOURCE] = str(min(capacity, offered + 1))
-    fleet.nodes[node] = state.model_copy(update={"resource_version": fleet.next_revision()})
-    return f"GPU {index} ({gpu_uuid}) was reset"
+    gpu = health.gpus[position]
+    if not gpu.healthy:
+        raise GpuResetError(f"GPU {gpu.index} ({gpu_uuid}) is lost: a reset cannot reach it")
+    holders = holding_gpus(fleet, node)
+    if holders:
+        raise GpuResetError(f"GPU {gpu.index} ({gpu_uuid}) is in use by {', '.join(holders)}")
+    health.gpus[position] = healed(gpu)
+    health.faults = [f for f in health.faults if not _about_gpu(f, gpu.index)]
+    fleet.nodes[node] = fleet.nodes[node].model_copy(update={"resource_version": fleet.next_revision()})
+    return f"GPU {gpu.index} ({gpu_uuid}) was reset"
+
+
+def holding_gpus(fleet: Fleet, node: str) -> list[str]:
+    """The pods on ``node`` that hold GPUs (``pod NAMESPACE/NAME``): which of them holds which GPU the
+    fleet does not say, so each holds every one."""
+    return [f"pod {p.ref}" for _, p in sorted(fleet.pods.items()) if p.node == node and p.holds_gpus]
 
 
 def reboot_due(fleet: Fleet, now: float) -> list[str]:

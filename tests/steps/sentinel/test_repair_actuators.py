@@ -19,12 +19,13 @@ import pytest
 
 from steps.cluster import ClusterPort, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
+from steps.cluster.health import GpuResetError
 from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.pod import Pod
 from steps.cluster.sim import FileStore, MemoryStore, SimCluster
 from steps.cluster.sim import repair as sim_repair
 from steps.errors import DsxError, InputError
-from steps.sentinel import ledger, remediate, repair, webhook
+from steps.sentinel import ledger, remediate, webhook
 from steps.sentinel.actuator import KURED, RESET, RepairActuator
 from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
@@ -36,7 +37,6 @@ from tests.cli import dsx
 from tests.k8s_emulator import Emulator, write_kubeconfig
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
-from workflows.templates import remediate as remediate_templates
 
 NODE = "node-01"
 XID_79 = f"sim:nodes=2,gpu=h100,workloads=false,repair=never,faults={NODE}:xid=79@3"
@@ -322,20 +322,24 @@ def test_a_repair_handed_to_the_operators_template_ends_as_its_workflow_ends(
     assert details[-1].startswith(f"escalated: the repair failed: workflow/{name} failed: {said}")
 
 
+def _handed_and_succeeded(port: SimCluster, tmp_path: Path, actions: str) -> str:
+    """XID 79 seen, the node quarantined, its reboot handed to the template ``site-repair`` (taking
+    ``actions``), and the Workflow of it Succeeded as Argo's controller would mark it; its name."""
+    _sentinel(port, port, _catalogue(tmp_path)).run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", repair_template="site-repair", repair_template_actions=actions)
+    (workflow,) = _workflows(port)
+    name = str(workflow["metadata"]["name"])  # type: ignore[index]
+    done = {"status": {"phase": "Succeeded"}}
+    port.patch_object("argoproj.io/v1alpha1", "Workflow", name, done, port.namespace)
+    return name
+
+
 def test_a_template_that_succeeded_still_needs_the_node_back_on_a_new_boot(
     file_fleet: SimCluster, tmp_path: Path
 ) -> None:
     port = file_fleet
-    _sentinel(port, port, _catalogue(tmp_path)).run_once()
-    _quarantined(port)
-    remediate.request_repair(
-        NODE, "xid", repair_template="site-repair", repair_template_actions="reboot,replace"
-    )
-    (workflow,) = _workflows(port)
-    name = str(workflow["metadata"]["name"])  # type: ignore[index]
-    port.patch_object(
-        "argoproj.io/v1alpha1", "Workflow", name, {"status": {"phase": "Succeeded"}}, port.namespace
-    )
+    name = _handed_and_succeeded(port, tmp_path, "reboot,replace")
     assert "not repaired within 1s" in remediate.repair_wait(NODE, "xid", "1s")
     outcome = outcome_of(port.get_node(NODE))
     assert outcome is not None and (outcome.phase, outcome.message) == (
@@ -555,12 +559,6 @@ def test_the_webhook_template_posts_the_whole_request_and_fails_on_a_refusal(
         webhook.notify("http://127.0.0.1:9/repairs", request, timeout="2s")
 
 
-def test_the_webhook_template_takes_the_parameters_remediation_gives_its_repair_template() -> None:
-    (template,) = [t for t in remediate_templates.templates() if t.name == vocab.WORKFLOW_REPAIR_WEBHOOK]
-    declared = {p.name for p in template.arguments}  # type: ignore[union-attr]
-    assert declared == {*repair.TEMPLATE_PARAMETERS, "url"}
-
-
 # ----------------------------------------------------------------------------- the whole workflow
 
 
@@ -611,14 +609,7 @@ def test_after_a_suspend_the_repair_check_reads_the_templates_workflow_itself(
 ) -> None:
     """With repair-wait=suspend no wait followed the Workflow: the repair check reads its end."""
     port = file_fleet
-    _sentinel(port, port, _catalogue(tmp_path)).run_once()
-    _quarantined(port)
-    remediate.request_repair(NODE, "xid", repair_template="site-repair", repair_template_actions="reboot")
-    (workflow,) = _workflows(port)
-    name = str(workflow["metadata"]["name"])  # type: ignore[index]
-    port.patch_object(
-        "argoproj.io/v1alpha1", "Workflow", name, {"status": {"phase": "Succeeded"}}, port.namespace
-    )
+    name = _handed_and_succeeded(port, tmp_path, "reboot")
     _reboot(port, port, None)  # the person resumes once the node is back
     assert remediate.repaired(NODE, "xid", workflow_name="w").startswith(f"{NODE}: repaired (boot ")
     assert any(d.startswith(f"awaiting-repair: repair by workflow/{name}: Succeeded") for d in _details(port))
@@ -637,3 +628,19 @@ def test_an_action_the_template_takes_is_left_to_it_by_the_agent(
     assert not kured.exists()
     outcome = outcome_of(port.get_node(NODE))
     assert outcome is not None and outcome.actuator.startswith("workflow/site-repair-")
+
+
+def test_the_simulated_reset_is_refused_where_the_driver_refuses_it(file_fleet: SimCluster) -> None:
+    """A GPU fallen off the bus (lost to NVML) cannot be reset, nor any GPU while a pod holds GPUs on the
+    node, whatever the agent checked before: the simulated fleet refuses as ``nvidia-smi --gpu-reset``
+    does, and changes nothing."""
+    port = file_fleet
+    port.inject(NODE, "failing-gpu@5")
+    lost, healthy = port.node_report(NODE).gpus[5], port.node_report(NODE).gpus[3]
+    with pytest.raises(GpuResetError, match=rf"GPU 5 \({lost.uuid}\) is lost: a reset cannot reach it"):
+        port.reset_gpu(NODE, lost.uuid)
+    with port.store.transaction() as fleet:
+        fleet.pods["team/stray"] = Pod(name="stray", namespace="team", uid="u-stray", node=NODE, gpus=8)
+    with pytest.raises(GpuResetError, match=r"GPU 3 .* is in use by pod team/stray"):
+        port.reset_gpu(NODE, healthy.uuid)
+    assert port.node_report(NODE).gpus[3].xids == (79,) and not port.node_report(NODE).gpus[5].healthy
