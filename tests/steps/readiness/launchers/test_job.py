@@ -299,8 +299,14 @@ if sys.argv[1] == "sleep":
     open(f"{out}.started-{os.environ['RANK']}", "w").close()
     time.sleep(120)
 if os.environ["RANK"] == "0":
-    with open(out, "w") as handle:
+    with open(f"{out}.part", "w") as handle:
         json.dump({"world": os.environ["WORLD_SIZE"], "node_rank": os.environ["GROUP_RANK"]}, handle)
+    os.replace(f"{out}.part", out)
+else:
+    # torchrun stops every rank once one fails: the others leave only after rank 0 wrote its result
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out) and time.monotonic() < deadline:
+        time.sleep(0.05)
 sys.exit(int(sys.argv[1]))
 """
 
