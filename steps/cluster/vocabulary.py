@@ -73,6 +73,7 @@ __all__ = [
     "ANNOTATION_PAIR_TEST",
     "ANNOTATION_RECIPE_DIGEST",
     "ANNOTATION_REMEDIATION",
+    "ANNOTATION_REMEDIATION_CHECK",
     "ANNOTATION_REPAIR_BOOTED_AT",
     "ANNOTATION_REPAIR_BOOT_ID",
     "ANNOTATION_REPAIR_GPUS",
@@ -201,6 +202,9 @@ ANNOTATION_MEMBERS: Final = "dsx.dev/members"
 
 ANNOTATION_STATE_SINCE: Final = "dsx.dev/state-since"
 ANNOTATION_REMEDIATION: Final = "dsx.dev/remediation"
+#: The sentinel check whose fault the node's remediation answers (its recertification's diagnostics
+#: are chosen by it).
+ANNOTATION_REMEDIATION_CHECK: Final = "dsx.dev/remediation-check"
 ANNOTATION_REPAIR_REQUESTED_AT: Final = "dsx.dev/repair-requested-at"
 ANNOTATION_REPAIR_BOOT_ID: Final = "dsx.dev/repair-boot-id"
 #: The last time the repair wait read the node on its old boot id: the new boot, and the sentinel's

@@ -9,6 +9,8 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       inject          faults injected on purpose into one rank (2:delay=20ms, 1:fail, 1:hang ...)
       sweep           the all-reduce sweep program; rank 0 writes a CollectiveRun
       smoke           the DDP training smoke run program; rank 0 writes a SmokeResult
+      diag            DCGM's diagnostics (dcgmi diag -r RUN -j); rank 0 writes a DiagResult, DCGM
+                      absent included
     launchers/      where the ranks of a check run; every launcher has one run(test, subject, program,
                     timeout_s) -> Launched
       base            RankProgram, Launched, the Launcher protocol
@@ -20,8 +22,9 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       profiles        what a rank pod needs to reach the fabric (recipe and operator profiles)
     check           the one check path, run(check, launcher) -> Checked: launch, read rank 0's
                     result, judge it, build the outcome
-    checks          the two checks made from it: the all-reduce sweep and the training smoke run
-                    (requests, outcomes, run_sweep / run_smoke with any launcher, the local runs)
+    checks          the checks made from it: the all-reduce sweep, the training smoke run and DCGM's
+                    diagnostics (requests, outcomes, run_sweep / run_smoke / run_diag with any launcher,
+                    the local runs)
 
     judgement and data (flat: every other module and the workflows import them)
       models          CollectiveRun, Subject, Verdict: what every step exchanges
@@ -35,6 +38,8 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       certify         the dsx-certify workflow's steps: plan, keep_recipe, node_check, group_check,
                       smoke_check, report, gate, release
       planning        the plan: options, nodes, groups, launcher, recipe criteria
+      diagnostics     which DCGM diagnostics each node runs: the diag option, and by the fault's check
+                      for a node under remediation (recipes/faults/diagnostics.yaml)
       node_marks      what a run writes on its nodes: the Lease that holds each, its verdict label
       outcomes        where checks leave their outcomes for later steps: ConfigMaps of the run
       report          the certification report (JSON, Markdown) and each node's result

@@ -44,6 +44,8 @@ from steps.readiness.bisect.records import Records, with_bisection
 from steps.readiness.checks import (
     RANK_PRELOAD,
     SMOKE_TEST,
+    DiagOutcome,
+    DiagRequest,
     GroupRun,
     RelativeRequest,
     SmokeOutcome,
@@ -52,13 +54,14 @@ from steps.readiness.checks import (
     SweepRequest,
     judge_groups_relative,
     run_allreduce_sweep,
+    run_diag,
     run_smoke,
     run_sweep,
     run_training_smoke,
 )
 from steps.readiness.judge import verdict
-from steps.readiness.launchers.local import local_injections
-from steps.readiness.models import Model, Subject, Verdict, dump_json
+from steps.readiness.launchers.local import LocalLauncher, local_injections
+from steps.readiness.models import STATUS_ORDER, Model, Subject, Verdict, dump_json
 from steps.readiness.node_marks import label_verdicts, release_held, release_nodes, take_nodes
 from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
 from steps.readiness.planning import (
@@ -159,6 +162,8 @@ def plan(
     namespace: str = "",
     image: str = "",
     inject: str = "",
+    diag: str = "auto",
+    dcgm_host: str = "",
     p_min: float = P_MIN,
     workflow_name: str = "",
     workflow_uid: str = "",
@@ -308,8 +313,26 @@ def node_check(node: str, run: RunRef) -> CheckResult:
     inject = local_injections(port, node, 0, "node") if plan.launcher == "local" else []
     ranks = plan.gpus_per_node
     outcome = _sweep(plan, recipe, subject, ranks, [node] * ranks, inject, "node")
-    OutcomeStore(port, plan.run).put("node", outcome)
-    return _summary_file(check_result("node", outcome))
+    store = OutcomeStore(port, plan.run)
+    store.put("node", outcome)
+    result = check_result("node", outcome)
+    diagnostics = plan.diagnostics.get(node)
+    if diagnostics is not None:
+        diagnosed = _diagnose(plan, recipe, subject, diagnostics)
+        store.put("diag", diagnosed)
+        if STATUS_ORDER[diagnosed.status] > STATUS_ORDER[outcome.status]:
+            result = check_result("node", diagnosed)
+    return _summary_file(result)
+
+
+def _diagnose(plan: CertifyPlan, recipe: dict[str, Any], subject: Subject, run: str) -> DiagOutcome:
+    """DCGM's diagnostics on the node of ``subject``: one local rank (its evidence in ``diag/`` of the
+    step's folder, beside the sweep's), or the node's rank pods, whose rank 0 runs them."""
+    request = DiagRequest(subject=subject, run=run, host=plan.options.dcgm_host)
+    if plan.launcher == "local":
+        folder = output_dir(None) / "diag"
+        return run_diag(request, LocalLauncher(folder, 1, subject.members))
+    return run_diag(request, _job_launcher(plan, recipe))
 
 
 def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> list[str]:
@@ -319,7 +342,12 @@ def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> lis
     Testing a node already failed, or in doubt, would only fail (or cloud) the group with what is known.
     """
     nodes = {o.subject.name: o for o in store.sweeps("node")}
-    standing = [m for m in group.members if m in nodes and nodes[m].status == "pass"]
+    diagnosed = {o.subject.name: o.status for o in store.diagnostics()}
+    standing = [
+        m
+        for m in group.members
+        if m in nodes and nodes[m].status == "pass" and diagnosed.get(m, "pass") == "pass"
+    ]
     if group.name != WHOLE:
         return standing
     racks = {
@@ -544,6 +572,7 @@ def report(run: RunRef) -> CertifySummary:
             groups=plan.groups,
             sweeps=nodes + groups,
             smoke=[smoke] if smoke is not None else [],
+            diagnostics=store.diagnostics(),
             verdicts=excluded + _relative(groups, recipe),
             screening=screening(groups, store, plan.options.p_min),
             recipe_digest=digest if isinstance(digest, str) else None,

@@ -1,4 +1,5 @@
-"""The two readiness checks, the all-reduce sweep and the training smoke run: requests, outcomes, runs.
+"""The readiness checks, the all-reduce sweep, the training smoke run and DCGM's diagnostics: requests,
+outcomes, runs.
 
 Each is one :class:`~steps.readiness.check.Check` made from its request
 (:func:`allreduce_sweep_check`, :func:`training_smoke_check`) and run by whichever launcher the caller
@@ -23,10 +24,11 @@ from steps.files import write_text
 from steps.models import input_error
 from steps.outputs import output_dir
 from steps.readiness import check
-from steps.readiness.judge import judge_collective, judge_relative, judge_smoke
+from steps.readiness.judge import DIAG_TEST, judge_collective, judge_diag, judge_relative, judge_smoke
 from steps.readiness.launchers.base import Launcher, RankProgram
 from steps.readiness.launchers.local import RANK_SERVER_PRELOAD, LocalLauncher
 from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json
+from steps.readiness.ranks.diag import DiagResult, diag_args
 from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
 from steps.readiness.ranks.sweep import SweepConfig, sweep_args
@@ -34,10 +36,13 @@ from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import Scope, Thresholds, load_thresholds
 
 __all__ = [
+    "DIAG_TEST",
     "RANK_PRELOAD",
     "SMOKE_PRELOAD",
     "SMOKE_TEST",
     "SWEEP_TEST",
+    "DiagOutcome",
+    "DiagRequest",
     "GroupRun",
     "RelativeRequest",
     "SmokeOutcome",
@@ -45,9 +50,11 @@ __all__ = [
     "SweepOutcome",
     "SweepRequest",
     "allreduce_sweep_check",
+    "diag_check",
     "judge_allreduce_run",
     "judge_groups_relative",
     "run_allreduce_sweep",
+    "run_diag",
     "run_smoke",
     "run_sweep",
     "run_training_smoke",
@@ -79,6 +86,15 @@ class SweepRequest(Model):
     out_dir: str | None = None
 
 
+class DiagRequest(Model):
+    """DCGM's diagnostics on a node: what ``dcgmi diag -r`` runs, against which host engine."""
+
+    subject: Subject
+    run: str = Field(description="dcgmi diag -r: a level 1-4 or test names, comma-separated")
+    host: str = Field(default="", description="the DCGM host engine; empty: dcgmi's own default, localhost")
+    timeout_s: float = Field(default=3600.0, gt=0)
+
+
 class CheckOutcome(Model):
     """A judged check: its status (the worst of its verdicts), verdicts, evidence and where it is kept."""
 
@@ -94,6 +110,12 @@ class SweepOutcome(CheckOutcome):
     """A judged sweep, with its run (absent when the ranks failed or hung, or wrote no run)."""
 
     run: CollectiveRun | None = None
+
+
+class DiagOutcome(CheckOutcome):
+    """Judged diagnostics, with what DCGM said (absent when the rank wrote nothing)."""
+
+    result: DiagResult | None = None
 
 
 class GroupRun(Model):
@@ -244,6 +266,30 @@ def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
         return judge_smoke(result, request.subject, thresholds, request.min_loss_drop, evidence)
 
     return check.Check(SMOKE_TEST, request.subject, program, SmokeResult, judge, request.timeout_s)
+
+
+def diag_check(request: DiagRequest) -> check.Check[DiagResult]:
+    """DCGM's diagnostics on the node of ``request`` as a check: rank 0 runs them and writes the result.
+
+    The run is given a minute beyond dcgmi's own deadline, so that a diagnostic past it is reported by
+    the rank (with what dcgmi said) rather than cut off as a hang.
+    """
+    program = RankProgram(
+        module="steps.readiness.ranks.diag",
+        args=diag_args(request.run, request.host, request.timeout_s),
+        outputs=[("--out", "diag.json")],
+    )
+
+    def judge(result: DiagResult, evidence: list[str]) -> list[Verdict]:
+        return judge_diag(result, request.subject, evidence)
+
+    return check.Check(DIAG_TEST, request.subject, program, DiagResult, judge, request.timeout_s + 60.0)
+
+
+def run_diag(request: DiagRequest, launcher: Launcher) -> DiagOutcome:
+    """Run DCGM's diagnostics of ``request`` with ``launcher`` and judge them."""
+    done = check.run(diag_check(request), launcher)
+    return DiagOutcome(result=done.result, **done.judged())
 
 
 def run_sweep(request: SweepRequest, launcher: Launcher) -> SweepOutcome:

@@ -14,14 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from steps.readiness.models import CollectiveRun, Subject, Verdict, VerdictStatus
+from steps.readiness.ranks.diag import DiagResult, DiagTest
 from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import AllReduceThreshold, Scope, Thresholds
 
 __all__ = [
+    "DIAG_TEST",
     "MAD_FLOOR",
     "MESSAGE_LIMIT",
     "judge_collective",
+    "judge_diag",
     "judge_relative",
     "judge_smoke",
     "only_slow",
@@ -450,3 +453,56 @@ def only_slow(verdicts: Sequence[Verdict]) -> bool:
     it names slow, else failing."""
     failing = [v for v in verdicts if v.status != "pass"]
     return bool(failing) and all(v.test.split("@")[0] in SLOW_TESTS for v in failing)
+
+
+#: The test name of DCGM's diagnostics in verdicts.
+DIAG_TEST = "dcgm-diag"
+
+
+def _failed_on(test: DiagTest) -> str:
+    """A failed diagnostic test's words: the GPUs it failed and what DCGM said of each."""
+    parts = []
+    for entity in test.entities:
+        if entity.status != "Fail":
+            continue
+        said = "; ".join(entity.warnings) or "no warning given"
+        parts.append(f"{entity.group} {entity.id}: {said}")
+    if not parts:  # a failure DCGM gives for the test as a whole
+        parts.append("; ".join(test.warnings) or "no warning given")
+    return f"{test.name} failed ({' | '.join(parts)})"
+
+
+def judge_diag(result: DiagResult, subject: Subject, evidence: Sequence[str] = ()) -> list[Verdict]:
+    """Verdicts of DCGM's diagnostics on a node.
+
+    DCGM absent passes and says so (no dcgmi on the image, no host engine): the report shows that no
+    diagnostic ran. A diagnostic that could not run, or said nothing readable, is an ``error``; each test
+    DCGM failed is a ``fail`` naming the GPUs and DCGM's words; tests that only warned pass, their
+    warnings in the message.
+    """
+    name = subject_name(subject)
+    if not result.present:
+        message = f"{name}: no DCGM diagnostics ran: {result.reason} (DCGM absent is not a failure)"
+        return [verdict(subject, DIAG_TEST, "pass", message, evidence=evidence, node=result.node)]
+    ran = f"dcgmi diag -r {result.run}"
+    if result.error is not None:
+        message = f"{name}: {ran} could not give a verdict: {result.error}"
+        return [verdict(subject, DIAG_TEST, "error", message, evidence=evidence, node=result.node)]
+    failed = [t for t in result.tests if t.status == "Fail"]
+    if failed:
+        return [
+            verdict(
+                subject,
+                DIAG_TEST,
+                "fail",
+                f"{name}: {ran}: {_failed_on(t)}",
+                evidence=evidence,
+                node=result.node,
+            )
+            for t in failed
+        ]
+    passed = ", ".join(f"{t.name} {t.status.lower()}" for t in result.tests)
+    warned = [w for t in result.tests if t.status == "Warn" for w in (t.warnings or ["warned"])]
+    version = f" (DCGM {result.version})" if result.version else ""
+    message = f"{name}: {ran}{version}: {passed}" + (f"; warnings: {'; '.join(warned)}" if warned else "")
+    return [verdict(subject, DIAG_TEST, "pass", message, evidence=evidence, node=result.node)]

@@ -25,7 +25,7 @@ from steps.cluster import ClusterPort, holds
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.errors import DsxError
-from steps.readiness.checks import SmokeOutcome, SweepOutcome
+from steps.readiness.checks import DiagOutcome, SmokeOutcome, SweepOutcome
 from steps.readiness.models import Model, VerdictStatus
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
     "workflow_owner",
 ]
 
-OutcomeKind = Literal["node", "group", "smoke"]
+OutcomeKind = Literal["node", "group", "smoke", "diag"]
 DocumentKind = Literal["plan", "recipe"]
 """What the run's first steps leave for every later one: the plan and the recipe's thresholds. Passed as
 parameters they would be copied into every check's inputs, and the Workflow object (at most 1 MiB in
@@ -96,7 +96,7 @@ class CheckResult(Model):
     message: str
 
 
-def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> CheckResult:
+def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome | DiagOutcome) -> CheckResult:
     """The short result of an outcome: its worst verdict's message (its first verdict's when it passed)."""
     worst = next((v for v in outcome.verdicts if v.status == outcome.status), None)
     message = worst.message if worst is not None else f"{outcome.subject.name}: {outcome.status}"
@@ -118,7 +118,7 @@ class OutcomeStore:
         selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
         return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
 
-    def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome) -> str:
+    def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome | DiagOutcome) -> str:
         """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
 
         Raises:
@@ -190,6 +190,11 @@ class OutcomeStore:
     def sweeps(self, kind: Literal["node", "group"]) -> list[SweepOutcome]:
         """The stored sweep outcomes of ``kind``, by subject name."""
         outcomes = [SweepOutcome.model_validate_json(text) for text in self._read(kind)]
+        return sorted(outcomes, key=lambda o: o.subject.name)
+
+    def diagnostics(self) -> list[DiagOutcome]:
+        """The stored outcomes of DCGM's diagnostics, by node name."""
+        outcomes = [DiagOutcome.model_validate_json(text) for text in self._read("diag")]
         return sorted(outcomes, key=lambda o: o.subject.name)
 
     def smoke(self) -> SmokeOutcome | None:

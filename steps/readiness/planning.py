@@ -21,6 +21,7 @@ from steps.cluster.selectors import parse_selector
 from steps.errors import InputError
 from steps.models import input_error
 from steps.readiness.bisect.evidence import P_MIN
+from steps.readiness.diagnostics import check_run, node_runs
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject
 from steps.readiness.outcomes import RunRef
@@ -114,6 +115,15 @@ class CertifyOptions(Model):
         default="",
         description="a fault drill: NODE:KIND[=VALUE] faults every rank on NODE plays, comma-separated",
     )
+    diag: str = Field(
+        default="auto",
+        description="DCGM's diagnostics on each node: auto (a node under remediation: as its fault's check "
+        "calls for, recipes/faults/diagnostics.yaml; any other node none), off, or what dcgmi diag -r "
+        "takes for every node (a level 1-4, or test names comma-separated)",
+    )
+    dcgm_host: str = Field(
+        default="", description="the DCGM host engine dcgmi asks (--host); empty: localhost"
+    )
     p_min: float = Field(
         default=P_MIN,
         gt=0.0,
@@ -151,6 +161,10 @@ class CertifyPlan(Model):
     injected: dict[str, list[str]] = Field(
         default_factory=dict,
         description="faults played on purpose, per node: a drill's, and in local runs the simulated fleet's",
+    )
+    diagnostics: dict[str, str] = Field(
+        default_factory=dict,
+        description="the DCGM diagnostics run (dcgmi diag -r) on each node that runs any",
     )
     started_at: str
     run: RunRef = Field(description="the Workflow whose steps share their outcomes (readiness.outcomes)")
@@ -243,6 +257,8 @@ def check_options(**values: Any) -> CertifyOptions:
     if len(sizes) == 2 and sizes[0] > sizes[1]:
         raise InputError(f"min-bytes {sizes[0]} is larger than max-bytes {sizes[1]}")
     parse_drill(options.inject)
+    if options.diag.strip() != "auto":
+        check_run(options.diag, "certify option: diag")
     return options
 
 
@@ -381,6 +397,7 @@ def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> Certif
             cannot be told from the nodes' labels, or the message sizes are out of order.
     """
     ready, excluded, ignored = _candidates(port, options)
+    diagnostics = node_runs(options.diag, ready)
     chosen, criteria, gpus, smallest, largest = _settings(port, options, ready)
     names = sorted(n.name for n in ready)
     injected: dict[str, list[str]] = {}
@@ -413,6 +430,7 @@ def make_plan(port: ClusterPort, options: CertifyOptions, run: RunRef) -> Certif
         max_bytes=largest,
         criteria=criteria,
         injected=injected,
+        diagnostics=diagnostics,
         started_at=now(),
         run=run,
     )

@@ -24,7 +24,7 @@ from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 from steps.models import validate
 from steps.outputs import output_dir
-from steps.readiness.checks import SmokeOutcome, SweepOutcome
+from steps.readiness.checks import DiagOutcome, SmokeOutcome, SweepOutcome
 from steps.readiness.models import Model, Subject, Verdict, dump_json
 from steps.readiness.sizes import format_size
 from steps.readiness.thresholds import load_thresholds
@@ -90,6 +90,7 @@ class CertificationReport(Model):
     verdicts: list[Verdict] = Field(default_factory=list)
     sweeps: list[SweepOutcome] = Field(default_factory=list)
     smoke: list[SmokeOutcome] = Field(default_factory=list)
+    diagnostics: list[DiagOutcome] = Field(default_factory=list, description="DCGM's diagnostics, by node")
     thresholds: dict[str, Any] | None = None
     screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     injected: list[str] = Field(default_factory=list, description="faults injected on purpose")
@@ -103,6 +104,7 @@ class ReportRequest(Model):
     groups: list[Subject] = Field(default_factory=list)
     sweeps: list[SweepOutcome] = Field(default_factory=list)
     smoke: list[SmokeOutcome] = Field(default_factory=list)
+    diagnostics: list[DiagOutcome] = Field(default_factory=list)
     verdicts: list[Verdict] = Field(default_factory=list, description="further verdicts (relative mode...)")
     screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     recipe_digest: str | None = None
@@ -141,6 +143,33 @@ def node_results(nodes: list[str], verdicts: list[Verdict]) -> list[NodeResult]:
 
 def _cell(value: Any) -> str:
     return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _diagnostics_markdown(diagnostics: list[DiagOutcome]) -> list[str]:
+    """The GPU diagnostics section: each node's run and what DCGM said of each test, or why none ran."""
+    out = [
+        "",
+        "## GPU diagnostics (DCGM)",
+        "",
+        "| node | run | status | DCGM | tests |",
+        "|---|---|---|---|---|",
+    ]
+    for diag in diagnostics:
+        result = diag.result
+        if result is None:
+            out.append(f"| {_cell(diag.subject.name)} | | {diag.status} | | no result: see the verdicts |")
+            continue
+        if not result.present:
+            tests = f"none ran: DCGM absent ({result.reason})"
+        elif result.error is not None:
+            tests = f"could not run: {result.error}"
+        else:
+            tests = ", ".join(f"{t.name} {t.status}" for t in result.tests)
+        out.append(
+            f"| {_cell(diag.subject.name)} | {_cell(result.run)} | {diag.status} "
+            f"| {_cell(result.version)} | {_cell(tests)} |"
+        )
+    return out
 
 
 def render_markdown(report: CertificationReport) -> str:
@@ -189,6 +218,8 @@ def render_markdown(report: CertificationReport) -> str:
                 f"| {_cell(screen.group)} | {screen.passes} | {screen.needed} "
                 f"| a fault failing {screen.caught:.0%} of tests or more | {bisected} |"
             )
+    if report.diagnostics:
+        out += _diagnostics_markdown(report.diagnostics)
     if report.sweeps:
         out += ["", "## All-reduce sweeps", ""]
         if "busbw.png" in report.files:
@@ -253,6 +284,7 @@ def build_report(request: ReportRequest) -> CertificationReport:
     thresholds = load_thresholds(request.thresholds)
     verdicts = [v for s in request.sweeps for v in s.verdicts]
     verdicts += [v for s in request.smoke for v in s.verdicts]
+    verdicts += [v for d in request.diagnostics for v in d.verdicts]
     verdicts += list(request.verdicts)
     nodes = node_results(request.nodes, verdicts)
     injected = sorted(
@@ -285,6 +317,7 @@ def build_report(request: ReportRequest) -> CertificationReport:
         verdicts=verdicts,
         sweeps=request.sweeps,
         smoke=request.smoke,
+        diagnostics=request.diagnostics,
         screening=request.screening,
         thresholds=request.thresholds,
         injected=injected,

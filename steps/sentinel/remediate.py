@@ -190,7 +190,7 @@ def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
     whose = "uncordoned" if cordon is None else f"cordoned by someone else ({cordon.describe()})"
     detail = f"{name} was {whose} during remediation (state {_state(node) or 'none'}); remediation cancelled"
     attempt = _attempt(port, name)
-    _set_state(port, name, None, workflow, **{vocab.ANNOTATION_REMEDIATION: None, **_REPAIR_ASKED})
+    _set_state(port, name, None, workflow, **{**_REMEDIATION_NAMED, **_REPAIR_ASKED})
     if vocab.LABEL_REPAIR in node.labels:  # the repair it asked for is no longer asked
         port.set_labels(name, {vocab.LABEL_REPAIR: None})
         repair.clear_request(port, name)
@@ -198,6 +198,10 @@ def _held(port: ClusterPort, name: str, workflow: str, check: str = "") -> Node:
     port.record_event(name, "DsxRemediationCancelled", detail, "Warning")
     raise RemediationCancelled(detail)
 
+
+_CHECK = vocab.ANNOTATION_REMEDIATION_CHECK
+_REMEDIATION_NAMED: dict[str, str | None] = {vocab.ANNOTATION_REMEDIATION: None, _CHECK: None}
+"""The remediation and the check it answers, named on the node while it runs; removed at its end."""
 
 _REPAIR_ASKED: dict[str, str | None] = {
     vocab.ANNOTATION_REPAIR_BOOTED_AT: None,
@@ -228,6 +232,7 @@ def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str)
         annotations={
             vocab.ANNOTATION_STATE_SINCE: changes.format_time(_now()),
             vocab.ANNOTATION_REMEDIATION: workflow,
+            vocab.ANNOTATION_REMEDIATION_CHECK: check,
         },
     )
     ledger.record(
@@ -566,7 +571,7 @@ def quarantine(node: str, check: str, workflow_name: str = "") -> str:
     except CordonRefusedError as exc:
         raise DsxError(f"quarantine of {node} refused: {exc}") from None
     port.add_taint(node)
-    _set_state(port, node, vocab.NodeState.quarantined.value, workflow_name)
+    _set_state(port, node, vocab.NodeState.quarantined.value, workflow_name, **{_CHECK: check})
     _record(port, node, vocab.NodeState.quarantined.value, workflow_name, check, result.summary)
     port.record_event(node, "DsxQuarantined", result.summary)
     return result.summary
@@ -909,7 +914,7 @@ def conclude(node: str, check: str, workflow_name: str = "") -> str:
         None,
         workflow_name,
         **{
-            vocab.ANNOTATION_REMEDIATION: None,
+            **_REMEDIATION_NAMED,
             vocab.ANNOTATION_REPAIR_REQUESTED_AT: None,
             vocab.ANNOTATION_REPAIR_BOOT_ID: None,
             **_REPAIR_ASKED,

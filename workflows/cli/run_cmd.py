@@ -364,6 +364,8 @@ _PARAMETER_CHECKS: dict[str, tuple[str, str, dict[str, str]]] = {
             "min-bytes": "min_bytes",
             "max-bytes": "max_bytes",
             "iters": "iters",
+            "diag": "diag",
+            "dcgm-host": "dcgm_host",
             "p-min": "p_min",
         },
     ),

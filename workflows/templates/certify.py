@@ -102,6 +102,15 @@ def _parameters() -> list[Parameter]:
             "",
         ),
         param(
+            "diag",
+            "DCGM's diagnostics on each node: auto runs them on a node under remediation, as its fault's "
+            "check calls for (recipes/faults/diagnostics.yaml: memory faults run the memory tests), and on "
+            "no other node; off; or what dcgmi diag -r takes, for every node (a level 1-4, or test names "
+            "comma-separated). DCGM absent from the GPU image is said in the report, not a failure.",
+            "auto",
+        ),
+        param("dcgm-host", "The DCGM host engine dcgmi asks (its --host); empty: localhost.", ""),
+        param(
             "p-min",
             "The least share of tests a faulty node fails (its intermittence) that bisection screens for "
             "with 99%: a failed group's nodes left in service are cleared after "
@@ -125,6 +134,8 @@ def _plan_arguments(wt: Any) -> dict[str, Any]:
         "max_bytes": wt.get_parameter("max-bytes"),
         "iters": wt.get_parameter("iters"),
         "inject": wt.get_parameter("inject"),
+        "diag": wt.get_parameter("diag"),
+        "dcgm_host": wt.get_parameter("dcgm-host"),
         "p_min": wt.get_parameter("p-min"),
         "workflow_name": WORKFLOW_NAME,
         "workflow_uid": WORKFLOW_UID,

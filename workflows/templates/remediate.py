@@ -136,6 +136,13 @@ def _parameters() -> list[Parameter]:
         param("iters", "Certification: timed iterations per message size.", "20"),
         param("inject", "Certification: a fault drill (NODE:KIND[=VALUE]); empty: none.", ""),
         param(
+            "diag",
+            "Certification: DCGM's diagnostics; auto: as the fault's check calls for "
+            "(recipes/faults/diagnostics.yaml), off, or what dcgmi diag -r takes.",
+            "auto",
+        ),
+        param("dcgm-host", "Certification: the DCGM host engine dcgmi asks; empty: localhost.", ""),
+        param(
             "p-min",
             "Certification and the pair test: the least share of tests a faulty node fails that their "
             "screening catches with 99% (21 passes at 0.2, 7 at 0.5, 2 at 0.9).",

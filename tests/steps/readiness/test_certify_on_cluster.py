@@ -90,6 +90,12 @@ def _wait_until(check: Callable[[], bool], what: str, timeout: float = 120.0) ->
 @pytest.fixture
 def cluster(k8s_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     made = k8s_cluster(nodes=16, racks=4, gpu="h100", service_accounts=("dsx-ranks",), namespace=NS)
+    _steps_on(made, tmp_path, monkeypatch)
+    return made
+
+
+def _steps_on(made: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **more: str) -> None:
+    """The environment the steps have in their pods, on the emulated cluster ``made``."""
     for name, value in {
         "DSX_CLUSTER": "kube",
         "KUBECONFIG": str(made.kubeconfig),
@@ -100,9 +106,9 @@ def cluster(k8s_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # ty
         "DSX_SCHEDULE_BUDGET_S": "120",
         "DSX_STALE_WAIT_S": "60",
         "DSX_RETRY_BASE_DELAY": "0.05",
+        **more,
     }.items():
         monkeypatch.setenv(name, value)
-    return made
 
 
 def _certify(port: Any, name: str) -> certify.CertifySummary:
@@ -181,3 +187,36 @@ def test_a_run_stopped_halfway_then_started_again_ends_certified_and_leaves_noth
     _wait_until(
         lambda: _left(port) == {}, f"the stopped run's records to be collected: {_left(port)}", timeout=30
     )
+
+
+def test_dcgm_diagnostics_run_in_the_nodes_rank_pods_and_fail_the_node(
+    k8s_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The node check's diagnostics go through the same Job as its sweep: rank 0's pod runs dcgmi (a
+    stand-in on the kubelet's PATH, as the GPU image would carry it) and publishes what DCGM said."""
+    from tests.steps.readiness.ranks.test_diag import MEMORY_FAILED, stand_in
+
+    made = k8s_cluster(nodes=2, racks=1, gpu="h100", service_accounts=("dsx-ranks",), namespace=NS)
+    bin_dir = stand_in(tmp_path / "bin", {"node-01": (MEMORY_FAILED, 226)})
+    _steps_on(made, tmp_path, monkeypatch, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    port = made.port(NS)
+    name = "dsx-certify-diag"
+    uid = _workflow(port, name)
+    plan = certify.plan(
+        launcher="job",
+        selector="kubernetes.io/hostname=node-01",
+        diag="memory",
+        workflow_name=name,
+        workflow_uid=uid,
+        **SIZES,
+    )  # type: ignore[arg-type]
+    try:
+        certify.keep_recipe(plan.run, RECIPE)
+        result = certify.node_check("node-01", plan.run)
+        assert result.status == "fail", result.message
+        assert result.message.startswith("node node-01: dcgmi diag -r memory: memory failed (GPU 1: A DBE")
+        assert (bin_dir / "argv").read_text().splitlines() == ['["diag", "-r", "memory", "-j"]']
+    finally:
+        certify.release(name, uid)
+    # no Job, pod or Service left: only the run's stored outcomes, which its report step deletes
+    assert list(_left(port)) == ["ConfigMap"]

@@ -317,6 +317,18 @@ def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_p
     assert not node.unschedulable and not node.has_taint(vocab.TAINT_UNHEALTHY)
     assert vocab.LABEL_STATE not in node.labels and vocab.LABEL_RECERTIFY not in node.labels
     assert node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    # recertification ran the diagnostics an XID calls for (level 3); this machine has no DCGM, which the
+    # report says, failing nothing; the check named on the node for it is gone with the remediation
+    (report,) = [
+        p
+        for p in tmp_path.glob("dsx-runs/dsx-remediate-*/**/report.md")
+        if "GPU diagnostics" in p.read_text()
+    ]
+    assert (
+        "| node-01 | 3 | pass |  | none ran: DCGM absent (dcgmi is not on this image's PATH) |"
+        in report.read_text()
+    )
+    assert vocab.ANNOTATION_REMEDIATION_CHECK not in node.annotations
     # the repair request is gone with the repair done
     assert vocab.LABEL_REPAIR not in node.labels
     assert port.get_object("v1", "ConfigMap", "dsx-repair-node-01", port.namespace) is None
