@@ -908,8 +908,10 @@ def _remediate_parameters(docs: list[dict[str, Any]]) -> dict[str, str]:
 def test_the_repairs_that_act_are_off_until_the_chart_turns_them_on() -> None:
     docs = _render(CHART)
     pod, container = _sentinel(docs)
-    assert not [a for a in container["args"] if a.startswith(("--reset-gpus", "--kured-sentinel"))]
-    assert "kured" not in {v["name"] for v in pod["volumes"]}
+    assert not [
+        a for a in container["args"] if a.startswith(("--reset-gpus", "--kured-sentinel", "--reboot-command"))
+    ]
+    assert "kured" not in {v["name"] for v in pod["volumes"]} and "hostPID" not in pod
     parameters = _remediate_parameters(docs)
     assert (parameters["repair-template"], parameters["repair-template-actions"]) == ("", "replace")
     assert ("gpu-ops", "argoproj.io", "workflows", "create") not in _granted(docs, "dsx-remediate")
@@ -949,6 +951,30 @@ def test_the_agent_resets_gpus_privileged_and_asks_kured_through_its_hosts_senti
     )
     assert refused.returncode != 0
     assert 'sentinel.repair.kuredSentinel: "run/x" is not an absolute path on the host' in refused.stderr
+
+
+def test_the_agents_own_reboot_enters_the_hosts_init_from_a_privileged_root_container() -> None:
+    pod, container = _sentinel(
+        _render(CHART, "sentinel.kernelLog=/var/log/kern.log", "sentinel.repair.agentReboot=true")
+    )
+    assert "--reboot-command=nsenter -m/proc/1/ns/mnt -- /bin/systemctl reboot" in container["args"]
+    assert pod["hostPID"] is True and pod["securityContext"]["runAsUser"] == 0
+    assert container["securityContext"]["privileged"] is True
+    both = [
+        helm_binary(),
+        "template",
+        "dsx",
+        str(CHART),
+        "--set",
+        "sentinel.repair.agentReboot=true",
+        "--set",
+        "sentinel.repair.kuredSentinel=/var/run/reboot-required",
+    ]
+    refused = _run(both)
+    assert refused.returncode != 0
+    assert "kuredSentinel and agentReboot both set" in refused.stderr
+    refused = _run([*both[:6], "--set", "sentinel.repair.rebootCommand="])
+    assert refused.returncode != 0 and "no sentinel.repair.rebootCommand" in refused.stderr
 
 
 def test_the_operators_repair_template_is_the_only_workflow_dsx_remediates_account_may_create() -> None:

@@ -21,6 +21,7 @@ import ast
 import functools
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -86,7 +87,14 @@ BASE_IMAGES: dict[str, BaseImage] = {
             "/sbin",
             "/bin",
         ),
-        programs={"python": "/usr/local/bin", "pip": "/usr/local/bin", "sh": "/usr/bin", "mkdir": "/usr/bin"},
+        # nsenter: Debian's util-linux, an Essential package every Debian image holds.
+        programs={
+            "python": "/usr/local/bin",
+            "pip": "/usr/local/bin",
+            "sh": "/usr/bin",
+            "mkdir": "/usr/bin",
+            "nsenter": "/usr/bin",
+        },
         torch_python=None,
         cuda=False,
     ),
@@ -412,6 +420,10 @@ def _chart_pods() -> tuple[tuple[str, str, str], ...]:
             "sentinel.serviceMonitor.enabled=true",
             "--set",
             "monitoring.exporter.enabled=true",
+            "--set",
+            "sentinel.repair.resetGpus=true",
+            "--set",
+            "sentinel.repair.agentReboot=true",
         ],
         capture_output=True,
         text=True,
@@ -474,6 +486,11 @@ def chart_pod_problems(
         problems += _program_problems(build, CONTROL, programs, where)
         if programs[:1] == ["dsx"]:
             problems += _dsx_command_problems(words, where)
+        # the agent's own reboot runs a program of the image too
+        for word in words:
+            if word.startswith("--reboot-command="):
+                command = shlex.split(word.split("=", 1)[1])
+                problems += _program_problems(build, CONTROL, command[:1], f"{where} --reboot-command")
     sentinel = [*sorted((REPO / "steps" / "sentinel").glob("*.py")), REPO / "workflows/cli/sentinel.py"]
     for name in sorted(
         _imports(sentinel) - set(sys.stdlib_module_names) - _project_packages() - {"__future__"}

@@ -12,6 +12,11 @@ its node as it does for its metrics, and acts on a request of an action it was g
 - ``reboot`` (``--kured-sentinel PATH``): the file kured watches is written (``/var/run/reboot-required``
   on the host by kured's default), so kured's lock, drain rules and reboot window apply; kured reboots,
   and the agent of the new boot says the reboot came.
+- ``reboot`` (``--reboot-command CMD``), the agent's own: the command is run once the outcome
+  ``Running`` is written (the chart's, as kured's: ``nsenter -m/proc/1/ns/mnt -- /bin/systemctl reboot``
+  from a privileged container in the host's PID namespace); a command that fails fails the request with
+  what it said, and the agent of the new boot says the reboot came. No lock is taken: remediation's own
+  limits (the breaker, the taint budget, one remediation a node) bound how many nodes reboot at once.
 
 What it did is written on the node as the outcome (:mod:`steps.sentinel.outcome`): ``Running`` before it
 acts, then ``Succeeded`` or ``Failed`` with what it found; the remediation's repair wait reads it and puts
@@ -22,8 +27,10 @@ request of an action it was not given is left to whatever the operator runs.
 from __future__ import annotations
 
 import datetime as dt
+import shlex
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from steps.cluster import vocabulary as vocab
@@ -35,12 +42,16 @@ from steps.errors import DsxError
 from steps.sentinel.outcome import Phase, RepairOutcome, annotation, outcome_of, requested_gpus
 from steps.sentinel.probes import NodeProbes
 
-__all__ = ["KURED", "RESET", "RepairActuator"]
+__all__ = ["KURED", "REBOOT", "RESET", "RepairActuator"]
 
 RESET = "agent/reset-gpu"
 """The outcome's actuator for a GPU reset by the agent."""
 KURED = "agent/kured"
 """The outcome's actuator for a reboot asked of kured by the agent."""
+REBOOT = "agent/reboot"
+"""The outcome's actuator for a reboot the agent makes itself."""
+#: How long the reboot command may take to return (systemctl reboot returns once the job is queued).
+REBOOT_COMMAND_TIMEOUT_S = 60.0
 
 
 class RepairActuator:
@@ -51,9 +62,12 @@ class RepairActuator:
         port: where the outcome and Events are written.
         probes: the node's probes: their health source resets GPUs, and they forget a reset GPU's XIDs.
         reset_gpus: whether to carry out ``reset-gpu`` requests.
-        kured_sentinel: the file kured watches, as this process sees it (``None``: reboots are not the
-            agent's to ask for).
+        kured_sentinel: the file kured watches, as this process sees it (``None``: not through kured).
+        reboot_command: the command that reboots the node (``None``: the agent does not reboot it).
         clock: the current time (UTC).
+
+    Raises:
+        ValueError: both ``kured_sentinel`` and ``reboot_command`` are given (one reboots the node).
     """
 
     def __init__(
@@ -64,19 +78,23 @@ class RepairActuator:
         *,
         reset_gpus: bool = False,
         kured_sentinel: str | Path | None = None,
+        reboot_command: Sequence[str] | None = None,
         clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        if kured_sentinel and reboot_command:
+            raise ValueError("a reboot goes through kured or the agent's own command, not both")
         self.node = node
         self.port = port
         self.probes = probes
         self.reset_gpus = reset_gpus
         self.kured_sentinel = Path(kured_sentinel) if kured_sentinel else None
+        self.reboot_command = list(reboot_command) if reboot_command else None
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
 
     @property
     def enabled(self) -> bool:
         """Whether it carries out any action at all."""
-        return self.reset_gpus or self.kured_sentinel is not None
+        return self.reset_gpus or self.kured_sentinel is not None or self.reboot_command is not None
 
     def act(self, node: Node) -> bool:
         """Act on ``node``'s repair request when it is one of this actuator's and not answered yet;
@@ -87,28 +105,68 @@ class RepairActuator:
             return False
         answered = outcome_of(node)
         if action == "reboot" and self.kured_sentinel is not None:
-            self._reboot(node, asked, answered)
+            doing = f"asked kured for a reboot: wrote {self.kured_sentinel}"
+            self._reboot(node, asked, answered, KURED, doing, self._ask_kured)
+        elif action == "reboot" and self.reboot_command is not None:
+            doing = f"rebooting: {shlex.join(self.reboot_command)}"
+            self._reboot(node, asked, answered, REBOOT, doing, self._run_reboot)
         elif action == "reset-gpu" and self.reset_gpus and answered is None:
             return self._reset(node, asked)
         return False
 
-    # ----------------------------------------------------------------- reboot through kured
+    # ----------------------------------------------------------------- reboot: kured's, or the agent's own
 
-    def _reboot(self, node: Node, asked: str, answered: RepairOutcome | None) -> None:
-        assert self.kured_sentinel is not None
+    def _reboot(
+        self,
+        node: Node,
+        asked: str,
+        answered: RepairOutcome | None,
+        actuator: str,
+        doing: str,
+        ask: Callable[[str], str | None],
+    ) -> None:
+        """Ask for the reboot once, ``Running`` written first (a reboot the agent makes may end it before it
+        writes anything after), and say ``Succeeded`` once the node runs a new boot. ``ask`` does the asking
+        and returns why it could not (``None``: asked)."""
         old_boot = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
-        rebooted = bool(old_boot) and node.node_info.boot_id not in ("", old_boot)
+        new_boot = node.node_info.boot_id
+        rebooted = bool(old_boot) and new_boot not in ("", old_boot)
+        mine = answered is not None and answered.actuator == actuator and answered.phase == "Running"
         if answered is None and not rebooted:
-            try:
-                self.kured_sentinel.parent.mkdir(parents=True, exist_ok=True)
-                self.kured_sentinel.write_text(f"dsx-remediate asks for a reboot of {self.node} ({asked})\n")
-            except OSError as exc:
-                why = f"could not write kured's sentinel {self.kured_sentinel}: {exc}"
-                self._say(asked, KURED, "Failed", why)
-                return
-            self._say(asked, KURED, "Running", f"asked kured for a reboot: wrote {self.kured_sentinel}")
-        elif answered is not None and answered.actuator == KURED and answered.phase == "Running" and rebooted:
-            self._say(asked, KURED, "Succeeded", f"rebooted: boot {node.node_info.boot_id} (was {old_boot})")
+            if not self._say(asked, actuator, "Running", doing):
+                return  # not recorded: nothing is asked until it is (the next read of the node)
+            failed = ask(asked)
+            if failed is not None:
+                self._say(asked, actuator, "Failed", failed)
+        elif mine and rebooted:
+            self._say(asked, actuator, "Succeeded", f"rebooted: boot {new_boot} (was {old_boot})")
+
+    def _ask_kured(self, asked: str) -> str | None:
+        assert self.kured_sentinel is not None
+        try:
+            self.kured_sentinel.parent.mkdir(parents=True, exist_ok=True)
+            self.kured_sentinel.write_text(f"dsx-remediate asks for a reboot of {self.node} ({asked})\n")
+        except OSError as exc:
+            return f"could not write kured's sentinel {self.kured_sentinel}: {exc}"
+        return None
+
+    def _run_reboot(self, asked: str) -> str | None:
+        assert self.reboot_command is not None
+        shown = shlex.join(self.reboot_command)
+        try:
+            done = subprocess.run(
+                self.reboot_command,
+                capture_output=True,
+                text=True,
+                timeout=REBOOT_COMMAND_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{shown} could not run: {exc}"
+        if done.returncode != 0:
+            said = " ".join((done.stderr or done.stdout).split())[:300] or "nothing"
+            return f"{shown} exited {done.returncode}: {said}"
+        return None
 
     # ----------------------------------------------------------------- GPU reset
 
@@ -151,9 +209,10 @@ class RepairActuator:
 
     # ----------------------------------------------------------------- saying
 
-    def _say(self, asked: str, actuator: str, phase: Phase, message: str) -> None:
-        """Write the outcome on the node, and an Event; a failed write is said on the next act (the
-        request reads unanswered, so a Running outcome never written is tried again)."""
+    def _say(self, asked: str, actuator: str, phase: Phase, message: str) -> bool:
+        """Write the outcome on the node, and an Event; whether the outcome was written. A failed write is
+        said on the next act (the request reads unanswered, so a Running outcome never written is tried
+        again)."""
         outcome = RepairOutcome(
             requested_at=asked, actuator=actuator, phase=phase, at=format_time(self.clock()), message=message
         )
@@ -161,10 +220,15 @@ class RepairActuator:
             self.port.set_node_metadata(
                 self.node, annotations={vocab.ANNOTATION_REPAIR_OUTCOME: annotation(outcome)}
             )
-            kind = "Warning" if phase == "Failed" else "Normal"
-            self.port.record_event(self.node, f"DsxRepair{phase}", f"{actuator}: {message}", kind)
         except DsxError as exc:
             print(f"warning: sentinel: repair outcome {phase} not written: {exc}", file=sys.stderr)
+            return False
+        kind = "Warning" if phase == "Failed" else "Normal"
+        try:
+            self.port.record_event(self.node, f"DsxRepair{phase}", f"{actuator}: {message}", kind)
+        except DsxError as exc:
+            print(f"warning: sentinel: repair Event {phase} not written: {exc}", file=sys.stderr)
+        return True
 
 
 def _names(report: NodeReport | None) -> dict[str, str]:

@@ -306,6 +306,7 @@ def build_sentinel(
     node_read_s: float = NODE_READ_S,
     reset_gpus: bool = False,
     kured_sentinel: str | Path | None = None,
+    reboot_command: Sequence[str] | None = None,
 ) -> Sentinel:
     """The agent of ``node`` (its probes as :func:`build_probes` makes them); with ``state_dir``, its
     state kept there across restarts in this boot (``boot``, default read from ``/proc``) and taken
@@ -314,7 +315,8 @@ def build_sentinel(
     those the sentinel's DaemonSet ``fleet_daemonset`` (namespace, name) runs on, else the nodes with
     GPUs (:mod:`steps.sentinel.budget`). Its node is read for the node metrics every ``node_read_s``, and
     then for the repair it carries out when asked (:mod:`steps.sentinel.actuator`): GPU resets with
-    ``reset_gpus``, reboots through kured with ``kured_sentinel``, the file kured watches."""
+    ``reset_gpus``, reboots through kured with ``kured_sentinel``, the file kured watches, or with the
+    agent's own ``reboot_command``."""
     boot = boot or Boot.read()
     probes, nvml = build_probes(
         node,
@@ -351,7 +353,13 @@ def build_sentinel(
         else:
             state = StateFile(state_dir, node, boot.id)
     actuator = RepairActuator(
-        node, port, probes, reset_gpus=reset_gpus, kured_sentinel=kured_sentinel, clock=clock
+        node,
+        port,
+        probes,
+        reset_gpus=reset_gpus,
+        kured_sentinel=kured_sentinel,
+        reboot_command=reboot_command,
+        clock=clock,
     )
     sentinel = Sentinel(agent, probes, nvml, state, actuator)
     sentinel.restore()

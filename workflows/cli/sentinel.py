@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -241,12 +242,19 @@ def agent_cmd(
         "watches (its --reboot-sentinel, /var/run/reboot-required on the host by default), as this "
         "process sees it.",
     ),
+    reboot_command: str | None = typer.Option(
+        None,
+        "--reboot-command",
+        help="Carry out dsx-remediate's reboot requests with this command, the agent's own (the chart's: "
+        "nsenter -m/proc/1/ns/mnt -- /bin/systemctl reboot, from a privileged container in the host's PID "
+        "namespace); not with --kured-sentinel.",
+    ),
     overrides: Path | None = OVERRIDES_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Watch this node: conditions, Events, metrics and, on a fatal fault, the dsx.dev/unhealthy taint
     (never on a node labelled dsx.dev/managed=false, never past the fleet-wide taint budget); with
-    --reset-gpus or --kured-sentinel, carry out the repairs dsx-remediate asks for on it.
+    --reset-gpus, --kured-sentinel or --reboot-command, carry out the repairs dsx-remediate asks for on it.
     With --once: one pass, then exit 1 if the node has a degraded or fatal fault, else 0."""
 
     if not node:
@@ -258,6 +266,7 @@ def agent_cmd(
         raise InputError(f"--state-dir {state_dir}: not a directory")
     if kured_sentinel is not None and (not kured_sentinel or Path(kured_sentinel).is_dir()):
         raise InputError(f"--kured-sentinel {kured_sentinel!r}: not a file's path")
+    rebooting = _reboot_command(reboot_command, kured_sentinel)
     port = connect(cluster)
     try:
         port.get_node(node)
@@ -282,6 +291,7 @@ def agent_cmd(
         node_read_s=node_read_interval,
         reset_gpus=reset_gpus,
         kured_sentinel=kured_sentinel,
+        reboot_command=rebooting,
     )
     if once:
         _one_pass(sentinel, output)
@@ -311,6 +321,25 @@ def agent_cmd(
             err=True,
         )
         raise typer.Exit(EXIT_TERMINATED)
+
+
+def _reboot_command(text: str | None, kured_sentinel: str | None) -> list[str] | None:
+    """``--reboot-command`` as the program and its arguments (shell quoting, no shell run).
+
+    Raises:
+        InputError: it is empty or unbalanced, or given with ``--kured-sentinel``.
+    """
+    if text is None:
+        return None
+    if kured_sentinel is not None:
+        raise InputError("--reboot-command and --kured-sentinel: a reboot goes through one of them, not both")
+    try:
+        command = shlex.split(text)
+    except ValueError as exc:
+        raise InputError(f"--reboot-command {text!r}: {exc}") from None
+    if not command:
+        raise InputError("--reboot-command: no command given")
+    return command
 
 
 def _budget_settings(share: float, window: str) -> Any:

@@ -10,6 +10,7 @@ import datetime as dt
 import http.server
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from steps.cluster.sim import FileStore, MemoryStore, SimCluster
 from steps.cluster.sim import repair as sim_repair
 from steps.errors import DsxError, InputError
 from steps.sentinel import ledger, remediate, webhook
-from steps.sentinel.actuator import KURED, RESET, RepairActuator
+from steps.sentinel.actuator import KURED, REBOOT, RESET, RepairActuator
 from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
 from steps.sentinel.kernel_log import Boot
@@ -251,6 +252,92 @@ def test_a_reboot_goes_through_kureds_sentinel_file_when_the_chart_selects_kured
     details = _details(port)
     assert f"awaiting-repair: repair by {KURED}: Succeeded at {outcome.at}: {outcome.message}" in details
     assert details[-1] == f"recertifying: repaired: boot {rebooted}"
+
+
+# ----------------------------------------------------------------------------- the agent's own reboot
+
+
+def _reboot_command(folder: Path, code: int = 0, said: str = "") -> list[str]:
+    """A stand-in for the chart's reboot command: records each run, says ``said``, exits ``code``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    program = folder / "reboot"
+    program.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"open({str(folder / 'runs')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"sys.stderr.write({said!r})\nsys.exit({code})\n"
+    )
+    program.chmod(0o755)
+    return [str(program), "-m/proc/1/ns/mnt", "--", "/bin/systemctl", "reboot"]
+
+
+def test_the_agent_reboots_its_node_itself_when_the_chart_selects_its_own_reboot(
+    doubles: Doubles, tmp_path: Path
+) -> None:
+    port, hardware, emulator = doubles
+    catalogue = _catalogue(tmp_path)
+    command = _reboot_command(tmp_path / "bin")
+    sentinel = _sentinel(port, hardware, catalogue, reboot_command=command)
+    sentinel.run_once()
+    _quarantined(port)
+    boot = port.get_node(NODE).node_info.boot_id
+    assert "reboot of GPU 3" in remediate.request_repair(NODE, "xid", workflow_name="w")
+    assert not (tmp_path / "bin" / "runs").exists()
+
+    sentinel.run_once()
+    assert (tmp_path / "bin" / "runs").read_text() == "-m/proc/1/ns/mnt -- /bin/systemctl reboot\n"
+    outcome = outcome_of(port.get_node(NODE))
+    assert outcome is not None and (outcome.actuator, outcome.phase) == (REBOOT, "Running")
+    assert outcome.message == f"rebooting: {' '.join(command)}"
+    assert f"{REBOOT} not done" in remediate.repair_problems(port.get_node(NODE), "xid")[0]
+    sentinel.run_once()  # a reboot under way is not asked for again
+    assert (tmp_path / "bin" / "runs").read_text().count("reboot") == 1
+
+    _reboot(port, hardware, emulator)
+    rebooted = port.get_node(NODE).node_info.boot_id
+    _sentinel(port, hardware, catalogue, reboot_command=command).run_once()  # the agent of the new boot
+    outcome = outcome_of(port.get_node(NODE))
+    assert outcome is not None and (outcome.phase, outcome.message) == (
+        "Succeeded",
+        f"rebooted: boot {rebooted} (was {boot})",
+    )
+    assert (tmp_path / "bin" / "runs").read_text().count("reboot") == 1
+    waited = remediate.repair_wait(NODE, "xid", "30s", workflow_name="w")
+    assert waited == f"{NODE}: repaired (boot {rebooted})"
+    remediate.repaired(NODE, "xid", workflow_name="w")
+    said = f"repair by {REBOOT}: Succeeded at {outcome.at}: {outcome.message}"
+    assert f"awaiting-repair: {said}" in _details(port)
+
+
+def test_a_reboot_command_that_fails_ends_the_wait_and_escalates_with_what_it_said(
+    doubles: Doubles, tmp_path: Path
+) -> None:
+    port, hardware, _ = doubles
+    catalogue = _catalogue(tmp_path)
+    command = _reboot_command(tmp_path / "bin", 1, "Failed to connect to bus: No such file or directory\n")
+    sentinel = _sentinel(port, hardware, catalogue, reboot_command=command)
+    sentinel.run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", workflow_name="w")
+    sentinel.run_once()
+    outcome = outcome_of(port.get_node(NODE))
+    assert outcome is not None and (outcome.actuator, outcome.phase) == (REBOOT, "Failed")
+    assert (
+        outcome.message
+        == f"{' '.join(command)} exited 1: Failed to connect to bus: No such file or directory"
+    )
+    sentinel.run_once()  # a failed request is not tried again
+    assert (tmp_path / "bin" / "runs").read_text().count("reboot") == 1
+    waited = remediate.repair_wait(NODE, "xid", "30s", workflow_name="w")  # ends at once
+    assert waited == f"{NODE}: the repair failed: {REBOOT}: {outcome.message}"
+    with pytest.raises(DsxError, match=f"escalated: the repair failed: {REBOOT} failed: .* exited 1"):
+        remediate.repaired(NODE, "xid", workflow_name="w")
+
+
+def test_kured_and_the_agents_own_reboot_are_not_both_chosen(tmp_path: Path) -> None:
+    hardware = SimCluster(MemoryStore(load_fleet("sim:nodes=1,gpu=h100")))
+    probes = NodeProbes(NODE, _catalogue(tmp_path), hardware, lambda: dt.datetime.now(dt.UTC), 8)
+    with pytest.raises(ValueError, match="through kured or the agent's own command, not both"):
+        RepairActuator(NODE, hardware, probes, kured_sentinel=tmp_path / "x", reboot_command=["reboot"])
 
 
 # ----------------------------------------------------------------------------- the operator's template

@@ -283,6 +283,15 @@ def test_the_cli_shows_a_held_budget_and_a_person_resets_it(
         (["--fleet-daemonset", "dsx-sentinel"], "--fleet-daemonset 'dsx-sentinel': expected NAMESPACE/NAME"),
         (["--fabric-nics", "mlx5_*,,ib0"], "--fabric-nics 'mlx5_*,,ib0': '' is not a NIC name or glob"),
         (["--fabric-nics", "eth 0"], "--fabric-nics 'eth 0': 'eth 0' is not a NIC name or glob"),
+        (
+            ["--reboot-command", "systemctl 'reboot"],
+            '--reboot-command "systemctl \'reboot": No closing quotation',
+        ),
+        (["--reboot-command", " "], "--reboot-command: no command given"),
+        (
+            ["--reboot-command", "systemctl reboot", "--kured-sentinel", "/run/reboot-required"],
+            "--reboot-command and --kured-sentinel: a reboot goes through one of them, not both",
+        ),
     ],
 )
 def test_bad_agent_options_exit_2_naming_them_and_change_nothing(
