@@ -71,10 +71,12 @@ from steps.models import Frozen
 
 __all__ = [
     "DETAIL_MAX",
+    "ENDS",
     "IN_SERVICE",
     "LEGACY_CONFIGMAP",
     "MAX_BYTES",
     "OBJECT_PREFIX",
+    "REPLACED",
     "RETENTION_DAYS",
     "RETENTION_MAX_DAYS",
     "Entry",
@@ -103,6 +105,11 @@ RETENTION_DAYS = 400
 """Days kept unless ``$DSX_LEDGER_RETENTION_DAYS`` says otherwise: a year's report and its month before."""
 RETENTION_MAX_DAYS = 3660
 IN_SERVICE = "in-service"
+REPLACED = "replaced"
+"""The node object was deleted while remediation waited on its repair: the machine left the cluster, and a
+node of the same name after it is another machine (its attempts, returns and faults start afresh)."""
+ENDS = (IN_SERVICE, REPLACED)
+"""The entries that end a machine's remediations: back in service, or gone from the cluster."""
 
 _CONFIGMAP = ("v1", "ConfigMap")
 _NAME_MAX = 253  # a DNS subdomain
@@ -323,11 +330,12 @@ def entries(port: ClusterPort, node: str) -> list[Entry]:
 
 
 def attempts(history: list[Entry]) -> int:
-    """The remediation attempts since the node was last in service (the highest attempt number since)."""
+    """The remediation attempts since the node was last in service, or replaced (the highest attempt number
+    since)."""
     since = [e for e in history[::-1]]
     count = 0
     for entry in since:
-        if entry.state == IN_SERVICE:
+        if entry.state in ENDS:
             break
         count = max(count, entry.attempt)
     return count
@@ -341,7 +349,7 @@ def changed_attempts(history: list[Entry]) -> int:
     changing = {s.value for s in vocab.NodeState} | {"cancelled"}
     counted: set[int] = set()
     for entry in reversed(history):
-        if entry.state == IN_SERVICE:
+        if entry.state in ENDS:
             break
         if entry.state in changing:
             counted.add(entry.attempt)

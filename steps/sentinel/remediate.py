@@ -101,10 +101,12 @@ def _now() -> dt.datetime:
 
 def returns_within(history: list[ledger.Entry], days: float, now: dt.datetime) -> list[ledger.Entry]:
     """The remediations of a node's ledger ``history`` that returned it to service within ``days`` of
-    ``now``: their ``in-service`` entries, one per workflow."""
+    ``now``: their ``in-service`` entries, one per workflow (none before the node was replaced)."""
     start = now - dt.timedelta(days=days)
     returns: dict[str, ledger.Entry] = {}
     for entry in history:
+        if entry.state == ledger.REPLACED:  # the name's returns before it were another machine's
+            returns.clear()
         if entry.state != ledger.IN_SERVICE:
             continue
         try:
@@ -777,6 +779,8 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
     """
     seconds = _repair_timeout(timeout)
     port = connect()
+    if _gone(port, node):
+        return f"{node}: gone from the cluster (its Node object was deleted): the repair check records it"
     deadline = time.monotonic() + seconds
     interval = min(REPAIR_POLL_S, max(0.2, seconds / 30))
     current = _held(port, node, workflow_name, check)
@@ -801,6 +805,8 @@ def repair_wait(node: str, check: str, timeout: str, workflow_name: str = "") ->
         if left <= 0:
             return f"{node}: not repaired within {timeout}: " + ", ".join(problems)
         time.sleep(min(interval, left))
+        if _gone(port, node):
+            return f"{node}: gone from the cluster (its Node object was deleted): the repair check records it"
         current = _held(port, node, workflow_name, check)
 
 
@@ -831,10 +837,16 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
 
     Anything else (the wait ran out: no repair came) escalates the node. On success the node moves to
     ``recertifying`` and its certification label to ``pending``, so a certification that never ran can
-    never read as a pass.
+    never read as a pass. A node whose object was deleted meanwhile (a cloud's terminate-and-replace, a
+    person's ``kubectl delete node``) left the cluster: the ledger records it ``replaced`` and the output
+    parameter ``gone`` (``true``) skips its recertification; the run ends there.
     """
     _condition(check)
     port = connect()
+    if _gone(port, node):
+        write_params(gone="true")
+        return _replaced(port, node, workflow_name, check)
+    write_params(gone="false")
     current = _held(port, node, workflow_name, check)
     if _past(current, vocab.NodeState.recertifying) or _state(current) == vocab.NodeState.recertifying.value:
         return f"{node}: already repaired"
@@ -855,6 +867,36 @@ def repaired(node: str, check: str, workflow_name: str = "") -> str:
     how = f"GPUs reset, boot {boot} kept" if kept else f"boot {boot}"
     _record(port, node, _RECERTIFYING, workflow_name, check, f"repaired: {how}")
     return f"{node}: repaired ({how}); recertifying"
+
+
+def _gone(port: ClusterPort, name: str) -> bool:
+    """Whether the node's object is gone from the cluster (deleted: a cloud's terminate-and-replace, or a
+    person's ``kubectl delete node``)."""
+    try:
+        port.get_node(name)
+    except NotFoundError:
+        return True
+    return False
+
+
+def _replaced(port: ClusterPort, node: str, workflow: str, check: str) -> str:
+    """A node deleted while awaiting its repair: the machine left the cluster, and this remediation ends
+    with it. The ledger says so (a node of the same name hereafter is another machine, whose attempts
+    and returns start afresh); the repair request is kept, the case of the machine that left."""
+    request = port.get_object("v1", "ConfigMap", repair.request_name(node), port.namespace)
+    action = ((request or {}).get("metadata", {}).get("labels") or {}).get(vocab.LABEL_REPAIR, "")
+    asked = f" (the repair asked: {action})" if action else ""
+    detail = (
+        f"the Node object was deleted while awaiting its repair{asked}: the machine left the cluster; "
+        f"a node named {node} hereafter is another machine; the request {repair.request_name(node)} is kept"
+    )
+    history = ledger.entries(port, node)
+    if history and history[-1].state == ledger.REPLACED and history[-1].workflow == workflow:
+        return f"{node}: replaced (recorded already)"
+    _record(port, node, ledger.REPLACED, workflow, check, detail)
+    with contextlib.suppress(DsxError):  # an Event about a deleted node: kept where the API server keeps it
+        port.record_event(node, "DsxNodeReplaced", f"{node}: {detail}", "Normal")
+    return f"{node}: replaced: {detail}"
 
 
 def conclude(node: str, check: str, workflow_name: str = "") -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from steps.cluster import changes
 from steps.cluster import vocabulary as vocab
 from steps.cluster.node import Condition, Node
-from steps.sentinel.ledger import IN_SERVICE, Entry
+from steps.sentinel.ledger import ENDS, Entry
 
 __all__ = ["SUPERSEDED", "Standing", "last_in_service", "standing"]
 
@@ -42,8 +42,9 @@ class Standing:
 
 
 def last_in_service(history: list[Entry]) -> Entry | None:
-    """The ledger's last ``in-service`` entry: when the node last returned to service, and by which run."""
-    return next((e for e in reversed(history) if e.state == IN_SERVICE), None)
+    """The ledger's last ``in-service`` (or ``replaced``) entry: when the node last returned to service (or
+    its name went to another machine), and by which run."""
+    return next((e for e in reversed(history) if e.state in ENDS), None)
 
 
 def _written(condition: Condition) -> str:

@@ -458,7 +458,8 @@ class Cluster:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "workflow-controller-configmap", "namespace": ARGO_NAMESPACE},
-            "data": {"executor": json.dumps(executor)},
+            # Its metrics on a port of its own (Argo's default, 9090, is any other service's too).
+            "data": {"executor": json.dumps(executor), "metricsConfig": json.dumps({"port": _free_port()})},
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(config))
         self._start(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,11 +126,19 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         yield RealCluster(Path(existing), {"KUBECONFIG": existing}, None)
         return
     cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+
+    def stopped(signum: int, frame: object) -> None:
+        # A session ended by SIGTERM (a CI job's timeout, `timeout`) takes its cluster down like Ctrl-C:
+        # pytest unwinds the session's fixtures, so no process of it outlives it.
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, stopped)
     try:
         cluster.up()
         yield RealCluster(cluster.kubeconfig, cluster.env(), cluster)
     finally:
         cluster.down()
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.fixture

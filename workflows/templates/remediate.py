@@ -354,7 +354,9 @@ def templates() -> list[Any]:
     drain = step(steps.drain, timeout="2h", retries=2, env=LEDGER_ENV)
     request_repair = step(steps.request_repair, timeout="5m", retries=2, env=LEDGER_ENV)
     repair_wait = step(steps.repair_wait, timeout=_REPAIR_WAIT_BOUND, retries=2, env=LEDGER_ENV)
-    repaired = step(steps.repaired, timeout="5m", retries=2, env=LEDGER_ENV)
+    repaired = step(
+        steps.repaired, timeout="5m", retries=2, outputs=param_outputs("gone", default=""), env=LEDGER_ENV
+    )
     conclude = step(steps.conclude, timeout="5m", retries=2, env=LEDGER_ENV)
     with workflow_template(
         vocab.WORKFLOW_REMEDIATE,
@@ -410,7 +412,10 @@ def templates() -> list[Any]:
                 name="repair-suspend", template=repair_suspend, when=f"{go} && '{how}' == 'suspend'"
             )
             checked = repaired(arguments=common, when=go)
-            recertified = recertify(arguments={"node": node}, when=go)
+            # A node deleted while awaiting its repair (a cloud's terminate-and-replace) left the cluster:
+            # the repair check records it replaced, and there is nothing left to recertify.
+            present = f"'{checked.get_parameter('gone').value}' != 'true'"
+            recertified = recertify(arguments={"node": node}, when=f"{go} && {present}")
             concluded = conclude(arguments=common, when=go)
             guarded >> quarantined >> drained >> requested >> [waited, suspended]
             # The repair check runs after a wait that ended (or was skipped), never after one that failed

@@ -88,8 +88,9 @@ CAUSE_RECERTIFICATION = "waiting-for-recertification"
 CAUSE_CERTIFICATION = "certification-failure"
 CAUSE_SLOW = "slow-node-bisection"
 
-_BACK = (IN_SERVICE, "cancelled")
-"""Ledger states after which the node is in service again (cancelled: a person took it back)."""
+_BACK = (IN_SERVICE, "cancelled", "replaced")
+"""Ledger states after which the node is in service again (cancelled: a person took it back; replaced:
+the machine left the cluster, and a node of its name hereafter is another machine, in service)."""
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: The times a period may start or end at: nothing dsx wrote is older than the Unix epoch.
@@ -119,7 +120,7 @@ class Remediation(Frozen):
     observed_at: str = ""
     quarantined_at: str
     returned_at: str = ""
-    outcome: Literal["in-service", "cancelled", "escalated", "open"]
+    outcome: Literal["in-service", "cancelled", "replaced", "escalated", "open"]
     detect_s: float | None = None
     """Fault observed to quarantine; ``None`` when no observation is left."""
     repair_s: float | None = None

@@ -177,6 +177,24 @@ def test_states_are_clipped_to_the_period_and_causes_follow_the_state() -> None:
     assert "_created" not in text and exposition(report) == text
 
 
+def test_a_replaced_machine_ends_its_remediation_and_the_name_is_in_service_after() -> None:
+    start, end = T0, T0 + 24 * H
+    ledger_of_name = [
+        (start + H, "requested"),
+        (start + H, "quarantined"),
+        (start + 2 * H, "awaiting-repair"),
+        (start + 6 * H, "replaced"),  # the machine was terminated; a node of its name joined later
+        (start + 6 * H, "ended"),
+    ]
+    report = account([_story("a", ledger_of_name)], start, end)
+    (node,) = report.nodes
+    assert node.hours["quarantined"] == 1 and node.hours["awaiting-repair"] == 4
+    assert node.hours["in-service"] == 19 and node.state == "in-service"
+    (remediation,) = report.remediations
+    assert remediation.outcome == "replaced" and remediation.recertification is None
+    _sums_to_period(report.model_dump())
+
+
 def test_the_period_and_its_errors() -> None:
     until = dt.datetime(2025, 3, 8, tzinfo=dt.UTC)
     assert parse_since("7d", until) == dt.datetime(2025, 3, 1, tzinfo=dt.UTC)

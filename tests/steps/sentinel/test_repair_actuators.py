@@ -409,6 +409,49 @@ def test_a_repair_handed_to_the_operators_template_ends_as_its_workflow_ends(
     assert details[-1].startswith(f"escalated: the repair failed: workflow/{name} failed: {said}")
 
 
+def test_a_node_deleted_while_awaiting_its_replacement_ends_replaced_and_its_name_starts_afresh(
+    doubles: Doubles, tmp_path: Path
+) -> None:
+    port, hardware, _ = doubles
+    _sentinel(port, hardware, _catalogue(tmp_path, xid_79="replace")).run_once()
+    _quarantined(port)
+    ledger.record(port, NODE, "quarantined", workflow="w", attempt=1, check="xid")
+    remediate.request_repair(NODE, "xid", workflow_name="w", repair_template="site-replace")
+    (workflow,) = _workflows(port)
+    name = str(workflow["metadata"]["name"])  # type: ignore[index]
+    port.patch_object(
+        "argoproj.io/v1alpha1", "Workflow", name, {"status": {"phase": "Succeeded"}}, port.namespace
+    )
+    port.delete_object(
+        "v1", "Node", NODE
+    )  # the provider terminated the machine; its successor has a new name
+
+    waited = remediate.repair_wait(NODE, "xid", "30s", workflow_name="w")  # no wait for a node that is gone
+    assert (
+        waited == f"{NODE}: gone from the cluster (its Node object was deleted): the repair check records it"
+    )
+    told = remediate.repaired(NODE, "xid", workflow_name="w")
+    assert told.startswith(
+        f"{NODE}: replaced: the Node object was deleted while awaiting its repair (the repair asked: replace)"
+    )
+    assert (tmp_path / "out" / "params" / "gone").read_text() == "true"  # recertification is skipped
+    history = ledger.entries(port, NODE)
+    assert history[-1].state == ledger.REPLACED and history[-1].workflow == "w"
+    assert remediate.repaired(NODE, "xid", workflow_name="w") == f"{NODE}: replaced (recorded already)"
+    assert (
+        port.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", port.namespace) is not None
+    )  # the case kept
+    # A node given the same name later is another machine: no attempts, no returns counted against it.
+    assert ledger.attempts(history) == 0 and ledger.changed_attempts(history) == 0
+    ledger.record(port, NODE, ledger.IN_SERVICE, workflow="old", attempt=1, check="xid", now=_days_ago(5))
+    history = sorted(ledger.entries(port, NODE), key=lambda e: e.at)
+    assert remediate.returns_within(history, 30, dt.datetime.now(dt.UTC)) == []
+
+
+def _days_ago(days: float) -> dt.datetime:
+    return dt.datetime.now(dt.UTC) - dt.timedelta(days=days)
+
+
 def _handed_and_succeeded(port: SimCluster, tmp_path: Path, actions: str) -> str:
     """XID 79 seen, the node quarantined, its reboot handed to the template ``site-repair`` (taking
     ``actions``), and the Workflow of it Succeeded as Argo's controller would mark it; its name."""
