@@ -46,10 +46,12 @@ launcher, one gloo rank per pod) and publishes the result as rank 0 would, throu
 
 from __future__ import annotations
 
+import argparse
 import calendar
 import contextlib
 import copy
 import functools
+import io
 import json
 import re
 import shutil
@@ -1013,14 +1015,41 @@ def rank_pod_program(process: PodProcess) -> int:
     return _publish(process, args, code, text)
 
 
+def _torchrun_refusal(args: RankPodArgs) -> str:
+    """What torchrun's own parser says of the pod's command line, ``''`` when it hands the module its flags
+    as given: torchrun reads the whole line for its options, abbreviations included, and refuses a line
+    where a program flag starts one of them (exit 2, as the real rank pod would)."""
+    from torch.distributed import run as torchrun
+
+    from steps.readiness.launchers.rankpod import torchrun_command
+
+    options = argparse.Namespace(
+        nnodes=args.nnodes,
+        nproc_per_node=args.nproc_per_node,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        module=args.module,
+        module_args=args.args,
+    )
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parsed = torchrun.get_args_parser().parse_args(torchrun_command(options, 0)[3:])
+    except SystemExit:
+        return "torchrun: usage: " + " ".join(said.getvalue().split()[-12:])
+    if (parsed.training_script, parsed.training_script_args) != (args.module, args.args):
+        return f"torchrun: usage: took {parsed.training_script} {parsed.training_script_args} for the program"
+    return ""
+
+
 def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[int, str]:
     """Run the group's module on this machine: ``(exit code, rank 0's result file text)``."""
     from steps.readiness.launchers.local import launch_local
 
-    problem = _rendezvous_error(process, args)
+    problem = _torchrun_refusal(args) or _rendezvous_error(process, args)
     folder = Path(tempfile.mkdtemp(prefix=f"{process.name}-", dir=process.kubelet.work_dir))
     out = folder / "result.json"
-    code = 1
+    code = 2 if problem.startswith("torchrun: usage") else 1
     if problem:
         process.message = problem
     else:

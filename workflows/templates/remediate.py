@@ -341,6 +341,25 @@ def _reconciler() -> CronWorkflow:
     return cron
 
 
+def _guard_arguments(wt: Any) -> dict[str, Any]:
+    """The guard step's arguments: the workflow's parameters, every one it reads before anything changes."""
+    return {
+        "node": wt.get_parameter("node"),
+        "check": wt.get_parameter("check"),
+        "event": wt.get_parameter("event"),
+        "workflow_name": WORKFLOW_NAME,
+        "dry_run": wt.get_parameter("dry-run"),
+        "max_attempts": wt.get_parameter("max-attempts"),
+        "breaker_share": wt.get_parameter("breaker-share"),
+        "breaker_window_s": wt.get_parameter("breaker-window-s"),
+        # Read here too, so that a malformed one fails the run before anything changes.
+        "drain_policy": wt.get_parameter("drain-policy"),
+        "repair_timeout": wt.get_parameter("repair-timeout"),
+        "repair_template": wt.get_parameter("repair-template"),
+        "repair_template_actions": wt.get_parameter("repair-template-actions"),
+    }
+
+
 def templates() -> list[Any]:
     """The remediation WorkflowTemplate and the reconciler's CronWorkflow."""
     guard = step(
@@ -374,23 +393,7 @@ def templates() -> list[Any]:
         repair_suspend = _repair_suspend()
         recertify = _recertify()
         with DAG(name="remediate"):
-            guarded = guard(
-                arguments={
-                    "node": node,
-                    "check": check,
-                    "event": wt.get_parameter("event"),
-                    "workflow_name": WORKFLOW_NAME,
-                    "dry_run": wt.get_parameter("dry-run"),
-                    "max_attempts": wt.get_parameter("max-attempts"),
-                    "breaker_share": wt.get_parameter("breaker-share"),
-                    "breaker_window_s": wt.get_parameter("breaker-window-s"),
-                    # Read here too, so that a malformed one fails the run before anything changes.
-                    "drain_policy": wt.get_parameter("drain-policy"),
-                    "repair_timeout": wt.get_parameter("repair-timeout"),
-                    "repair_template": wt.get_parameter("repair-template"),
-                    "repair_template_actions": wt.get_parameter("repair-template-actions"),
-                }
-            )
+            guarded = guard(arguments=_guard_arguments(wt))
             go = f"{guarded.get_parameter('proceed').value} == true"
             common = {"node": node, "check": check, "workflow_name": WORKFLOW_NAME}
             quarantined = quarantine(arguments=common, when=go)

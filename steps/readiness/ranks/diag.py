@@ -2,10 +2,10 @@
 
 Run one process per rank like every rank program (torchrun on a cluster, the local launcher here)::
 
-    torchrun --nproc-per-node 8 -m steps.readiness.ranks.diag --run 3 --out diag.json
+    torchrun --nproc-per-node 8 -m steps.readiness.ranks.diag --diag 3 --out diag.json
 
 Rank 0 runs the diagnostics for its node (DCGM tests every GPU of the node at once; the other ranks have
-nothing to do and leave). ``--run`` is what ``dcgmi diag -r`` takes: a level (1 quick, 2 medium, 3 long,
+nothing to do and leave). ``--diag`` is what ``dcgmi diag -r`` takes: a level (1 quick, 2 medium, 3 long,
 4 extended; each includes the ones below) or test names, comma-separated (``memory,memtest``).
 
 DCGM absent is a result, not an error: ``dcgmi`` not on the image's ``PATH``, or no host engine answering
@@ -239,7 +239,7 @@ def run_dcgmi(
 
 def diag_args(run: str, host: str = "", timeout_s: float = 3600.0) -> list[str]:
     """The program's flags for a run (the same on every rank)."""
-    return ["--run", run, "--timeout", f"{timeout_s:g}", *(["--host", host] if host else [])]
+    return ["--diag", run, "--timeout", f"{timeout_s:g}", *(["--host", host] if host else [])]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -247,7 +247,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m steps.readiness.ranks.diag", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--run", required=True, help="dcgmi diag -r: a level 1-4 or test names, comma-separated"
+        "--diag", required=True, help="dcgmi diag -r: a level 1-4 or test names, comma-separated"
     )
     parser.add_argument("--host", default="", help="the DCGM host engine (dcgmi's --host); default localhost")
     parser.add_argument("--dcgmi", default="dcgmi", help="the dcgmi program")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if os.environ.get("RANK", "0") != "0":
         return 0
-    result = run_dcgmi(args.run, node_name(), args.dcgmi, args.host, args.timeout)
+    result = run_dcgmi(args.diag, node_name(), args.dcgmi, args.host, args.timeout)
     text = dump_json(result)
     if args.out is not None:
         write_text(args.out, text)

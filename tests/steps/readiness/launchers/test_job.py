@@ -714,3 +714,42 @@ def test_sigterm_to_the_step_deletes_its_group_job(cluster: Cluster) -> None:
     assert step.wait(30) == 143
     assert "stopped by signal 15; deleting its objects" in (step.stderr.read() if step.stderr else "")
     assert _left(cluster.port) == NOTHING
+
+
+@pytest.mark.parametrize(
+    ("check", "request_"),
+    [
+        ("sweep", {"subject": Subject(kind="node", name="n", members=["n"]), "ranks": 2}),
+        ("smoke", {"subject": Subject(kind="node", name="n", members=["n"]), "ranks": 2}),
+        (
+            "diag",
+            {"subject": Subject(kind="node", name="n", members=["n"]), "run": "memory,memtest", "host": "h"},
+        ),
+    ],
+)
+def test_torchrun_hands_every_rank_programs_flags_to_it_as_given(
+    check: str, request_: dict[str, Any]
+) -> None:
+    """torchrun reads the whole command line for its own options, abbreviations included: a program flag
+    that starts one of them (``--run`` starts ``--run-path``) is taken as torchrun's, which then refuses
+    the line. Each check's program must reach its ranks unchanged."""
+    import argparse
+
+    from torch.distributed import run as torchrun
+
+    from steps.readiness import checks
+    from steps.readiness.launchers.rankpod import torchrun_command
+
+    made = {
+        "sweep": lambda: checks.allreduce_sweep_check(checks.SweepRequest(**request_)),
+        "smoke": lambda: checks.training_smoke_check(checks.SmokeRequest(**request_)),
+        "diag": lambda: checks.diag_check(checks.DiagRequest(**request_)),
+    }[check]()
+    program = [*made.program.args, made.program.outputs[0][0], "/tmp/dsx-out/result.json"]
+    options = argparse.Namespace(
+        nnodes=2, nproc_per_node=8, master_addr="rank-0.svc", master_port=29500, module=made.program.module,
+        module_args=program,
+    )  # fmt: skip
+    command = torchrun_command(options, 1)
+    parsed = torchrun.get_args_parser().parse_args(command[3:])
+    assert (parsed.training_script, parsed.training_script_args) == (made.program.module, program)
