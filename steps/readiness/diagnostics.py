@@ -2,10 +2,10 @@
 
 ``diag`` is ``auto`` (the default), ``off``, or a run for every node (what ``dcgmi diag -r`` takes: a
 level 1-4 or DCGM test names, comma-separated). ``auto`` runs diagnostics only on a node under
-remediation (it carries ``dsx.dev/remediation-check``, set at quarantine), chosen by the fault's check
-from ``recipes/faults/diagnostics.yaml``: memory faults run the memory tests, a fault of the whole GPU the
-long level, a NIC none (the sweep tests it). Any other node runs none: a fleet's certification is its
-sweeps and smoke run, and its cost stays what it was.
+remediation or escalated by it (a ``dsx.dev/state`` label, and ``dsx.dev/remediation-check``, set at
+quarantine), chosen by the fault's check from ``recipes/faults/diagnostics.yaml``: memory faults run the
+memory tests, a fault of the whole GPU the long level, a NIC none (the sweep tests it). Any other node
+runs none: a fleet's certification is its sweeps and smoke run, and its cost stays what it was.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def node_runs(option: str, nodes: list[Node], policy: DiagnosticsPolicy | None =
         runs = {}
         for node in nodes:
             check = node.annotations.get(vocab.ANNOTATION_REMEDIATION_CHECK)
-            if check:
+            if check and node.labels.get(vocab.LABEL_STATE):  # in remediation, or escalated by it
                 runs[node.name] = chosen.run_for(check)
         return {name: run for name, run in runs.items() if run != OFF}
     run = check_run(option, "certify option: diag")

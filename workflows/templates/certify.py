@@ -103,10 +103,11 @@ def _parameters() -> list[Parameter]:
         ),
         param(
             "diag",
-            "DCGM's diagnostics on each node: auto runs them on a node under remediation, as its fault's "
-            "check calls for (recipes/faults/diagnostics.yaml: memory faults run the memory tests), and on "
-            "no other node; off; or what dcgmi diag -r takes, for every node (a level 1-4, or test names "
-            "comma-separated). DCGM absent from the GPU image is said in the report, not a failure.",
+            "DCGM's diagnostics on each node: auto runs them on a node under remediation (or escalated by "
+            "it), as its fault's check calls for (recipes/faults/diagnostics.yaml: memory faults run the "
+            "memory tests), and on no other node; off; or what dcgmi diag -r takes, for every node (a "
+            "level 1-4, or test names comma-separated). DCGM absent from the GPU image is said in the "
+            "report, not a failure.",
             "auto",
         ),
         param("dcgm-host", "The DCGM host engine dcgmi asks (its --host); empty: localhost.", ""),

@@ -46,14 +46,22 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSX_CLUSTER", shareable("sim:nodes=3,gpu=h100", tmp_path))
 
 
-def _under_remediation(node: str, check: str) -> None:
-    connect().set_node_metadata(node, annotations={vocab.ANNOTATION_REMEDIATION_CHECK: check})
+def _under_remediation(node: str, check: str, state: str = "recertifying") -> None:
+    connect().set_node_metadata(
+        node, labels={vocab.LABEL_STATE: state}, annotations={vocab.ANNOTATION_REMEDIATION_CHECK: check}
+    )
 
 
 @pytest.mark.usefixtures("fleet")
 def test_auto_runs_diagnostics_only_on_nodes_under_remediation_as_their_check_calls_for() -> None:
     _under_remediation("node-01", "ecc")
     _under_remediation("node-02", "nic")  # a NIC is the sweep's to test: none
+    nodes = connect().list_nodes()
+    assert node_runs("auto", nodes) == {"node-01": "memory,memtest"}
+    # a note left on a node no remediation holds (a person cleared an escalation by hand) runs nothing
+    connect().set_node_metadata("node-01", labels={vocab.LABEL_STATE: None})
+    assert node_runs("auto", connect().list_nodes()) == {}
+    _under_remediation("node-01", "ecc", "escalated")  # a person recertifying an escalated node
     nodes = connect().list_nodes()
     assert node_runs("auto", nodes) == {"node-01": "memory,memtest"}
     assert node_runs("off", nodes) == {}
