@@ -117,9 +117,9 @@ class CertifyOptions(Model):
     )
     diag: str = Field(
         default="auto",
-        description="DCGM's diagnostics on each node: auto (a node under remediation: as its fault's check "
-        "calls for, recipes/faults/diagnostics.yaml; any other node none), off, or what dcgmi diag -r "
-        "takes for every node (a level 1-4, or test names comma-separated)",
+        description="DCGM's diagnostics on each node: auto (a node under remediation or escalated by it: "
+        "as its fault's check calls for, recipes/faults/diagnostics.yaml; any other node none), off, or "
+        "what dcgmi diag -r takes for every node (a level 1-4, or test names comma-separated)",
     )
     dcgm_host: str = Field(
         default="", description="the DCGM host engine dcgmi asks (--host); empty: localhost"

@@ -12,7 +12,8 @@ DCGM absent is a result, not an error: ``dcgmi`` not on the image's ``PATH``, or
 at ``--host`` (``dcgmi`` prints "unable to establish a connection" and nothing else) gives
 ``present: false`` with the reason. Anything else ``dcgmi`` says is read from its JSON (DCGM 4's layout:
 ``"DCGM Diagnostic"`` -> ``test_categories`` -> ``tests`` -> ``results`` per entity, with a
-``test_summary``; a diagnostic that could not run says so in ``runtime_error``); output that is not that
+``test_summary``; DCGM 3's, ``"DCGM GPU Diagnostic"`` with results per ``gpu_id``, is read too; a
+diagnostic that could not run says so in ``runtime_error``); output that is not that
 JSON is kept as ``error`` with the command's exit status and the start of its output.
 """
 
@@ -25,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,8 @@ class DiagResult(Model):
 
 
 def _texts(items: object, key: str) -> list[str]:
+    if isinstance(items, str):  # DCGM 3 gives a result's info as one string
+        return [items] if items else []
     if not isinstance(items, list):
         return []
     return [str(item.get(key, item)) if isinstance(item, dict) else str(item) for item in items]
@@ -113,8 +117,11 @@ def _texts(items: object, key: str) -> list[str]:
 
 def _entity(raw: dict[str, Any]) -> DiagEntity:
     entity_id = raw.get("entity_id")
+    gpu_id = str(raw.get("gpu_id", ""))  # DCGM 3's layout: every result is a GPU's, its index a string
+    if not isinstance(entity_id, int) and gpu_id.isdigit():
+        entity_id = int(gpu_id)
     return DiagEntity(
-        group=str(raw.get("entity_group", "")),
+        group=str(raw.get("entity_group", "GPU" if gpu_id else "")),
         id=entity_id if isinstance(entity_id, int) else None,
         status=str(raw.get("status", "")),
         warnings=_texts(raw.get("warnings"), "warning"),
@@ -123,6 +130,9 @@ def _entity(raw: dict[str, Any]) -> DiagEntity:
 
 
 def _gpus(output: dict[str, Any]) -> list[str]:
+    serials = output.get("GPU Device Serials")  # DCGM 3: index -> serial
+    if isinstance(serials, dict):
+        return [f"GPU {index} (serial {serial})" for index, serial in sorted(serials.items())]
     found = []
     for group in output.get("entity_groups") or []:
         if not isinstance(group, dict) or group.get("entity_group") != "GPU":
@@ -132,6 +142,12 @@ def _gpus(output: dict[str, Any]) -> list[str]:
                 serial = entity.get("serial_num")
                 found.append(f"GPU {entity.get('entity_id')}" + (f" (serial {serial})" if serial else ""))
     return found
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    """A test's status from its entities' (DCGM 3 gives no summary): Fail, then Warn, else Pass."""
+    seen = set(statuses)
+    return next((s for s in ("Fail", "Warn") if s in seen), "Pass")
 
 
 def read_dcgmi(text: str, exit_code: int) -> dict[str, Any]:
@@ -145,7 +161,10 @@ def read_dcgmi(text: str, exit_code: int) -> dict[str, Any]:
         output = json.loads(text[start : end + 1]) if start >= 0 else None
     except ValueError:
         output = None
-    body = output.get("DCGM Diagnostic") if isinstance(output, dict) else None
+    # DCGM 4 names the body "DCGM Diagnostic", DCGM 3 "DCGM GPU Diagnostic" (nvvs/include/NvvsJsonStrings.h)
+    body = None
+    if isinstance(output, dict):
+        body = output.get("DCGM Diagnostic") or output.get("DCGM GPU Diagnostic")
     if not isinstance(output, dict) or not isinstance(body, dict):
         said = " ".join(text.split())[:300] or "nothing"
         return {"error": f"dcgmi exited {exit_code} without DCGM's diagnostic JSON: {said}"}
@@ -154,7 +173,7 @@ def read_dcgmi(text: str, exit_code: int) -> dict[str, Any]:
         metadata = {}
     fields: dict[str, Any] = {
         "version": metadata.get("version") or body.get("version"),
-        "driver": metadata.get("Driver Version Detected"),
+        "driver": metadata.get("Driver Version Detected") or output.get("Driver Version Detected"),
         "gpus": _gpus(output),
     }
     tests = []
@@ -168,9 +187,7 @@ def read_dcgmi(text: str, exit_code: int) -> dict[str, Any]:
             if not isinstance(summary, dict):
                 summary = {}
             entities = [_entity(r) for r in test.get("results") or [] if isinstance(r, dict)]
-            status = summary.get("status") or (
-                "Fail" if any(e.status == "Fail" for e in entities) else "Pass"
-            )
+            status = summary.get("status") or _worst(e.status for e in entities)
             tests.append(
                 DiagTest(
                     category=str(category.get("category", "")),

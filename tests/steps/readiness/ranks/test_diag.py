@@ -161,6 +161,56 @@ def test_a_failed_memory_test_fails_the_node_naming_the_gpu_and_dcgms_words(
     )
 
 
+def test_dcgm_3s_layout_is_read_too() -> None:
+    """DCGM 3.3's ``dcgmi diag -j`` (dcgmi/Diag.cpp of 3.3.9): the body named "DCGM GPU Diagnostic", each
+    result a ``gpu_id`` (a string) with its status, warnings and one info string, no test summary; the
+    driver and the GPUs' serials at the top."""
+    output = {
+        "DCGM GPU Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {
+                            "name": "Memory",
+                            "results": [
+                                {"gpu_id": "0", "status": "Pass", "info": "Allocated 95% of memory"},
+                                {
+                                    "gpu_id": "1",
+                                    "status": "Fail",
+                                    "warnings": [
+                                        {
+                                            "warning": "A DBE occurred on GPU 1",
+                                            "error_id": 83,
+                                            "error_category": 4,
+                                            "error_severity": 2,
+                                        }
+                                    ],
+                                },
+                            ],
+                        }
+                    ],
+                }
+            ],
+            "version": "3.3.9",
+        },
+        "Driver Version Detected": "550.90.07",
+        "GPU Device Serials": {"0": "1652320000", "1": "1652320001"},
+    }
+    fields = read_dcgmi(json.dumps(output), 226)
+    assert (fields["version"], fields["driver"]) == ("3.3.9", "550.90.07")
+    assert fields["gpus"] == ["GPU 0 (serial 1652320000)", "GPU 1 (serial 1652320001)"]
+    (test,) = fields["tests"]
+    assert (test.name, test.status) == ("Memory", "Fail")
+    assert [(e.group, e.id, e.status, e.info) for e in test.entities] == [
+        ("GPU", 0, "Pass", ["Allocated 95% of memory"]),
+        ("GPU", 1, "Fail", []),
+    ]
+    result = DiagResult(node="node-01", run="2", present=True, exit_code=226, **fields)
+    (verdict,) = judge_diag(result, NODE)
+    assert verdict.status == "fail" and "Memory failed (GPU 1: A DBE occurred on GPU 1)" in verdict.message
+
+
 def test_warnings_pass_and_are_said() -> None:
     warned = dcgm_json({"targeted_power": [("Warn", ["Clocks are being throttled for GPU 0"])]})
     result = DiagResult(node="node-01", run="3", present=True, exit_code=0, **read_dcgmi(warned, 0))
