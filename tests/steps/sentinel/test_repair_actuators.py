@@ -333,6 +333,33 @@ def test_a_reboot_command_that_fails_ends_the_wait_and_escalates_with_what_it_sa
         remediate.repaired(NODE, "xid", workflow_name="w")
 
 
+def test_no_reboot_is_run_before_its_running_outcome_is_written(
+    file_fleet: SimCluster, tmp_path: Path
+) -> None:
+    """A reboot may end the agent before it writes anything after: with the outcome not written (the API
+    server refusing the node's patch), nothing runs; the next read of the node, answered, runs it once."""
+    port = file_fleet
+    catalogue = _catalogue(tmp_path)
+    command = _reboot_command(tmp_path / "bin")
+    actuator = RepairActuator(
+        NODE,
+        port,
+        NodeProbes(NODE, catalogue, port, lambda: dt.datetime.now(dt.UTC), 8),
+        reboot_command=command,
+    )
+    _sentinel(port, port, catalogue).run_once()
+    _quarantined(port)
+    remediate.request_repair(NODE, "xid", workflow_name="w")
+    port.inject_api(forbid=["patch nodes"])
+    actuator.act(port.get_node(NODE))
+    assert not (tmp_path / "bin" / "runs").exists() and outcome_of(port.get_node(NODE)) is None
+    port.inject_api(forbid=[])
+    actuator.act(port.get_node(NODE))
+    assert (tmp_path / "bin" / "runs").read_text().count("reboot") == 1
+    outcome = outcome_of(port.get_node(NODE))
+    assert outcome is not None and (outcome.actuator, outcome.phase) == (REBOOT, "Running")
+
+
 def test_kured_and_the_agents_own_reboot_are_not_both_chosen(tmp_path: Path) -> None:
     hardware = SimCluster(MemoryStore(load_fleet("sim:nodes=1,gpu=h100")))
     probes = NodeProbes(NODE, _catalogue(tmp_path), hardware, lambda: dt.datetime.now(dt.UTC), 8)
