@@ -137,8 +137,12 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         cluster.up()
         yield RealCluster(cluster.kubeconfig, cluster.env(), cluster)
     finally:
-        cluster.down()
-        signal.signal(signal.SIGTERM, before)
+        # The cluster is coming down: a signal now must not cut that short and leave its processes.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            cluster.down()
+        finally:
+            signal.signal(signal.SIGTERM, before)
 
 
 @pytest.fixture
