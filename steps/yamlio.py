@@ -19,10 +19,12 @@ can still be reported as ``file:line`` (:func:`line_of`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import stat
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,22 @@ __all__ = [
     "parse_yaml",
     "plain",
     "read_text",
+    "shipped",
 ]
+
+
+def shipped(*parts: str) -> Path:
+    """A file or folder of the data shipped in the ``recipes`` package (package data, found through
+    importlib): ``shipped("faults", "xid.yaml")``.
+
+    A folder named ``recipes`` in the current directory can shadow the package under ``python -m``; it is
+    then a namespace package, and the data installed beside ``steps`` is used instead.
+    """
+    package = importlib.import_module("recipes")
+    if getattr(package, "__file__", None):
+        return Path(str(resources.files("recipes")), *parts)
+    return Path(__file__).resolve().parents[1].joinpath("recipes", *parts)
+
 
 #: Nodes that aliases may add to one document, over the nodes it spells out. Real files use a handful
 #: of anchors; an alias bomb needs millions.

@@ -10,8 +10,6 @@ runs none: a fleet's certification is its sweeps and smoke run, and its cost sta
 
 from __future__ import annotations
 
-import importlib
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +20,7 @@ from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from steps.models import Camel, read_model
 from steps.readiness.ranks.diag import DCGM_TESTS
+from steps.yamlio import shipped
 
 __all__ = ["AUTO", "OFF", "DiagnosticsPolicy", "check_run", "load_policy", "node_runs"]
 
@@ -92,20 +91,15 @@ class DiagnosticsPolicy(Camel):
         return self.checks.get(check, self.default)
 
 
-def _shipped() -> Path:
-    package = importlib.import_module("recipes")
-    if getattr(package, "__file__", None):
-        return Path(str(resources.files("recipes"))) / "faults" / "diagnostics.yaml"
-    return Path(__file__).resolve().parents[2] / "recipes" / "faults" / "diagnostics.yaml"
-
-
 def load_policy(path: Path | None = None) -> DiagnosticsPolicy:
     """The policy in ``path`` (default: the shipped ``recipes/faults/diagnostics.yaml``).
 
     Raises:
         InputError: the file is missing, not YAML, or names an unknown check or run (file and line).
     """
-    return read_model(path or _shipped(), DiagnosticsPolicy, what="RecertificationDiagnostics")
+    return read_model(
+        path or shipped("faults", "diagnostics.yaml"), DiagnosticsPolicy, what="RecertificationDiagnostics"
+    )
 
 
 def node_runs(option: str, nodes: list[Node], policy: DiagnosticsPolicy | None = None) -> dict[str, str]:

@@ -10,9 +10,7 @@ Layout of a catalogue folder (the packaged one is ``recipes/``; ``--recipes DIR`
 
 from __future__ import annotations
 
-import importlib
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +21,7 @@ from steps.errors import InputError
 from steps.models import Frozen, validate
 from steps.runtime.criteria import Criteria, parse_criteria
 from steps.runtime.yamlio import LineDict, line_of, load_yaml
+from steps.yamlio import shipped
 
 __all__ = [
     "API_VERSION",
@@ -224,10 +223,7 @@ def default_catalogue_dir() -> Path:
     A folder named ``recipes`` in the current directory can shadow the package under ``python -m``;
     it is then a namespace package, and the catalogue installed beside ``steps`` is used instead.
     """
-    package = importlib.import_module("recipes")
-    if getattr(package, "__file__", None):
-        return Path(str(resources.files("recipes")))
-    return Path(__file__).resolve().parents[2] / "recipes"
+    return shipped()
 
 
 def _check_name(kind: str, name: str, where: str) -> None:

@@ -9,8 +9,6 @@ list gets its ``default`` and keeps its raw code.
 
 from __future__ import annotations
 
-import importlib
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +18,7 @@ from steps.errors import InputError
 from steps.models import Frozen, read_model
 from steps.sentinel.events import CHECKS, Action, Severity
 from steps.sentinel.history import FaultHistory, load_history
+from steps.yamlio import shipped
 
 __all__ = [
     "CatalogueEntry",
@@ -191,10 +190,7 @@ class FaultCatalogue:
 
 def default_faults_dir() -> Path:
     """``recipes/faults`` as shipped in the ``recipes`` package."""
-    package = importlib.import_module("recipes")
-    if getattr(package, "__file__", None):
-        return Path(str(resources.files("recipes"))) / "faults"
-    return Path(__file__).resolve().parents[2] / "recipes" / "faults"
+    return shipped("faults")
 
 
 def load_catalogue(folder: Path | None = None, overrides: Path | None = None) -> FaultCatalogue:

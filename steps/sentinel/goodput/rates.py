@@ -8,14 +8,13 @@ Everything here is validated when read, and an error names the file and the line
 
 from __future__ import annotations
 
-import importlib
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from steps.models import Camel, read_model
+from steps.yamlio import shipped
 
 __all__ = [
     "MIN_CHECKPOINT_MINUTES",
@@ -237,10 +236,7 @@ class FaultRates(Camel):
 
 def default_rates_path() -> Path:
     """``recipes/goodput/fault-rates.yaml`` as shipped in the ``recipes`` package."""
-    package = importlib.import_module("recipes")
-    if getattr(package, "__file__", None):
-        return Path(str(resources.files("recipes"))) / "goodput" / "fault-rates.yaml"
-    return Path(__file__).resolve().parents[3] / "recipes" / "goodput" / "fault-rates.yaml"
+    return shipped("goodput", "fault-rates.yaml")
 
 
 def load_rates(path: Path | None = None) -> FaultRates:
