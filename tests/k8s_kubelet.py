@@ -1015,7 +1015,7 @@ def rank_pod_program(process: PodProcess) -> int:
     return _publish(process, args, code, text)
 
 
-def _torchrun_refusal(args: RankPodArgs) -> str:
+def torchrun_refusal(args: RankPodArgs) -> str:
     """What torchrun's own parser says of the pod's command line, ``''`` when it hands the module its flags
     as given: torchrun reads the whole line for its options, abbreviations included, and refuses a line
     where a program flag starts one of them (exit 2, as the real rank pod would)."""
@@ -1046,7 +1046,7 @@ def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[
     """Run the group's module on this machine: ``(exit code, rank 0's result file text)``."""
     from steps.readiness.launchers.local import launch_local
 
-    problem = _torchrun_refusal(args) or _rendezvous_error(process, args)
+    problem = torchrun_refusal(args) or _rendezvous_error(process, args)
     folder = Path(tempfile.mkdtemp(prefix=f"{process.name}-", dir=process.kubelet.work_dir))
     out = folder / "result.json"
     code = 2 if problem.startswith("torchrun: usage") else 1

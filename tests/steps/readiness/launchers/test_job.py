@@ -732,13 +732,10 @@ def test_torchrun_hands_every_rank_programs_flags_to_it_as_given(
 ) -> None:
     """torchrun reads the whole command line for its own options, abbreviations included: a program flag
     that starts one of them (``--run`` starts ``--run-path``) is taken as torchrun's, which then refuses
-    the line. Each check's program must reach its ranks unchanged."""
-    import argparse
-
-    from torch.distributed import run as torchrun
-
+    the line. Each check's program must reach its ranks unchanged (through torchrun's own parser, as the
+    kubelet double reads a rank pod's line)."""
     from steps.readiness import checks
-    from steps.readiness.launchers.rankpod import torchrun_command
+    from tests.k8s_kubelet import torchrun_refusal
 
     made = {
         "sweep": lambda: checks.allreduce_sweep_check(checks.SweepRequest(**request_)),
@@ -746,10 +743,7 @@ def test_torchrun_hands_every_rank_programs_flags_to_it_as_given(
         "diag": lambda: checks.diag_check(checks.DiagRequest(**request_)),
     }[check]()
     program = [*made.program.args, made.program.outputs[0][0], "/tmp/dsx-out/result.json"]
-    options = argparse.Namespace(
-        nnodes=2, nproc_per_node=8, master_addr="rank-0.svc", master_port=29500, module=made.program.module,
-        module_args=program,
-    )  # fmt: skip
-    command = torchrun_command(options, 1)
-    parsed = torchrun.get_args_parser().parse_args(command[3:])
-    assert (parsed.training_script, parsed.training_script_args) == (made.program.module, program)
+    line = RankPodArgs(
+        "state", "/tmp/dsx-out/result.json", 2, 8, "rank-0.svc", 29500, made.program.module, program
+    )
+    assert torchrun_refusal(line) == ""
