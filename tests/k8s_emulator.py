@@ -60,6 +60,9 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
   stays, holding its node's resources, until the kubelet confirms its containers stopped:
   ``pkg/registry/core/pod/strategy.go`` CheckGracefulDelete. With no kubelet double it leaves at once.
+  A node the kubelet double holds ``down`` confirms nothing: its pods stay terminating, until the pod
+  garbage collector's rule for a node not Ready with the taint ``node.kubernetes.io/out-of-service``
+  removes them (``pkg/controller/podgc/gc_controller.go`` gcTerminating; the e2e tier compares).
 - Disruption controller: a budget's status (currentHealthy: ready pods not being deleted and not in
   disruptedPods for less than 2 minutes; desiredHealthy and expectedPods: an integer minAvailable
   over every matching pod, maxUnavailable or a percentage over the scale of the pods' controllers, a
@@ -147,6 +150,7 @@ WITH_STATUS = {
 }
 SMP_KEYS = {"conditions": "type", "addresses": "type", "containers": "name", "volumes": "name", "env": "name"}
 TERMINAL = ("Succeeded", "Failed")
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 SCALED = ("ReplicaSet", "StatefulSet", "Deployment", "ReplicationController")  # kinds with a scale
 
 # Finalizers and labels the API server and the Job controller use (batch/v1 types.go).
@@ -1440,11 +1444,37 @@ class Emulator:
 
         for _ in range(passes):
             changed = self._collect_garbage()
+            changed = self._gc_out_of_service() or changed
             changed = self._sync_jobs() or changed
             changed = schedule_pending(self) or changed
             changed = self._sync_budgets() or changed
             if not changed:
                 return
+
+    def _gc_out_of_service(self) -> bool:
+        """The pod garbage collector's rule for a node a person confirmed down: a terminating pod on a node
+        that is not Ready and carries ``node.kubernetes.io/out-of-service`` is deleted at once (marked
+        Failed, then deleted with grace 0: ``pkg/controller/podgc/gc_controller.go`` gcTerminating)."""
+        down = {
+            name
+            for (_, plural, _, name), node in self._objects.items()
+            if plural == "nodes"
+            and any(t.get("key") == OUT_OF_SERVICE for t in (node.get("spec") or {}).get("taints") or [])
+            and not any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or []
+            )
+        }
+        gone = [
+            key
+            for key, pod in self._objects.items()
+            if key[1] == "pods"
+            and pod["metadata"].get("deletionTimestamp")
+            and (pod.get("spec") or {}).get("nodeName") in down
+        ]
+        for key in gone:
+            self._remove(key)
+        return bool(gone)
 
     def _next_due(self) -> float:
         """Seconds until the next Job deadline or back-off ends (at most a quarter second)."""

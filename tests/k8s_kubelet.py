@@ -35,9 +35,10 @@ the pod's *program* in a thread, and ends the pod Succeeded or Failed with the p
 While it runs the emulator deletes its pods gracefully: a pod being deleted has its program told to
 stop (SIGTERM, :attr:`PodProcess.stopped`); once the program ends, or its grace period is over (then it
 counts as killed, exit 137), the kubelet confirms the deletion. Per-node behaviour (:class:`NodeBehaviour`): a
-start delay, never starting (ImagePullBackOff), every pod failing. Programs are chosen by the first
-container's command (:meth:`Kubelet.register`); built in: ``sleep S``, ``true``, ``false``, and dsx's
-rank pods (:func:`rank_pod_program`). Pods with no matching program run until deleted.
+start delay, never starting (ImagePullBackOff), every pod failing, a node down (nothing done for its
+pods). Programs are chosen by the first container's command (:meth:`Kubelet.register`); built in:
+``sleep S``, ``true``, ``false``, and dsx's rank pods (:func:`rank_pod_program`). Pods with no matching
+program run until deleted.
 
 The rank-pod program is a test double of ``python -m steps.readiness.launchers.rankpod``: when every
 pod of its Job runs, it plays the whole group on this machine (the group's module through the local
@@ -430,12 +431,15 @@ class NodeBehaviour:
         fail_exit_code: when set, every pod here exits with this code ``fail_after_s`` after it starts,
             whatever its program.
         fail_after_s: see ``fail_exit_code``.
+        down: the node is off or cut off: its kubelet does nothing (starts no pod, stops none, confirms
+            no deletion), so a pod deleted there stays terminating, as on a real cluster.
     """
 
     start_delay_s: float = 0.0
     never_starts: bool = False
     fail_exit_code: int | None = None
     fail_after_s: float = 0.0
+    down: bool = False
 
 
 @dataclass
@@ -624,7 +628,7 @@ class Kubelet:
             uid = pod["metadata"].get("uid", "")
             present[uid] = pod
             node = (pod.get("spec") or {}).get("nodeName")
-            if not node:
+            if not node or self.behaviours.get(node, NodeBehaviour()).down:
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 self._stop(pod)

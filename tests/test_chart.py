@@ -1017,3 +1017,25 @@ def test_remediations_guard_applies_the_lemon_rule_of_the_sentinels_overrides() 
     )
     assert rendered.returncode == 0, rendered.stderr
     assert json.loads(history_env(_docs(rendered.stdout))) == lemon
+
+
+def test_the_reconciler_reads_the_sentinels_overrides_and_may_write_what_its_not_ready_check_writes() -> None:
+    def overrides_env(docs: list[dict[str, Any]]) -> str:
+        (step,) = [t for t in _spec(_workflows(docs)["dsx-reconcile"])["templates"] if "script" in t]
+        return str(_env(step["script"])["DSX_FAULT_OVERRIDES"])
+
+    docs = _render(CHART)
+    assert overrides_env(docs) == ""
+    granted = set(_granted(docs, "dsx-reconcile"))
+    assert {
+        ("*", "", "nodes", "patch"),
+        ("*", "", "nodes/status", "patch"),
+        ("default", "", "events", "create"),
+    } <= granted
+    changes = {"entries": [{"check": "not-ready", "code": "ready-unknown", "threshold": 600}]}
+    given = f"sentinel.overrides={json.dumps(changes)}"
+    rendered = _run(
+        [helm_binary(), "template", "dsx", str(CHART), "--namespace", "gpu-ops", "--set-json", given]
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert json.loads(overrides_env(_docs(rendered.stdout))) == changes

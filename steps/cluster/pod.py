@@ -35,6 +35,7 @@ class Pod(Strict):
     phase: str = "Running"
     labels: dict[str, str] = Field(default_factory=dict)
     gpus: int = Field(0, ge=0, description="the GPUs it holds (its containers' nvidia.com/gpu requests)")
+    terminating: bool = Field(False, description="being deleted (deletionTimestamp set), not gone yet")
 
     @property
     def ref(self) -> str:
@@ -68,6 +69,7 @@ class Pod(Strict):
             phase=str((data.get("status") or {}).get("phase") or "Pending"),
             labels=dict(meta.get("labels") or {}),
             gpus=_gpus(data.get("spec") or {}),
+            terminating=bool(meta.get("deletionTimestamp")),
         )
 
     def to_manifest(self) -> dict[str, Any]:

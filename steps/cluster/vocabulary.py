@@ -96,6 +96,7 @@ __all__ = [
     "ENV_DEBUG",
     "ENV_FAIL_FILE",
     "ENV_FAULT_HISTORY",
+    "ENV_FAULT_OVERRIDES",
     "ENV_GPU_IMAGE",
     "ENV_HELM_NAMESPACES",
     "ENV_JOB_POLL_S",
@@ -140,6 +141,7 @@ __all__ = [
     "PREFIX",
     "REPLACE_REQUESTED",
     "SENTINEL_CHECKS",
+    "TAINT_OUT_OF_SERVICE",
     "TAINT_UNHEALTHY",
     "TAINT_UNHEALTHY_EFFECT",
     "WORKFLOW_BISECT",
@@ -226,6 +228,9 @@ REPLACE_REQUESTED: Final = "requested"
 
 TAINT_UNHEALTHY: Final = "dsx.dev/unhealthy"
 TAINT_UNHEALTHY_EFFECT: Final = "NoSchedule"
+TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+"""Kubernetes' taint a person puts on a node they confirmed is shut down (non-graceful node shutdown): the
+pod garbage collector then force-deletes the pods left terminating there, as no kubelet will confirm them."""
 # The names of dsx's WorkflowTemplates and CronWorkflows, and so of the Workflows they make.
 WORKFLOW_BISECT: Final = "dsx-bisect"
 WORKFLOW_BUNDLE: Final = "dsx-bundle"
@@ -280,6 +285,7 @@ SENTINEL_CHECKS: Final[dict[str, tuple[SentinelComponent, str]]] = {
     "nvml": ("node", "DsxNvmlUnavailable"),
     "probe": ("node", "DsxSentinelProbeFailed"),
     "node-problem": ("node", "DsxNodeProblem"),
+    "not-ready": ("node", "DsxNodeNotReady"),
 }
 """Every check the sentinel's probes run, by name: the component it is about, and the node condition it
 sets (``status=True``: the problem is present). The one table of checks; the views below read it."""
@@ -364,11 +370,15 @@ ENV_LEDGER_RETENTION_DAYS: Final = "DSX_LEDGER_RETENTION_DAYS"
 
 # Sentinel: the node agent.
 ENV_SENTINEL_OVERRIDES: Final = "DSX_SENTINEL_OVERRIDES"
-#: The cluster's fault history rules (a FaultHistory as JSON or YAML, the chart's
-#: sentinel.overrides.history) given to dsx-remediate's guard, whose lemon rule it applies; empty: the
-#: overrides file of DSX_SENTINEL_OVERRIDES where there is one, else the shipped rules.
-ENV_FAULT_HISTORY: Final = "DSX_FAULT_HISTORY"
 """A fault catalogue overrides file (the cluster's own severities, actions and modes)."""
+ENV_FAULT_HISTORY: Final = "DSX_FAULT_HISTORY"
+"""The cluster's fault history rules (a FaultHistory as JSON or YAML, the chart's
+``sentinel.overrides.history``) given to dsx-remediate's guard, whose lemon rule it applies; empty: the
+overrides file of ``DSX_SENTINEL_OVERRIDES`` where there is one, else the shipped rules."""
+ENV_FAULT_OVERRIDES: Final = "DSX_FAULT_OVERRIDES"
+"""The cluster's whole fault catalogue overrides (a FaultOverrides body as JSON or YAML, the chart's
+``sentinel.overrides``) given to dsx-reconcile, which judges the nodes whose agent may be down
+(``not-ready``); empty: the overrides file of ``DSX_SENTINEL_OVERRIDES`` where there is one, else none."""
 ENV_SENTINEL_SYSFS: Final = "DSX_SENTINEL_SYSFS"
 """Where the node's ``/sys`` is mounted in the agent's pod (default ``/sys``)."""
 ENV_SENTINEL_KERNEL_LOG: Final = "DSX_SENTINEL_KERNEL_LOG"

@@ -9,13 +9,16 @@ list gets its ``default`` and keeps its raw code.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+import yaml
+from pydantic import Field, ValidationError
 
+from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
-from steps.models import Frozen, read_model
+from steps.models import Frozen, input_error, read_model
 from steps.sentinel.events import CHECKS, Action, Severity
 from steps.sentinel.history import FaultHistory, load_history
 from steps.yamlio import shipped
@@ -27,6 +30,7 @@ __all__ = [
     "Mode",
     "Rule",
     "default_faults_dir",
+    "given_catalogue",
     "load_catalogue",
 ]
 
@@ -193,8 +197,14 @@ def default_faults_dir() -> Path:
     return shipped("faults")
 
 
-def load_catalogue(folder: Path | None = None, overrides: Path | None = None) -> FaultCatalogue:
-    """Read the catalogue from ``folder`` (default the shipped one) and apply ``overrides``.
+def load_catalogue(
+    folder: Path | None = None,
+    overrides: Path | None = None,
+    changes: FaultOverrides | None = None,
+    source: str = "",
+) -> FaultCatalogue:
+    """Read the catalogue from ``folder`` (default the shipped one) and apply ``overrides`` (a file), or
+    ``changes`` already read (from ``source``, for messages).
 
     Raises:
         InputError: a file is missing, is not YAML or does not fit its kind; an override names an
@@ -253,16 +263,46 @@ def load_catalogue(folder: Path | None = None, overrides: Path | None = None) ->
     modes: dict[str, Mode] = dict(conditions.modes)
     history = load_history(where / "history.yaml") if (where / "history.yaml").exists() else FaultHistory()
     if overrides is not None:
-        changes = read_model(overrides, FaultOverrides, what="FaultOverrides")
-        _apply(changes, overrides, entries, thresholds, modes)
+        changes, source = read_model(overrides, FaultOverrides, what="FaultOverrides"), str(overrides)
+    if changes is not None:
+        _apply(changes, source or "overrides", entries, thresholds, modes)
         history = changes.history or history
     by_message = {f"xid/{code}": rules for code, rules in xids.by_message.items()}
     return FaultCatalogue(entries, thresholds, modes, defaults, by_message, history)
 
 
+def given_catalogue() -> FaultCatalogue:
+    """The catalogue with the cluster's overrides where this process is given them: the whole overrides
+    body in :data:`~steps.cluster.vocabulary.ENV_FAULT_OVERRIDES` (JSON or YAML, as the chart gives
+    dsx-reconcile its ``sentinel.overrides``), else the file
+    :data:`~steps.cluster.vocabulary.ENV_SENTINEL_OVERRIDES` names (as the agent is given it), else none.
+
+    Raises:
+        InputError: the overrides do not read as a FaultOverrides, or name what the catalogue lacks (the
+            variable named).
+    """
+    given = os.environ.get(vocab.ENV_FAULT_OVERRIDES, "").strip()
+    if given:
+        where = f"${vocab.ENV_FAULT_OVERRIDES}"
+        try:
+            body = yaml.safe_load(given)
+        except yaml.YAMLError as exc:
+            raise InputError(f"{where}: not YAML or JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise InputError(f"{where}: expected a FaultOverrides object (modes, entries, history)")
+        body = {"apiVersion": "dsx.dev/v1alpha1", "kind": "FaultOverrides", **body}
+        try:
+            changes = FaultOverrides.model_validate(body)
+        except ValidationError as exc:
+            raise input_error(exc, where) from None
+        return load_catalogue(changes=changes, source=where)
+    file = os.environ.get(vocab.ENV_SENTINEL_OVERRIDES)
+    return load_catalogue(overrides=Path(file) if file else None)
+
+
 def _apply(
     changes: FaultOverrides,
-    path: Path,
+    path: Path | str,
     entries: dict[tuple[str, str], CatalogueEntry],
     thresholds: dict[tuple[str, str], float],
     modes: dict[str, Mode],

@@ -26,6 +26,15 @@ on reading and evicting until its deadline. The whole drain has a deadline: when
 left, the report says ``escalate`` and the pods stay, unless the policy says ``force``, in which case
 what is left is deleted and recorded as such.
 
+A node whose kubelet is not Ready (down, hung, cut off) never confirms that its pods stopped: on a real
+cluster a pod evicted there stays terminating until the node returns, or until a person confirms the node
+is down with the taint ``node.kubernetes.io/out-of-service`` and the pod garbage collector force-deletes it
+(``pkg/controller/podgc/gc_controller.go``, ``gcTerminating``). Its controller has already replaced it
+elsewhere (a ReplicaSet or Job counts a terminating pod as gone). So the drain waits for such a pod at most
+``unreachable_wait_s`` after evicting it, then records it ``stranded`` and goes on, as ``kubectl drain
+--skip-wait-for-delete-timeout`` does; it never force-deletes it (that is the out-of-service taint's, a
+person's, call: a node that is only cut off may still run the pod).
+
 The report (:class:`DrainReport`) records every pod with its mode, outcome, attempts and last message.
 """
 
@@ -55,6 +64,7 @@ Outcome = Literal[
     "unmanaged",
     "blocked",
     "waiting",
+    "stranded",
 ]
 _FINISHED = ("Succeeded", "Failed")
 
@@ -86,6 +96,8 @@ class DrainPolicy(Frozen):
         backoff_s: the first wait after a refused eviction; doubled each time, at most ``backoff_cap_s``.
         backoff_cap_s: the longest wait between two evictions of one pod.
         poll_s: how often the node's pods are read again while waiting.
+        unreachable_wait_s: how long a pod evicted from a node that is not Ready may stay terminating
+            before the drain stops waiting for it (``stranded``).
     """
 
     default: NamespaceMode = Field(default_factory=NamespaceMode)
@@ -95,6 +107,7 @@ class DrainPolicy(Frozen):
     backoff_s: float = Field(1.0, gt=0)
     backoff_cap_s: float = Field(30.0, gt=0)
     poll_s: float = Field(1.0, gt=0)
+    unreachable_wait_s: float = Field(60, ge=0)
 
     def mode_of(self, namespace: str) -> NamespaceMode:
         """The mode of a namespace."""
@@ -175,6 +188,7 @@ class _Drain:
         self.next_try: dict[str, float] = {}
         self.backoff: dict[str, float] = {}
         self.first_blocked: dict[str, float] = {}
+        self.terminating_since: dict[str, float] = {}
         self.forced = False
 
     def report(self, complete: bool, escalate: bool, message: str, gone: bool = False) -> DrainReport:
@@ -284,6 +298,32 @@ class _Drain:
         record.outcome = "evicted" if result.outcome == "evicted" else "gone"
         return result.outcome == "evicted"
 
+    def stranded(self, left: list[Pod], now: float) -> list[Pod]:
+        """The pods left once those terminating for ``unreachable_wait_s`` on a node that is not Ready are
+        recorded ``stranded`` (no kubelet will confirm them: see the module docstring)."""
+        going = [p for p in left if self.records[p.ref].outcome in ("evicted", "deleted")]
+        for pod in going:
+            self.terminating_since.setdefault(pod.ref, now)
+        due = [p for p in going if now - self.terminating_since[p.ref] >= self.policy.unreachable_wait_s]
+        if not due:
+            return left
+        try:
+            node = self.port.get_node(self.node)
+        except (NotFoundError, ApiUnavailableError):
+            return left  # the next round reads again
+        if node.ready:
+            return left
+        ready = node.condition("Ready")
+        said = f"Ready {ready.status}" if ready is not None else "no Ready condition"
+        for pod in due:
+            self.records[pod.ref].settle(
+                "stranded",
+                f"terminating for {self.policy.unreachable_wait_s:g}s on a node that is not Ready ({said}): "
+                "no kubelet confirms it; it goes when the node returns or a person marks it out of service",
+            )
+        gone = {p.ref for p in due}
+        return [p for p in left if p.ref not in gone]
+
     def wait(self, pod: Pod, now: float) -> None:
         """The pod is tried again after its backoff, doubled each time up to the cap."""
         wait = self.backoff.get(pod.ref, self.policy.backoff_s)
@@ -365,8 +405,15 @@ def drain(
         refused = work.unmanaged(pods)
         if refused is not None:
             return refused
-        left = work.round(pods, clock())
+        left = work.stranded(work.round(pods, clock()), clock())
         if not left:
+            stranded = [r.pod for r in work.records.values() if r.outcome == "stranded"]
+            if stranded:
+                return work.report(
+                    True,
+                    False,
+                    f"drained; left terminating on a node that is not Ready: {', '.join(sorted(stranded))}",
+                )
             return work.report(True, False, "drained")
         if clock() - work.start >= policy.deadline_s:
             return work.past_deadline(left)

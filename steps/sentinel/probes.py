@@ -28,6 +28,7 @@ from steps.sentinel.history import XidHistory
 from steps.sentinel.kernel_log import KernelLog, KernelXid, normalise_pci
 from steps.sentinel.nvml import NvmlSource, NvmlUnavailableError
 from steps.sentinel.rates import CounterRates
+from steps.sentinel.unready import NOT_READY, not_ready_events
 
 __all__ = [
     "NicScope",
@@ -524,7 +525,8 @@ class NodeProbes:
         )
         """The GPUs' and ports' error counters over the last hour, judged as rates."""
         self.node_read: Node | None = None
-        """The node as the agent last read it (:meth:`see_node`): its node-problem-detector conditions."""
+        """The node as the agent last read it (:meth:`see_node`): its node-problem-detector conditions and its
+        Ready condition."""
         self._node_problems_known = node_problem_codes(catalogue)
 
     def see_node(self, node: Node) -> None:
@@ -533,13 +535,14 @@ class NodeProbes:
 
     def probes(self) -> list[Probe]:
         """The probes in the order a pass runs them: kernel log, GPUs (with XIDs), NICs, and the node's
-        node-problem-detector conditions as the agent last read them."""
+        node-problem-detector conditions and Ready condition as the agent last read them."""
         found: list[Probe] = []
         if self.kernel_log is not None:
             found.append(("kernel-log", self._kernel))
         found.append(("gpu", self._gpus))
         found.append(("nic", self._nics))
         found.append((NODE_PROBLEM, self._node_problems))
+        found.append((NOT_READY, self._not_ready))
         return found
 
     def timeout_readings(self, name: str, seconds: float) -> list[HealthEvent]:
@@ -637,6 +640,11 @@ class NodeProbes:
         if self.node_read is None:
             return []  # the node not read yet: nothing to say of its conditions
         return node_problem_events(self.node_read, self.catalogue, self.clock(), self._node_problems_known)
+
+    def _not_ready(self) -> list[HealthEvent]:
+        if self.node_read is None:
+            return []
+        return not_ready_events(self.node_read, self.catalogue, self.clock())
 
     def _nics(self) -> list[HealthEvent]:
         if self.nics is not None:

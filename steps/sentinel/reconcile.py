@@ -16,10 +16,20 @@ every few minutes (the ``dsx-reconcile`` CronWorkflow, or ``dsx sentinel reconci
 - no unfinished ``dsx-remediate`` Workflow names (a run holding the node's mutex, or waiting on it).
 
 It passes the condition as the run's ``event``, as the Sensor does, so ``guard`` judges it the same way.
+
+Before that, each pass judges every node's own Ready condition (:mod:`steps.sentinel.unready`), since a
+node that is down has no agent to say so: a managed GPU node with no ``dsx.dev/state`` whose Ready has not
+been True for the catalogue's threshold (or that a person marked out of service) gets the condition
+``DsxNodeNotReady`` ``True`` and the sentinel's taint, as its agent would have written them, and so a
+remediation in the same pass; one Ready again has the condition cleared. When most nodes are not Ready at
+once (more than two, and over :data:`MASS_OUTAGE_SHARE` of the managed GPU nodes, the node lifecycle
+controller's own bound for a disrupted zone), the control plane or the network is at fault, not the nodes:
+the pass marks none and says so.
 While the circuit breaker is open it starts nothing (each run would be refused): ``dsx sentinel breaker
 reset`` reconciles right after closing it, which re-submits the nodes the breaker refused.
 """
 
+import datetime as dt
 import json
 import secrets
 from collections.abc import Mapping
@@ -32,9 +42,11 @@ from steps.cluster.errors import ConflictError
 from steps.cluster.node import Condition, Node
 from steps.errors import InputError
 from steps.sentinel import ledger
-from steps.sentinel.events import condition_reading, severity_rank
+from steps.sentinel.catalogue import FaultCatalogue, given_catalogue
+from steps.sentinel.events import HealthEvent, condition_reading, condition_reason, severity_rank
 from steps.sentinel.policy import Breaker, QuarantinePolicy, decide
 from steps.sentinel.standing import standing
+from steps.sentinel.unready import NOT_READY, not_ready_events
 
 __all__ = [
     "REMEDIATE",
@@ -42,6 +54,7 @@ __all__ = [
     "Skip",
     "Start",
     "create_workflow",
+    "mark_not_ready",
     "plan",
     "reconcile",
     "remediations",
@@ -50,6 +63,9 @@ __all__ = [
 
 REMEDIATE = vocab.WORKFLOW_REMEDIATE
 """The WorkflowTemplate the reconciler starts."""
+MASS_OUTAGE_SHARE = 0.55
+"""Over this share of the managed nodes not Ready at once (and more than two), no node is marked: the
+node lifecycle controller's ``--unhealthy-zone-threshold`` default, past which it stops evicting too."""
 _WORKFLOW = ("argoproj.io/v1alpha1", "Workflow")
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generateName suffixes
 
@@ -222,6 +238,61 @@ def create_workflow(
     raise InputError(f"no free Workflow name for {template} after 5 tries")
 
 
+def mark_not_ready(
+    port: ClusterPort, catalogue: FaultCatalogue | None = None, dry_run: bool = False
+) -> list[str]:
+    """Write ``DsxNodeNotReady`` on the nodes the ``not-ready`` check judges (see the module docstring):
+    ``True`` with the sentinel's taint where it finds a fault on a managed node with no state, ``False``
+    where the node is Ready again. A line per node written (or, with ``dry_run``, that would be)."""
+    catalogue = catalogue or given_catalogue()
+    if catalogue.mode(NOT_READY) == "off":
+        return []
+    now = dt.datetime.now(dt.UTC)
+    nodes = [n for n in port.list_nodes() if n.managed and n.gpu_count > 0]
+    down = [n.name for n in nodes if n.condition("Ready") is not None and not n.ready]
+    mass = len(down) > 2 and len(down) > MASS_OUTAGE_SHARE * len(nodes)
+    lines: list[str] = []
+    if mass:
+        lines.append(
+            f"{len(down)} of {len(nodes)} managed GPU nodes are not Ready: the control plane or the network, "
+            f"not the nodes; no node marked {vocab.CONDITION_SENTINEL[NOT_READY]}"
+        )
+    for node in sorted(nodes, key=lambda n: n.name):
+        for event in not_ready_events(node, catalogue, now):
+            line = _mark(
+                port, node, event, dry_run, enforce=not mass and catalogue.mode(NOT_READY) == "enforce"
+            )
+            lines += [line] if line else []
+    return lines
+
+
+def _mark(port: ClusterPort, node: Node, event: HealthEvent, dry_run: bool, enforce: bool) -> str:
+    """Write the ``not-ready`` reading ``event`` on ``node`` as its condition (and the taint, for a fatal
+    fault, as the agent does); the line saying so, empty when nothing changes."""
+    name = vocab.CONDITION_SENTINEL[NOT_READY]
+    current = node.condition(name)
+    if event.healthy:
+        if current is None or current.status != "True":
+            return ""
+        if not dry_run:
+            port.set_condition(node.name, name, False, "NoProblem", "node: Ready")
+        return f"{node.name}: {'would clear' if dry_run else 'cleared'} {name} (Ready again)"
+    if not enforce or node.labels.get(vocab.LABEL_STATE):
+        return ""  # under remediation (its own reboot), or a mass outage
+    message = f"{event.severity} ({event.action}): {event.message}"
+    taint = event.severity == "fatal" and not node.has_taint(vocab.TAINT_UNHEALTHY)
+    written = current is not None and current.status == "True" and current.message == message
+    if written and not taint:
+        return ""
+    if not dry_run:
+        if not written:
+            port.set_condition(node.name, name, True, condition_reason(event.severity, event.action), message)
+            port.record_event(node.name, "DsxNodeNotReady", message, "Warning")
+        if taint:
+            port.add_taint(node.name, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
+    return f"{node.name}: {'would mark' if dry_run else 'marked'} {name} ({event.code}: {event.message})"
+
+
 def _parameters(text: str) -> dict[str, str]:
     try:
         data = json.loads(text or "{}")
@@ -242,6 +313,8 @@ def reconcile(dry_run: bool = False, remediate_parameters: str = "{}", workflow_
     summary."""
     extra = _parameters(remediate_parameters)
     port = connect()
+    for line in mark_not_ready(port, dry_run=dry_run):
+        print(line)
     found = plan(port)
     started: dict[str, str] = {}
     if not dry_run:

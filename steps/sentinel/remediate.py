@@ -718,7 +718,9 @@ def repair_problems(node: Node, check: str) -> list[str]:
     of the old boot, or than the request when the wait never saw the old boot) or after the reset, so a
     reading from before the repair never clears a node: on a real node the boot id changes first, Ready
     comes tens of seconds later and the sentinel's first reading of the new boot later still. An
-    actuator's ``Failed`` outcome is a problem of its own, and so is one still ``Running``.
+    actuator's ``Failed`` outcome is a problem of its own, and so is one still ``Running``, and so is the
+    taint ``node.kubernetes.io/out-of-service``: a person confirmed the node down, and only they say it is
+    back (Kubernetes leaves its removal to them), so recertification never runs under it.
     """
     condition = _condition(check)
     before = node.annotations.get(vocab.ANNOTATION_REPAIR_BOOT_ID, "")
@@ -742,6 +744,8 @@ def repair_problems(node: Node, check: str) -> list[str]:
         booted = outcome.at  # the GPUs were reset, not the node: the reading must follow the reset
     if not node.ready:
         problems.append("not Ready")
+    if node.has_taint(vocab.TAINT_OUT_OF_SERVICE):
+        problems.append(f"out of service (a person's taint {vocab.TAINT_OUT_OF_SERVICE}, theirs to remove)")
     fault = node.condition(condition)
     if fault is not None and fault.status == "True":
         problems.append(f"condition {condition} still True")

@@ -57,11 +57,15 @@ DEFAULT_GPUS = 2
 #: Values the chart is installed with: the sentinel DaemonSet needs NVML and host paths, which a
 #: namespace enforcing Pod Security ``restricted`` refuses; the e2e tier does not install it. The repair
 #: template is the one dsx ships, for ``replace`` (which no scenario's fault asks for but test_repair's).
+#: The fault catalogue's overrides shorten the not-ready threshold to what a test can wait (test_not_ready
+#: reads them back from dsx-reconcile's step, where the chart puts them).
 CHART_VALUES = [
     "--set",
     "sentinel.enabled=false",
     "--set",
     "remediate.repairTemplate.name=dsx-repair-webhook",
+    "--set-json",
+    'sentinel.overrides={"entries": [{"check": "not-ready", "code": "ready-unknown", "threshold": 20}]}',
 ]
 #: What the Events tier adds to them: the chart's EventSource and Sensor.
 EVENTS_VALUES = ["--set", "events.enabled=true"]

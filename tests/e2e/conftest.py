@@ -13,7 +13,8 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,20 @@ class RealCluster:
         for log in sorted((self.own.dir / "logs").glob("*.log")):
             out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
         return "\n".join(out)
+
+
+def wait_until(
+    condition: Callable[[], Any], seconds: float, what: str, debug: Callable[[], str] | None = None
+) -> Any:
+    """``condition()``'s first true value, asked every half second; fails naming ``what`` (and, with
+    ``debug``, what it says) when none comes within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {seconds:.0f} s" + (f"\n{debug()}" if debug else ""))
 
 
 #: What a pod's log holds when its process crashed rather than failed a check.

@@ -38,7 +38,10 @@ What it does, as the real kubelet does it (``pkg/kubelet``):
 Control of the fake hardware, for tests: ``DIR/nodes/NODE/reboot`` (a file) reboots the node as a real one
 reboots (:meth:`ProcessKubelet.reboot`): the new boot id at once, Ready 20 s later, and 40 s after that
 the node's sentinel conditions written False, as the agent's first reading of the new boot would (the
-e2e cluster runs no agent of its own).
+e2e cluster runs no agent of its own). ``DIR/nodes/NODE/down`` (a file) takes the node down as a machine
+that is off or cut off: its Lease is no longer renewed nor its status posted (the node lifecycle
+controller then marks it ``Unknown``), and nothing is done for its pods (a pod deleted there stays
+terminating); removing the file brings it back as a reboot.
 """
 
 from __future__ import annotations
@@ -1025,6 +1028,7 @@ class ProcessKubelet:
         self.boot_ids: dict[str, str] = {}
         self.transitions: dict[tuple[str, str], tuple[str, str]] = {}
         self.ready: dict[str, bool] = dict.fromkeys(self.nodes, True)
+        self.down: set[str] = set()
 
     def service_exists(self, namespace: str, name: str) -> bool:
         """Whether Service ``namespace/name`` exists (for cluster DNS); an API server out of reach says no."""
@@ -1190,11 +1194,12 @@ class ProcessKubelet:
         last_status = 0.0
         while not self.stop_event.is_set():
             for node in self.nodes:
-                if self.ready[node]:
+                if self.ready[node] and node not in self.down:
                     self.renew_lease(node)
             if time.monotonic() - last_status > STATUS_REPORT_S:
                 for node in self.nodes:
-                    self.post_status(node)
+                    if node not in self.down:
+                        self.post_status(node)
                 last_status = time.monotonic()
             self._controls()
             self.stop_event.wait(LEASE_RENEW_S / 5)
@@ -1204,6 +1209,13 @@ class ProcessKubelet:
             request = self.dir / "nodes" / node / "reboot"
             if request.exists():
                 request.unlink()
+                threading.Thread(target=self.reboot, args=(node,), daemon=True).start()
+            down = (self.dir / "nodes" / node / "down").exists()
+            if down and node not in self.down:
+                self.log(f"{node}: down (no Lease renewed, no status posted, its pods left as they are)")
+                self.down.add(node)
+            elif not down and node in self.down:
+                self.down.discard(node)
                 threading.Thread(target=self.reboot, args=(node,), daemon=True).start()
 
     def reboot(self, node: str, ready_after: float = 20.0, clear_after: float = 40.0) -> None:
@@ -1250,7 +1262,7 @@ class ProcessKubelet:
 
     def sync(self, pod: dict[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node not in self.nodes:
+        if node not in self.nodes or node in self.down:
             return
         uid = pod["metadata"]["uid"]
         with self.workers_lock:

@@ -8,7 +8,6 @@ process kubelet to both, on the real control plane.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -18,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from steps.cluster.kube import load_api_client
 from tests.e2e.conftest import RealCluster
+from tests.e2e.conftest import wait_until as _wait
 from tests.processes import marked
 
 pytestmark = pytest.mark.e2e
@@ -70,16 +70,6 @@ def _pod(name: str, code: str, marker: str) -> dict[str, Any]:
             ],
         },
     }
-
-
-def _wait(condition: Any, seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {seconds:.0f} s")
 
 
 def _terminated(core: client.CoreV1Api, namespace: str, name: str) -> Any:

@@ -34,6 +34,16 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("dsx-remediate", "create", "argoproj.io/workflows"): "a Workflow of remediate.repairTemplate for a "
     "request of its actions (replace); the scenario's fault asks for a reboot, and test_repair creates one "
     "impersonating the account, which the audit log records as the administrator's request",
+    **{
+        (
+            "dsx-reconcile",
+            verb,
+            resource,
+        ): "the not-ready check writes DsxNodeNotReady and the sentinel's taint "
+        "only on a node that is down; test_not_ready does it impersonating the account, which the audit log "
+        "records as the administrator's request"
+        for verb, resource in (("get", "/nodes"), ("patch", "/nodes"), ("patch", "/nodes/status"))
+    },
     ("dsx-remediate", "create", "coordination.k8s.io/leases"): "recertification takes the node's Lease, "
     "creating it when no certification ever held the node (the scenario's node was certified before)",
 }

@@ -16,7 +16,7 @@ import typer
 from steps.cluster import connect, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
-from steps.sentinel.reconcile import REMEDIATE, plan, submit_workflow
+from steps.sentinel.reconcile import REMEDIATE, mark_not_ready, plan, submit_workflow
 from workflows.cli.events import _overrides
 from workflows.compiler import compiled_documents
 from workflows.eventplay import local_submitter
@@ -42,6 +42,8 @@ def reconcile_now(
     spec = cluster or os.environ.get(vocab.ENV_CLUSTER) or "kube"
     port = connect(spec)
     simulated = hasattr(port, "inject")
+    for line in mark_not_ready(port, dry_run=dry_run):
+        typer.echo(line, err=err)
     found = plan(port)
     if dry_run or not found.starts:
         for line in found.lines(None if dry_run else {}):

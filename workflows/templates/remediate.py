@@ -296,7 +296,10 @@ def _reconciler() -> CronWorkflow:
     ledger, and creates Workflows; the runs act as dsx-remediate). The chart suspends it unless the
     Sensor is installed."""
     reconcile = step(
-        reconciler.reconcile, timeout="5m", retries=2, env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE}
+        reconciler.reconcile,
+        timeout="5m",
+        retries=2,
+        env={vocab.ENV_NAMESPACE: WORKFLOW_NAMESPACE, vocab.ENV_FAULT_OVERRIDES: ""},
     )
     with (
         CronWorkflow(
@@ -308,7 +311,9 @@ def _reconciler() -> CronWorkflow:
             failed_jobs_history_limit=3,
             entrypoint="main",
             annotations={
-                DESCRIPTION_ANNOTATION: "Every 5 minutes: dsx-remediate for every managed node that carries "
+                DESCRIPTION_ANNOTATION: "Every 5 minutes: DsxNodeNotReady and the sentinel's taint on every "
+                "managed GPU node whose Ready condition has not been True for the not-ready threshold "
+                "(its agent may be down with it); then dsx-remediate for every managed node that carries "
                 "the sentinel's taint with a sentinel condition the policy remediates, no dsx.dev/state and "
                 "no remediation under way (an edge the Sensor missed, a submission that failed, a node the "
                 "circuit breaker refused before it was reset). Nothing while the breaker is open."

@@ -48,9 +48,11 @@ listed in ``health.faults``; nor are ``busy``, a healthy node doing its job, ``u
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from steps.cluster import vocabulary as vocab
+from steps.cluster.changes import format_time
 from steps.cluster.health import NicReport
 from steps.cluster.port import GPU_RESOURCE, Condition, Node, Pod
 from steps.cluster.sim.gpus import cuda_for_driver, driver_labels
@@ -308,14 +310,15 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
             state.allocatable[GPU_RESOURCE] = str(max(0, offered - 1))
     elif kind == "not-ready":
         health.ready = False
+        now = format_time(dt.datetime.now(dt.UTC))
         state.conditions = [
             Condition(
                 type="Ready",
                 status="False",
                 reason="KubeletNotReady",
                 message="container runtime is down",
-                last_transition_time=c.last_transition_time,
-                last_heartbeat_time=c.last_heartbeat_time,
+                last_transition_time=c.last_transition_time if c.status == "False" else now,
+                last_heartbeat_time=now,
             )
             if c.type == "Ready"
             else c

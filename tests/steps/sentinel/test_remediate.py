@@ -10,6 +10,7 @@ import pytest
 
 from steps.cluster import Node, connect, shareable
 from steps.cluster import vocabulary as vocab
+from steps.cluster.node import Taint
 from steps.cluster.sim import FileStore, SimCluster
 from steps.errors import InputError
 from steps.sentinel import ledger
@@ -431,6 +432,16 @@ def test_repaired_means_a_new_boot_ready_and_the_condition_cleared_by_a_reading_
     boot: str, ready: str, xid: tuple[str, str, str] | None, problems: list[str]
 ) -> None:
     assert repair_problems(_repairing(boot, ready, xid), "xid") == problems
+
+
+def test_a_node_a_person_marked_out_of_service_is_not_repaired_until_they_take_the_taint_off() -> None:
+    node = _repairing("new", "True", None)
+    down = node.model_copy(
+        update={"taints": [Taint(key=vocab.TAINT_OUT_OF_SERVICE, value="nodeshutdown", effect="NoExecute")]}
+    )
+    assert repair_problems(down, "xid") == [
+        "out of service (a person's taint node.kubernetes.io/out-of-service, theirs to remove)"
+    ]
 
 
 def test_the_repair_wait_refuses_a_timeout_it_cannot_read_or_keep() -> None:

@@ -1,0 +1,87 @@
+"""A drain of a node that is down, on the emulated API server with the kubelet double holding the node
+down: an evicted pod stays terminating (no kubelet confirms it), the drain stops waiting for it after
+``unreachable_wait_s`` and records it ``stranded``, and the pod goes once a person marks the node out of
+service (the pod garbage collector's rule). The e2e tier checks the same on the real control plane."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from steps.cluster import vocabulary as vocab
+from steps.sentinel.drain import DrainPolicy, drain
+from tests.k8s_kubelet import NodeBehaviour, emulated_cluster
+
+NODE = "node-01"
+
+
+def _replica(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-1",
+                    "uid": "u1",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def _ready(status: str) -> Any:
+    def change(node: dict[str, Any]) -> None:
+        for c in node["status"]["conditions"]:
+            if c["type"] == "Ready":
+                c.update(
+                    status=status, reason="NodeStatusUnknown", message="Kubelet stopped posting node status."
+                )
+
+    return change
+
+
+def test_a_pod_evicted_from_a_node_that_is_down_is_stranded_not_waited_for(tmp_path: Path) -> None:
+    with emulated_cluster(tmp_path, nodes=2, racks=1, behaviours={NODE: NodeBehaviour(down=True)}) as cluster:
+        emulator = cluster.emulator
+        emulator.seed([_replica("web-1-abcde")])
+        emulator.update("nodes", "", NODE, _ready("Unknown"))
+        port = cluster.port()
+        policy = DrainPolicy(unreachable_wait_s=0.3, poll_s=0.05, deadline_s=30)
+        report = drain(port, NODE, policy)
+        assert report.complete and not report.escalate, report.summary()
+        (pod,) = report.pods
+        assert pod.outcome == "stranded" and "not Ready (Ready Unknown)" in pod.message
+        assert report.message == "drained; left terminating on a node that is not Ready: default/web-1-abcde"
+        left = emulator.get("pods", "web-1-abcde", "default")
+        assert left is not None and left["metadata"].get("deletionTimestamp")  # no kubelet confirms it
+
+        def out_of_service(node: dict[str, Any]) -> None:
+            node["spec"].setdefault("taints", []).append(
+                {"key": vocab.TAINT_OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"}
+            )
+
+        emulator.update("nodes", "", NODE, out_of_service)
+        deadline = time.monotonic() + 5
+        while emulator.get("pods", "web-1-abcde", "default") is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert emulator.get("pods", "web-1-abcde", "default") is None  # the pod garbage collector's
+
+
+def test_a_pod_on_a_ready_node_is_waited_for_until_its_kubelet_confirms_it(tmp_path: Path) -> None:
+    with emulated_cluster(tmp_path, nodes=2, racks=1) as cluster:
+        cluster.emulator.seed([_replica("web-1-fghij")])
+        report = drain(cluster.port(), NODE, DrainPolicy(unreachable_wait_s=0, poll_s=0.05, deadline_s=30))
+        assert report.complete and [p.outcome for p in report.pods] == ["evicted"], report.summary()
+        assert cluster.emulator.get("pods", "web-1-fghij", "default") is None
