@@ -1024,8 +1024,28 @@ def test_the_reconciler_reads_the_sentinels_overrides_and_may_write_what_its_not
         (step,) = [t for t in _spec(_workflows(docs)["dsx-reconcile"])["templates"] if "script" in t]
         return str(_env(step["script"])["DSX_FAULT_OVERRIDES"])
 
+    def remediates(docs: list[dict[str, Any]]) -> str:
+        cron = _workflows(docs)["dsx-reconcile"]
+        assert "suspend" not in cron["spec"]  # the not-ready check runs with or without the Sensor
+        return next(p["value"] for p in _spec(cron)["arguments"]["parameters"] if p["name"] == "remediate")
+
     docs = _render(CHART)
     assert overrides_env(docs) == ""
+    assert remediates(docs) == "false"  # no Sensor: remediation is a person's to start
+    with_sensor = _run(
+        [
+            helm_binary(),
+            "template",
+            "dsx",
+            str(CHART),
+            "--namespace",
+            "gpu-ops",
+            "--set",
+            "events.enabled=true",
+        ]
+    )
+    assert with_sensor.returncode == 0, with_sensor.stderr
+    assert remediates(_docs(with_sensor.stdout)) == "true"
     granted = set(_granted(docs, "dsx-reconcile"))
     assert {
         ("*", "", "nodes", "patch"),

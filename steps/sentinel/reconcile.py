@@ -306,21 +306,27 @@ def _parameters(text: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
-def reconcile(dry_run: bool = False, remediate_parameters: str = "{}", workflow_name: str = "") -> str:
-    """One reconciler pass (the ``dsx-reconcile`` CronWorkflow's step): create a ``dsx-remediate`` Workflow
-    for every node that needs it and no run names, printing a line per tainted node.
-    ``remediate_parameters`` (a JSON object) sets other parameters of the runs it starts. Returns a
-    summary."""
+def reconcile(
+    dry_run: bool = False, remediate_parameters: str = "{}", workflow_name: str = "", remediate: bool = True
+) -> str:
+    """One reconciler pass (the ``dsx-reconcile`` CronWorkflow's step): the not-ready check on every GPU
+    node (:func:`mark_not_ready`), then a ``dsx-remediate`` Workflow for every node that needs it and no
+    run names, printing a line per tainted node. ``remediate_parameters`` (a JSON object) sets other
+    parameters of the runs it starts; ``remediate`` false starts none (it lists them: remediation is a
+    person's where the Sensor is not installed); ``dry_run`` writes nothing at all. Returns a summary."""
     extra = _parameters(remediate_parameters)
     port = connect()
     for line in mark_not_ready(port, dry_run=dry_run):
         print(line)
     found = plan(port)
     started: dict[str, str] = {}
-    if not dry_run:
+    listed = dry_run or not remediate
+    if not listed:
         for s in found.starts:
             started[s.node] = submit_workflow(port, s, extra, by=workflow_name)
-    for line in found.lines(None if dry_run else started):
+    for line in found.lines(None if listed else started):
         print(line)
-    verb = "would start" if dry_run else "started"
+    if not remediate and found.starts:
+        print("remediate=false: nothing started (without the Sensor, remediation is a person's to start)")
+    verb = "would start" if listed else "started"
     return f"{verb} {len(found.starts)} remediation(s); {len(found.skips)} tainted node(s) left alone"

@@ -5,11 +5,13 @@ gives its CronWorkflow) writes ``DsxNodeNotReady`` and the sentinel's taint and 
 the drain (as dsx-remediate's account) evicts a workload's pod there, which the real API server keeps
 terminating as no kubelet confirms it, and records it ``stranded`` instead of waiting out its deadline; a
 person's out-of-service taint lets the real pod garbage collector remove it, as the emulator's double does;
-and once the node is back (a reboot) the reconciler clears the condition."""
+and once the node is back (a reboot) the reconciler clears the condition. The emulator's scenario
+(``tests/steps/sentinel/test_drain_unreachable.py``) must end as the real one does."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from steps.sentinel.drain import DrainPolicy, drain
 from steps.sentinel.reconcile import mark_not_ready, plan
 from tests.e2e.cluster import NAMESPACE, Cluster
 from tests.e2e.conftest import ACCOUNTS, RealCluster, wait_until
+from tests.steps.sentinel.test_drain_unreachable import down_node_outcomes
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +72,7 @@ def _workload(real_cluster: RealCluster) -> str:
 
 
 def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_once_back(
-    real_cluster: RealCluster, own_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    real_cluster: RealCluster, own_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # The catalogue overrides the chart gives dsx-reconcile's step (the install's sentinel.overrides).
     cron = real_cluster.get("cronworkflow", "-n", NAMESPACE, vocab.WORKFLOW_RECONCILE)
@@ -122,7 +125,7 @@ def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_onc
         outcomes = {p.pod: p.outcome for p in report.pods}
         assert outcomes.get(f"{WORKLOADS}/{pod}") == "stranded", outcomes
         left = real_cluster.get("pod", "-n", WORKLOADS, pod)
-        assert left["metadata"].get("deletionTimestamp"), left["metadata"]
+        terminating = bool(left["metadata"].get("deletionTimestamp"))
 
         # A person confirms the node is down: the real pod garbage collector removes the pod.
         admin_port.add_taint(NODE, vocab.TAINT_OUT_OF_SERVICE, "nodeshutdown", "NoExecute")
@@ -134,6 +137,7 @@ def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_onc
             "the pod garbage collector removes the pod",
             real_cluster.debug,
         )
+        real = (outcomes[f"{WORKLOADS}/{pod}"], terminating, True)
     finally:
         admin_port.remove_taint(NODE, vocab.TAINT_OUT_OF_SERVICE)
         admin_port.remove_taint(NODE, vocab.TAINT_UNHEALTHY)
@@ -143,3 +147,6 @@ def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_onc
     assert mark_not_ready(reconciler, catalogue) == [f"{NODE}: cleared {CONDITION} (Ready again)"]
     node = real_cluster.get("node", NODE)
     assert next(c for c in node["status"]["conditions"] if c["type"] == CONDITION)["status"] == "False"
+    # The doubles (the kubelet double holding a node down, the emulator's pod garbage collector) end the
+    # same scenario as the real control plane does.
+    assert down_node_outcomes(tmp_path) == real == ("stranded", True, True)

@@ -144,13 +144,14 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
     )
     watcher.start()
     try:
-        # No Sensor in this tier: the reconciler finds the marked node (tainted, its condition fatal, no
-        # state, no run naming it) and creates the dsx-remediate Workflow, as it does for a missed edge.
+        # No Sensor in this tier (the chart sets remediate=false): the reconciler, told to remediate, finds
+        # the marked node (tainted, its condition fatal, no state, no run naming it) and creates the
+        # dsx-remediate Workflow, as it does for a missed edge.
         parameters = {k: v for k, _, v in (p.partition("=") for p in CPU_RUN[1::2])}
         parameters["repair-timeout"] = "5m"
         reconciled = real_cluster.argo(
             "submit", "-n", NAMESPACE, "--from", "cronwf/dsx-reconcile", "--wait", "-o", "name",
-            "-p", f"remediate-parameters={json.dumps(parameters)}",
+            "-p", f"remediate-parameters={json.dumps(parameters)}", "-p", "remediate=true",
             check=False, timeout=300,
         )  # fmt: skip
         reconciler = reconciled.stdout.strip().splitlines()[-1] if reconciled.stdout.strip() else ""

@@ -96,7 +96,11 @@ def _parameters() -> list[Parameter]:
         param("max-attempts", "Attempts since the node was last in service before it is escalated.", "3"),
         param("breaker-share", "Largest share of GPU nodes quarantined within the breaker's window.", "0.1"),
         param("breaker-window-s", "The circuit breaker's sliding window, in seconds.", "3600"),
-        param("drain-policy", "The drain's modes, deadline and force switch, as JSON (DrainPolicy).", "{}"),
+        param(
+            "drain-policy",
+            "The drain's modes, deadline, force switch and unreachable_wait_s, as JSON (DrainPolicy).",
+            "{}",
+        ),
         param(
             "repair-wait",
             "How the repair is awaited: node (the node back on a new boot id) or suspend (an operator "
@@ -291,10 +295,11 @@ def _repair_webhook() -> WorkflowTemplate:
 
 
 def _reconciler() -> CronWorkflow:
-    """``dsx-reconcile``: every 5 minutes, ``dsx-remediate`` for each node whose fault the Sensor's edges
-    missed (:mod:`steps.sentinel.reconcile`), as its own account (it reads nodes, the breaker and the
-    ledger, and creates Workflows; the runs act as dsx-remediate). The chart suspends it unless the
-    Sensor is installed."""
+    """``dsx-reconcile``: every 5 minutes, the not-ready check on every GPU node, then ``dsx-remediate`` for
+    each node whose fault the Sensor's edges missed (:mod:`steps.sentinel.reconcile`), as its own account
+    (it reads nodes, the breaker and the ledger, writes what the not-ready check finds, and creates
+    Workflows; the runs act as dsx-remediate). Where the Sensor is not installed the chart sets
+    ``remediate`` to ``false``: it marks, and starts nothing."""
     reconcile = step(
         reconciler.reconcile,
         timeout="5m",
@@ -331,6 +336,14 @@ def _reconciler() -> CronWorkflow:
                     'Other parameters of the runs it starts, as a JSON object ({"repair-wait": "suspend"}).',
                     "{}",
                 ),
+                param(
+                    "remediate",
+                    "false: mark the nodes that are down (DsxNodeNotReady, the taint) and list what it "
+                    "would start, starting nothing (the chart's value where the Sensor is not installed: "
+                    "remediation is then a person's to start).",
+                    "true",
+                    enum=["true", "false"],
+                ),
             ],
             **workflow_spec(vocab.WORKFLOW_RECONCILE),
         ) as cron,
@@ -341,6 +354,7 @@ def _reconciler() -> CronWorkflow:
                 "dry_run": cron.get_parameter("dry-run"),
                 "remediate_parameters": cron.get_parameter("remediate-parameters"),
                 "workflow_name": WORKFLOW_NAME,
+                "remediate": cron.get_parameter("remediate"),
             }
         )
     return cron

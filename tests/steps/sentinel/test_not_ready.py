@@ -17,7 +17,7 @@ from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import FaultOverrides, given_catalogue, load_catalogue
 from steps.sentinel.node import Sentinel
 from steps.sentinel.probes import NodeProbes
-from steps.sentinel.reconcile import mark_not_ready, plan
+from steps.sentinel.reconcile import mark_not_ready, plan, reconcile, remediations
 from steps.sentinel.unready import not_ready_events
 from tests.cli import dsx_here
 
@@ -108,7 +108,7 @@ def _sim(tmp_path: Path, nodes: int = 4) -> str:
 
 
 def test_the_reconciler_marks_a_node_down_for_the_threshold_and_starts_its_remediation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fleet = _sim(tmp_path)
     monkeypatch.setenv(vocab.ENV_CLUSTER, fleet)
@@ -132,6 +132,11 @@ def test_the_reconciler_marks_a_node_down_for_the_threshold_and_starts_its_remed
     assert mark_not_ready(port, quick) == []  # written once
     (start,) = plan(port).starts
     assert (start.node, start.check) == ("node-01", "not-ready")
+
+    # Where the Sensor is not installed the chart's dsx-reconcile marks and lists, and starts nothing.
+    assert reconcile(remediate=False) == "would start 1 remediation(s); 0 tainted node(s) left alone"
+    assert "remediate=false: nothing started" in capsys.readouterr().out
+    assert remediations(port) == {}
 
     port.set_labels("node-01", {vocab.LABEL_STATE: vocab.NodeState.awaiting_repair.value})
     port.set_condition("node-01", CONDITION, False, "NoProblem", "node: Ready")
