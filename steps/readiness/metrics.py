@@ -40,6 +40,11 @@ def certification_metrics(port: ClusterPort) -> list[Metric]:
         report = CertificationReport.model_validate_json(text)
     except ValueError as exc:
         raise DsxError(f"ConfigMap {name}: not a certification report ({exc})") from None
+    return [present, *_report_metrics(name, report), *_verdict_metrics(report)]
+
+
+def _report_metrics(name: str, report: CertificationReport) -> list[Metric]:
+    """The report's own figures: which it is, when it finished, whether it passed, each node's result."""
     info = GaugeMetricFamily(
         "dsx_certification_report_info",
         "The newest certification report (1).",
@@ -63,6 +68,11 @@ def certification_metrics(port: ClusterPort) -> list[Metric]:
     )
     for node in report.nodes:
         nodes.add_metric([node.name, node.status], 1)
+    return [info, finished, passed, nodes]
+
+
+def _verdict_metrics(report: CertificationReport) -> list[Metric]:
+    """Every verdict's status, and the figures a dashboard draws against their thresholds."""
     verdicts = GaugeMetricFamily(
         "dsx_certification_verdict",
         "1 for each verdict of the newest report, by status.",
@@ -103,4 +113,4 @@ def certification_metrics(port: ClusterPort) -> list[Metric]:
             skew.add_metric([*key, verdict.node], verdict.measured)
             if verdict.threshold is not None:
                 skew_limit.add_metric([*key, verdict.node], verdict.threshold)
-    return [present, info, finished, passed, nodes, verdicts, busbw, floor, skew, skew_limit]
+    return [verdicts, busbw, floor, skew, skew_limit]

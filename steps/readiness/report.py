@@ -205,69 +205,84 @@ def render_markdown(report: CertificationReport) -> str:
             f"| {_cell(measured)} | {_cell(threshold)} | {_cell(verdict.message)} |"
         )
     if report.screening:
-        out += [
-            "",
-            "## Screening",
-            "",
-            "| group | passes | needed | would have caught, with 99% | bisected |",
-            "|---|---|---|---|---|",
-        ]
-        for screen in report.screening:
-            bisected = "yes" if screen.bisected else "no"
-            out.append(
-                f"| {_cell(screen.group)} | {screen.passes} | {screen.needed} "
-                f"| a fault failing {screen.caught:.0%} of tests or more | {bisected} |"
-            )
+        out += _screening_markdown(report)
     if report.diagnostics:
         out += _diagnostics_markdown(report.diagnostics)
     if report.sweeps:
-        out += ["", "## All-reduce sweeps", ""]
-        if "busbw.png" in report.files:
-            out += ["![busbw against message size](busbw.png)", ""]
-        for sweep in report.sweeps:
-            out += [f"### {sweep.subject.kind} {sweep.subject.name}: {sweep.status}", ""]
-            if sweep.run is None:
-                out += ["No result: see the verdicts and the ranks' stderr.", ""]
-                continue
-            run = sweep.run
-            out += [
-                f"{len(run.ranks)} ranks on {', '.join(run.hosts)}, backend {run.backend}"
-                + (f"; injected: {', '.join(run.injected)}" if run.injected else ""),
-                "",
-                "| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
-                "|---:|---:|---:|---:|---:|",
-            ]
-            for row in run.rows:
-                half = row.in_place or row.out_of_place
-                if half is None:
-                    continue
-                out.append(
-                    f"| {format_size(row.size)} | {_cell(half.time_us)} | {_cell(half.algbw_gbps)} "
-                    f"| {_cell(half.busbw_gbps)} | {_cell(row.wrong())} |"
-                )
-            out.append("")
+        out += _sweeps_markdown(report)
     if report.smoke:
-        out += ["## Training smoke runs", ""]
-        if "step-time.png" in report.files:
-            out += ["![step time per rank](step-time.png)", ""]
+        out += _smoke_markdown(report)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _screening_markdown(report: CertificationReport) -> list[str]:
+    out = [
+        "",
+        "## Screening",
+        "",
+        "| group | passes | needed | would have caught, with 99% | bisected |",
+        "|---|---|---|---|---|",
+    ]
+    for screen in report.screening:
+        bisected = "yes" if screen.bisected else "no"
+        out.append(
+            f"| {_cell(screen.group)} | {screen.passes} | {screen.needed} "
+            f"| a fault failing {screen.caught:.0%} of tests or more | {bisected} |"
+        )
+    return out
+
+
+def _sweeps_markdown(report: CertificationReport) -> list[str]:
+    out = ["", "## All-reduce sweeps", ""]
+    if "busbw.png" in report.files:
+        out += ["![busbw against message size](busbw.png)", ""]
+    for sweep in report.sweeps:
+        out += [f"### {sweep.subject.kind} {sweep.subject.name}: {sweep.status}", ""]
+        if sweep.run is None:
+            out += ["No result: see the verdicts and the ranks' stderr.", ""]
+            continue
+        run = sweep.run
         out += [
-            "| subject | status | ranks | loss first -> last | median step (ms) | tokens/s "
-            "| TFLOP/s per GPU | MFU |",
-            "|---|---|---:|---|---:|---:|---:|---:|",
+            f"{len(run.ranks)} ranks on {', '.join(run.hosts)}, backend {run.backend}"
+            + (f"; injected: {', '.join(run.injected)}" if run.injected else ""),
+            "",
+            "| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
+            "|---:|---:|---:|---:|---:|",
         ]
-        for smoke in report.smoke:
-            result = smoke.result
-            if result is None:
-                out.append(f"| {_cell(smoke.subject.name)} | {smoke.status} | | | | | | |")
+        for row in run.rows:
+            half = row.in_place or row.out_of_place
+            if half is None:
                 continue
             out.append(
-                f"| {_cell(smoke.subject.name)} | {smoke.status} | {result.world_size} "
-                f"| {_cell(result.initial_loss)} -> {_cell(result.final_loss)} "
-                f"| {result.median_step_s * 1000:.1f} | {result.throughput_tokens_s:g} "
-                f"| {_cell(result.tflops_per_gpu)} | {_cell(result.mfu)} |"
+                f"| {format_size(row.size)} | {_cell(half.time_us)} | {_cell(half.algbw_gbps)} "
+                f"| {_cell(half.busbw_gbps)} | {_cell(row.wrong())} |"
             )
         out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return out
+
+
+def _smoke_markdown(report: CertificationReport) -> list[str]:
+    out = ["## Training smoke runs", ""]
+    if "step-time.png" in report.files:
+        out += ["![step time per rank](step-time.png)", ""]
+    out += [
+        "| subject | status | ranks | loss first -> last | median step (ms) | tokens/s "
+        "| TFLOP/s per GPU | MFU |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for smoke in report.smoke:
+        result = smoke.result
+        if result is None:
+            out.append(f"| {_cell(smoke.subject.name)} | {smoke.status} | | | | | | |")
+            continue
+        out.append(
+            f"| {_cell(smoke.subject.name)} | {smoke.status} | {result.world_size} "
+            f"| {_cell(result.initial_loss)} -> {_cell(result.final_loss)} "
+            f"| {result.median_step_s * 1000:.1f} | {result.throughput_tokens_s:g} "
+            f"| {_cell(result.tflops_per_gpu)} | {_cell(result.mfu)} |"
+        )
+    out.append("")
+    return out
 
 
 def build_report(request: ReportRequest) -> CertificationReport:

@@ -217,6 +217,10 @@ class Metrics:
         self.last_pass = Gauge(
             "dsx_sentinel_last_pass_timestamp_seconds", "When the last pass ended.", registry=r
         )
+        self._node_metrics(r)
+
+    def _node_metrics(self, r: CollectorRegistry) -> None:
+        """The figures of the node itself, as the agent last read it (:meth:`observe_node`)."""
         self.node_read = Gauge(
             "dsx_sentinel_node_read_timestamp_seconds",
             "When the agent last read its node (the dsx_sentinel_node_* figures are as of then).",

@@ -30,7 +30,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
@@ -222,7 +222,7 @@ def _out_of_service(port: ClusterPort, name: str, reason: str) -> None:
     port.add_taint(name)
 
 
-def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str) -> None:
+def _escalate(port: ClusterPort, name: str, workflow: str, check: str, why: str) -> NoReturn:
     """Leave the node cordoned with ``state=escalated``, ask for a replacement, say so; then raise."""
     attempt = _attempt(port, name)
     port.set_node_metadata(
@@ -463,73 +463,119 @@ def guard(
         repair_template,
         repair_template_actions,
     )
-    triggered, reading = settings.triggered, settings.reading
+    reading = settings.reading
     port = connect()
     current = _node(port, node)
     history = ledger.entries(port, node)
     done = ledger.attempts(history)
     state = _state(current)
-
-    def refuse(why: str) -> str:
-        ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=why)
-        raise DsxError(f"remediation of {node} refused: {why}")
-
     if not current.managed:
-        return refuse(f"{node} opts out (dsx.dev/managed=false)")
-    if triggered and state not in ACTIVE_STATES:
-        seen = changes.format_time(reading.observed_at) if reading is not None else ""
-        verdict = standing(current, check, history, workflow_name, seen)
-        if not verdict.stands:
-            handled = f"; handled by {verdict.handled}" if verdict.handled else ""
-            detail = f"nothing to do: {verdict.why}{handled}"
-            ledger.record(
-                port, node, SUPERSEDED, workflow=workflow_name, attempt=done, check=check, detail=detail
-            )
-            write_params(proceed="false")
-            return f"{node}: {detail}"
+        _refuse(port, node, check, workflow_name, done, f"{node} opts out (dsx.dev/managed=false)")
+    if settings.triggered and state not in ACTIVE_STATES:
+        superseded = _superseded(port, current, check, history, workflow_name, reading, done)
+        if superseded:
+            return superseded
     if state == vocab.NodeState.escalated.value:
         since = current.annotations.get(vocab.ANNOTATION_STATE_SINCE, "?")
-        return refuse(
-            f"{node} is escalated since {since}; clear its dsx.dev/state label once it is dealt with"
-        )
+        why = f"{node} is escalated since {since}; clear its dsx.dev/state label once it is dealt with"
+        _refuse(port, node, check, workflow_name, done, why)
     if state in ACTIVE_STATES:
         return _resume(port, current, workflow_name, check, done, _observed(reading))
     policy = QuarantinePolicy(breaker=settings.breaker, dry_run=dry_run)
     if reading and (told := _by_event(port, current, reading, policy, workflow_name, check, done)):
         return told
-    changed = ledger.changed_attempts(history)
-    if changed >= settings.max_attempts:
-        write_params(proceed="false")
-        why = f"{changed} remediation attempts since it was last in service (limit {settings.max_attempts})"
-        _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
-        _escalate(port, node, workflow_name, check, why)
-    lemon = _lemon_rule()
-    returned = returns_within(history, lemon.within_days, _now()) if lemon is not None else []
-    if lemon is not None and len(returned) >= lemon.count:
-        why = (
-            f"remediated {len(returned)} times within {lemon.within_days:g} days (history rule lemon, "
-            f"limit {lemon.count}): replace it rather than repair it again"
-        )
-        write_params(proceed="false")
-        if dry_run:
-            detail = f"dry run: would escalate: {why}"
-            ledger.record(
-                port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail
-            )
-            return f"{node}: {detail}"
-        _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
-        _escalate(port, node, workflow_name, check, why)
+    stopped = _past_limits(port, node, check, history, settings.max_attempts, workflow_name, dry_run, done)
+    if stopped:
+        return stopped
     if dry_run:
         detail = "dry run: would quarantine, drain, repair and recertify"
         ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail)
         write_params(proceed="false")
         return f"{node}: dry run: would remediate"
+    return _admit(port, node, check, policy, workflow_name, done, reading)
+
+
+def _refuse(port: ClusterPort, node: str, check: str, workflow: str, done: int, why: str) -> NoReturn:
+    """Record the refusal in the ledger and fail the run (nothing on the node changed)."""
+    ledger.record(port, node, "refused", workflow=workflow, attempt=done, check=check, detail=why)
+    raise DsxError(f"remediation of {node} refused: {why}")
+
+
+def _superseded(
+    port: ClusterPort,
+    current: Node,
+    check: str,
+    history: list[ledger.Entry],
+    workflow_name: str,
+    reading: HealthEvent | None,
+    done: int,
+) -> str | None:
+    """For a run an event started: why it ends with nothing to do when its fault no longer stands (the
+    ledger's ``superseded`` entry written, ``proceed=false``); ``None`` when it stands."""
+    seen = changes.format_time(reading.observed_at) if reading is not None else ""
+    verdict = standing(current, check, history, workflow_name, seen)
+    if verdict.stands:
+        return None
+    handled = f"; handled by {verdict.handled}" if verdict.handled else ""
+    detail = f"nothing to do: {verdict.why}{handled}"
+    ledger.record(
+        port, current.name, SUPERSEDED, workflow=workflow_name, attempt=done, check=check, detail=detail
+    )
+    write_params(proceed="false")
+    return f"{current.name}: {detail}"
+
+
+def _past_limits(
+    port: ClusterPort,
+    node: str,
+    check: str,
+    history: list[ledger.Entry],
+    max_attempts: int,
+    workflow_name: str,
+    dry_run: bool,
+    done: int,
+) -> str | None:
+    """Escalate a node past its attempts since it was last in service, or one the lemon rule names (a
+    dry run only says so); ``None`` when neither applies."""
+    changed = ledger.changed_attempts(history)
+    if changed >= max_attempts:
+        write_params(proceed="false")
+        why = f"{changed} remediation attempts since it was last in service (limit {max_attempts})"
+        _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
+        _escalate(port, node, workflow_name, check, why)
+    lemon = _lemon_rule()
+    returned = returns_within(history, lemon.within_days, _now()) if lemon is not None else []
+    if lemon is None or len(returned) < lemon.count:
+        return None
+    why = (
+        f"remediated {len(returned)} times within {lemon.within_days:g} days (history rule lemon, "
+        f"limit {lemon.count}): replace it rather than repair it again"
+    )
+    write_params(proceed="false")
+    if dry_run:
+        detail = f"dry run: would escalate: {why}"
+        ledger.record(port, node, "refused", workflow=workflow_name, attempt=done, check=check, detail=detail)
+        return f"{node}: {detail}"
+    _out_of_service(port, node, f"dsx-remediate {workflow_name}: {why}")
+    _escalate(port, node, workflow_name, check, why)
+
+
+def _admit(
+    port: ClusterPort,
+    node: str,
+    check: str,
+    policy: QuarantinePolicy,
+    workflow_name: str,
+    done: int,
+    reading: HealthEvent | None,
+) -> str:
+    """Ask the circuit breaker for a slot and record the ``requested`` entry: the run proceeds."""
     gpu_nodes = sum(1 for n in port.list_nodes() if n.gpu_count > 0)
     breaker = Breaker(port, policy.breaker)
     asked = breaker.clock()
     admitted, why = breaker.admit(node, gpu_nodes)
     if not admitted:
-        return refuse(why)
+        _refuse(port, node, check, workflow_name, done, why)
     try:
         ledger.record(
             port,

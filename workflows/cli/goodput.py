@@ -15,7 +15,7 @@ from steps.errors import InputError
 from steps.files import write_text
 from steps.sentinel.goodput.ledger_report import EARLIEST, STATES, GoodputReport, parse_since, report
 from steps.sentinel.goodput.metrics import exposition
-from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, load_rates
+from steps.sentinel.goodput.rates import MIN_CHECKPOINT_MINUTES, FaultRates, load_rates
 from steps.sentinel.goodput.simulate import (
     FACTORS,
     BestSpares,
@@ -322,6 +322,94 @@ def report_cmd(
     emit(result, output, lambda r: _report_table(r, top))
 
 
+CHECKPOINT_SAVE_OPTION = typer.Option(
+    None,
+    "--checkpoint-save-seconds",
+    help="How long a checkpoint's save stops the job (default: the table's).",
+)
+SPARES_OPTION = typer.Option(
+    0,
+    "--spares",
+    min=0,
+    max=_MAX_NODES,
+    help="Nodes the job leaves idle to replace nodes out for repair.",
+)
+REPLICA_NODES_OPTION = typer.Option(
+    None,
+    "--replica-nodes",
+    min=1,
+    max=_MAX_NODES,
+    help="Nodes of one data-parallel replica of the job (default: the table's).",
+)
+BEST_SPARES_OPTION = typer.Option(
+    True,
+    "--best-spares/--no-best-spares",
+    help="Also find each policy's best spare count (1, 2, 4... replicas, to a quarter of the fleet).",
+)
+SWEEP_OPTION = typer.Option(
+    False,
+    "--sweep-checkpoint",
+    help="Goodput at checkpoint intervals from a quarter to four times Young and Daly's sqrt(2 S M) "
+    "instead of the table (needs a save that costs).",
+)
+
+
+def _check_times(
+    days: float,
+    checkpoint_minutes: float | None,
+    restart_minutes: float | None,
+    checkpoint_save_seconds: float | None,
+    *,
+    sweep: bool,
+) -> None:
+    """Refuse a period or a job time out of range (or one the sweep chooses), naming the option.
+
+    Raises:
+        InputError: one is.
+    """
+    _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
+    if checkpoint_minutes is not None:
+        _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
+    if restart_minutes is not None:
+        _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
+    if checkpoint_save_seconds is not None:
+        _finite(checkpoint_save_seconds, "--checkpoint-save-seconds", 0.0, 86_400)
+    if sweep and checkpoint_minutes is not None:
+        raise InputError(
+            "dsx goodput simulate: --sweep-checkpoint chooses the intervals; drop --checkpoint-minutes"
+        )
+
+
+def _check_size(
+    table: FaultRates,
+    nodes: int,
+    gpus_per_node: int,
+    days: float,
+    seeds: int,
+    replica: int,
+    *,
+    sweep: bool,
+    best_spares: bool,
+) -> None:
+    """Refuse a simulation that would draw more than :data:`_MAX_FAULTS` faults in all, naming its size.
+
+    Raises:
+        InputError: it would.
+    """
+    runs = seeds * 4 * (len(sweep_intervals(1.0)) if sweep else 1)
+    if best_spares and not sweep:
+        runs *= 1 + len(spare_candidates(nodes, replica))
+    faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * runs
+    if faults > _MAX_FAULTS:
+        raise InputError(
+            f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
+            f"{seeds} seed(s){' at each interval of the sweep' if sweep else ''} is about {faults:,.0f} "
+            f"simulated faults, over the limit of "
+            f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
+            + ("" if sweep or not best_spares else " (or --no-best-spares)")
+        )
+
+
 def simulate_cmd(
     nodes: int = typer.Option(2048, "--nodes", min=1, max=_MAX_NODES, help="Nodes in the fleet."),
     gpus_per_node: int = typer.Option(
@@ -341,42 +429,17 @@ def simulate_cmd(
     restart_minutes: float | None = typer.Option(
         None, "--restart-minutes", help="What a restart of the job costs (default: the table's)."
     ),
-    checkpoint_save_seconds: float | None = typer.Option(
-        None,
-        "--checkpoint-save-seconds",
-        help="How long a checkpoint's save stops the job (default: the table's).",
-    ),
-    spares: int = typer.Option(
-        0,
-        "--spares",
-        min=0,
-        max=_MAX_NODES,
-        help="Nodes the job leaves idle to replace nodes out for repair.",
-    ),
-    replica_nodes: int | None = typer.Option(
-        None,
-        "--replica-nodes",
-        min=1,
-        max=_MAX_NODES,
-        help="Nodes of one data-parallel replica of the job (default: the table's).",
-    ),
+    checkpoint_save_seconds: float | None = CHECKPOINT_SAVE_OPTION,
+    spares: int = SPARES_OPTION,
+    replica_nodes: int | None = REPLICA_NODES_OPTION,
     without_slow: bool = typer.Option(
         False, "--without-slow", help="Leave out the table's slow classes (an assumption of the table's own)."
     ),
     rigid: bool = typer.Option(
         False, "--rigid", help="The job waits whole while any replica lacks nodes (default: the table's)."
     ),
-    best_spares: bool = typer.Option(
-        True,
-        "--best-spares/--no-best-spares",
-        help="Also find each policy's best spare count (1, 2, 4... replicas, to a quarter of the fleet).",
-    ),
-    sweep: bool = typer.Option(
-        False,
-        "--sweep-checkpoint",
-        help="Goodput at checkpoint intervals from a quarter to four times Young and Daly's sqrt(2 S M) "
-        "instead of the table (needs a save that costs).",
-    ),
+    best_spares: bool = BEST_SPARES_OPTION,
+    sweep: bool = SWEEP_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Simulate one synchronous training job across the fleet over the period, with faults drawn
@@ -388,17 +451,7 @@ def simulate_cmd(
     nodes x 8 GPUs over 54 days.
     With --sweep-checkpoint, each policy's goodput against the checkpoint interval instead."""
 
-    _finite(days, "--days", 0.0, _MAX_DAYS, open_low=True)
-    if checkpoint_minutes is not None:
-        _finite(checkpoint_minutes, "--checkpoint-minutes", MIN_CHECKPOINT_MINUTES, 10_080)
-    if restart_minutes is not None:
-        _finite(restart_minutes, "--restart-minutes", 0.0, 10_080)
-    if checkpoint_save_seconds is not None:
-        _finite(checkpoint_save_seconds, "--checkpoint-save-seconds", 0.0, 86_400)
-    if sweep and checkpoint_minutes is not None:
-        raise InputError(
-            "dsx goodput simulate: --sweep-checkpoint chooses the intervals; drop --checkpoint-minutes"
-        )
+    _check_times(days, checkpoint_minutes, restart_minutes, checkpoint_save_seconds, sweep=sweep)
     table = load_rates(rates)
     if rigid:
         table = table.model_copy(update={"job": table.job.model_copy(update={"elastic": False})})
@@ -410,18 +463,7 @@ def simulate_cmd(
             f"dsx goodput simulate: --nodes {nodes} less --spares {spares} hold no replica of {replica} "
             f"nodes: give more nodes, fewer spares or --replica-nodes"
         )
-    runs = seeds * 4 * (len(sweep_intervals(1.0)) if sweep else 1)
-    if best_spares and not sweep:
-        runs *= 1 + len(spare_candidates(nodes, replica))
-    faults = sum(expected_faults(table, nodes, gpus_per_node, days).values()) * runs
-    if faults > _MAX_FAULTS:
-        raise InputError(
-            f"dsx goodput simulate: {nodes:,} nodes x {gpus_per_node} GPUs over {days:g} days and "
-            f"{seeds} seed(s){' at each interval of the sweep' if sweep else ''} is about {faults:,.0f} "
-            f"simulated faults, over the limit of "
-            f"{_MAX_FAULTS:,}: give fewer seeds, nodes or days"
-            + ("" if sweep or not best_spares else " (or --no-best-spares)")
-        )
+    _check_size(table, nodes, gpus_per_node, days, seeds, replica, sweep=sweep, best_spares=best_spares)
     common: dict[str, Any] = {
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,

@@ -23,7 +23,7 @@ from steps.sentinel.budget import TaintBudget, TaintBudgetSettings, parse_daemon
 from steps.sentinel.catalogue import FaultCatalogue, load_catalogue
 from steps.sentinel.history import NodeHistory, Returned, XidHistory, port_counts
 from steps.sentinel.kernel_log import Boot
-from steps.sentinel.node import build_probes, build_sentinel
+from steps.sentinel.node import Sentinel, build_probes, build_sentinel
 from steps.sentinel.policy import Breaker
 from steps.sentinel.probes import parse_fabric_nics
 from steps.sentinel.rates import CounterRates
@@ -199,6 +199,38 @@ def probe_cmd(
         raise typer.Exit(1)
 
 
+METRICS_PORT_OPTION = typer.Option(
+    9400, "--metrics-port", min=0, max=65535, help="Port of /metrics and /healthz (0: none)."
+)
+NODE_READ_INTERVAL_OPTION = typer.Option(
+    60.0,
+    "--node-read-interval",
+    min=0.0,
+    help="Seconds between two reads of the node for the dsx_sentinel_node_* metrics (its taint, state, "
+    "certification, drift; 0: every pass).",
+)
+RESET_GPUS_OPTION = typer.Option(
+    False,
+    "--reset-gpus/--no-reset-gpus",
+    help="Carry out dsx-remediate's reset-gpu requests on this node: reset each GPU the request names "
+    "once nothing holds it (nvidia-smi --gpu-reset; needs root), then probe again.",
+)
+KURED_SENTINEL_OPTION = typer.Option(
+    None,
+    "--kured-sentinel",
+    help="Carry out dsx-remediate's reboot requests through kured: write this file, the one kured "
+    "watches (its --reboot-sentinel, /var/run/reboot-required on the host by default), as this "
+    "process sees it.",
+)
+REBOOT_COMMAND_OPTION = typer.Option(
+    None,
+    "--reboot-command",
+    help="Carry out dsx-remediate's reboot requests with this command, the agent's own (the chart's: "
+    "nsenter -m/proc/1/ns/mnt -- /bin/systemctl reboot, from a privileged container in the host's PID "
+    "namespace); not with --kured-sentinel.",
+)
+
+
 def agent_cmd(
     node: str = typer.Option(
         os.environ.get(vocab.ENV_NODE_NAME) or "",
@@ -210,16 +242,8 @@ def agent_cmd(
     interval: float = typer.Option(10.0, "--interval", min=0.1, help="Seconds between passes."),
     debounce: int = typer.Option(1, "--debounce", min=1, help="Passes a non-fatal reading must hold."),
     probe_timeout: float = PROBE_TIMEOUT_OPTION,
-    metrics_port: int = typer.Option(
-        9400, "--metrics-port", min=0, max=65535, help="Port of /metrics and /healthz (0: none)."
-    ),
-    node_read_interval: float = typer.Option(
-        60.0,
-        "--node-read-interval",
-        min=0.0,
-        help="Seconds between two reads of the node for the dsx_sentinel_node_* metrics (its taint, state, "
-        "certification, drift; 0: every pass).",
-    ),
+    metrics_port: int = METRICS_PORT_OPTION,
+    node_read_interval: float = NODE_READ_INTERVAL_OPTION,
     source: str = SOURCE_OPTION,
     kernel_log: str | None = KERNEL_LOG_OPTION,
     sysfs: str | None = SYSFS_OPTION,
@@ -229,26 +253,9 @@ def agent_cmd(
     taint_budget: float = TAINT_BUDGET_OPTION,
     taint_window: str = TAINT_WINDOW_OPTION,
     fleet_daemonset: str | None = FLEET_DAEMONSET_OPTION,
-    reset_gpus: bool = typer.Option(
-        False,
-        "--reset-gpus/--no-reset-gpus",
-        help="Carry out dsx-remediate's reset-gpu requests on this node: reset each GPU the request names "
-        "once nothing holds it (nvidia-smi --gpu-reset; needs root), then probe again.",
-    ),
-    kured_sentinel: str | None = typer.Option(
-        None,
-        "--kured-sentinel",
-        help="Carry out dsx-remediate's reboot requests through kured: write this file, the one kured "
-        "watches (its --reboot-sentinel, /var/run/reboot-required on the host by default), as this "
-        "process sees it.",
-    ),
-    reboot_command: str | None = typer.Option(
-        None,
-        "--reboot-command",
-        help="Carry out dsx-remediate's reboot requests with this command, the agent's own (the chart's: "
-        "nsenter -m/proc/1/ns/mnt -- /bin/systemctl reboot, from a privileged container in the host's PID "
-        "namespace); not with --kured-sentinel.",
-    ),
+    reset_gpus: bool = RESET_GPUS_OPTION,
+    kured_sentinel: str | None = KURED_SENTINEL_OPTION,
+    reboot_command: str | None = REBOOT_COMMAND_OPTION,
     overrides: Path | None = OVERRIDES_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -298,6 +305,12 @@ def agent_cmd(
         return
     if metrics_port:
         serve(sentinel.agent, "0.0.0.0", metrics_port, interval)
+    _run(sentinel, interval)
+
+
+def _run(sentinel: Sentinel, interval: float) -> None:
+    """Run passes every ``interval`` seconds until stopped: Ctrl-C, or the kubelet's SIGTERM, after which
+    the queued writes are made and the state file written (exit :data:`EXIT_TERMINATED`)."""
     stop = threading.Event()
     terminated = threading.Event()
 

@@ -238,58 +238,15 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     """
     if node not in fleet.nodes:
         raise InputError(f"fault {fault!r}: node {node!r} is not in the fleet")
-    kind, sep, version = fault.strip().partition("=")
-    if kind in VERSION_FAULTS:
-        _set_version(fleet, fleet.nodes[node], kind, version.strip() if sep else "", fault)
+    if _apply_named(fleet, node, fault):
         return
-    if kind == "nic-down":
-        _nic_down(fleet, node, version.strip(), fault)
-        return
-    if kind == "nic-unused":
-        _nic_unused(fleet, node, version.strip(), fault)
-        return
-    if fault.strip() == "busy":
-        _busy(fleet, fleet.nodes[node])
-        return
-    if kind.strip() == "unmanaged":
-        if sep:
-            raise InputError(f"fault {fault!r} on {node}: unmanaged takes no value")
-        state = fleet.nodes[node]
-        state.labels[vocab.LABEL_MANAGED] = vocab.MANAGED_FALSE
-        state.resource_version = fleet.next_revision()
-        return
-    match = _FAULT.match(fault.strip())
-    if not match and kind.partition(":")[0].partition("@")[0] in FAULT_KINDS:
-        raise InputError(
-            f"fault {fault!r} on {node}: cannot read it as KIND[:NAME][=NUMBER][@GPU] "
-            "(a value is a number such as 2240 or 0.25; see sim docs)"
-        )
-    kind = match.group("kind") if match else ""
-    if not match or kind not in FAULT_KINDS:
-        raise InputError(
-            f"fault {fault!r} on {node}: expected one of {', '.join(FAULT_KINDS)} (see sim docs)"
-        )
-    value, name = match.group("value"), match.group("name")
-    gpu = int(match.group("gpu")) if match.group("gpu") else None
+    kind, value, name, gpu = _read_fault(node, fault)
     health = fleet.health[node]
     state = fleet.nodes[node]
-    needs_value = kind in ("xid", "ecc", "api-errors", "reading", "flaky-nic", "slow-rail")
-    if needs_value and value is None:
-        raise InputError(f"fault {fault!r} on {node}: {kind} needs a value ({kind}=N)")
-    if (kind in ("reading", "slow-rail")) != (name is not None):
-        raise InputError(
-            f"fault {fault!r} on {node}: only reading and slow-rail take a name (reading:NAME=VALUE, "
-            "slow-rail:PORT=GBPS)"
-        )
     if kind in ("flaky-nic", "hang"):
         _nic_fault(health, kind, value, node, fault)
     elif kind == "slow-nic":
-        if value is not None and float(value) <= 0:
-            raise InputError(
-                f"fault {fault!r} on {node}: slow-nic=GBPS needs GBPS > 0 "
-                "(for links that pass nothing, use hang)"
-            )
-        health.link_gbps = float(value) if value else health.nominal_link_gbps / 4
+        _slow_nic(health, value, node, fault)
     elif kind == "slow-nvlink":
         targets = [_gpu(health, gpu, node, fault)] if gpu is not None else range(len(health.gpus))
         for index in targets:
@@ -310,21 +267,7 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
             state.allocatable[GPU_RESOURCE] = str(max(0, offered - 1))
     elif kind == "not-ready":
         health.ready = False
-        now = format_time(dt.datetime.now(dt.UTC))
-        state.conditions = [
-            Condition(
-                type="Ready",
-                status="False",
-                reason="KubeletNotReady",
-                message="container runtime is down",
-                last_transition_time=c.last_transition_time if c.status == "False" else now,
-                last_heartbeat_time=now,
-            )
-            if c.type == "Ready"
-            else c
-            for c in state.conditions
-        ]
-        state.taints = not_ready_taints(state.taints, ready=False)
+        _not_ready(state)
     elif kind in ("pcie-degraded", "nvlink-down", "thermal"):
         if value is not None:
             raise InputError(f"fault {fault!r} on {node}: {kind} takes a GPU, not a value ({kind}@I)")
@@ -334,14 +277,94 @@ def apply_fault(fleet: Fleet, node: str, fault: str) -> None:
     elif kind == "slow-rail":
         _slow_rail(health, str(name), float(str(value)), node, fault)
     elif kind == "slow-gpu":
-        share = float(value) if value is not None else 0.5
-        if not 0.0 < share < 1.0:
-            raise InputError(
-                f"fault {fault!r} on {node}: slow-gpu=F needs a share 0 < F < 1 (0.5: half speed)"
-            )
-        _update_gpu(health, _gpu(health, gpu or 0, node, fault), compute_share=share)
+        _slow_gpu(health, value, gpu, node, fault)
     else:  # reading
         health.readings[str(name)] = float(str(value))
     if kind != "api-errors":
         state.resource_version = fleet.next_revision()
     health.faults.append(fault.strip())
+
+
+def _apply_named(fleet: Fleet, node: str, fault: str) -> bool:
+    """Apply the faults named by a word and a free-form value (a version, a NIC, ``busy``, ``unmanaged``);
+    whether ``fault`` was one."""
+    kind, sep, version = fault.strip().partition("=")
+    if kind in VERSION_FAULTS:
+        _set_version(fleet, fleet.nodes[node], kind, version.strip() if sep else "", fault)
+    elif kind == "nic-down":
+        _nic_down(fleet, node, version.strip(), fault)
+    elif kind == "nic-unused":
+        _nic_unused(fleet, node, version.strip(), fault)
+    elif fault.strip() == "busy":
+        _busy(fleet, fleet.nodes[node])
+    elif kind.strip() == "unmanaged":
+        if sep:
+            raise InputError(f"fault {fault!r} on {node}: unmanaged takes no value")
+        state = fleet.nodes[node]
+        state.labels[vocab.LABEL_MANAGED] = vocab.MANAGED_FALSE
+        state.resource_version = fleet.next_revision()
+    else:
+        return False
+    return True
+
+
+def _read_fault(node: str, fault: str) -> tuple[str, str | None, str | None, int | None]:
+    """``KIND[:NAME][=NUMBER][@GPU]`` read and checked: (kind, value, name, GPU index)."""
+    kind = fault.strip().partition("=")[0]
+    match = _FAULT.match(fault.strip())
+    if not match and kind.partition(":")[0].partition("@")[0] in FAULT_KINDS:
+        raise InputError(
+            f"fault {fault!r} on {node}: cannot read it as KIND[:NAME][=NUMBER][@GPU] "
+            "(a value is a number such as 2240 or 0.25; see sim docs)"
+        )
+    kind = match.group("kind") if match else ""
+    if not match or kind not in FAULT_KINDS:
+        raise InputError(
+            f"fault {fault!r} on {node}: expected one of {', '.join(FAULT_KINDS)} (see sim docs)"
+        )
+    value, name = match.group("value"), match.group("name")
+    gpu = int(match.group("gpu")) if match.group("gpu") else None
+    needs_value = kind in ("xid", "ecc", "api-errors", "reading", "flaky-nic", "slow-rail")
+    if needs_value and value is None:
+        raise InputError(f"fault {fault!r} on {node}: {kind} needs a value ({kind}=N)")
+    if (kind in ("reading", "slow-rail")) != (name is not None):
+        raise InputError(
+            f"fault {fault!r} on {node}: only reading and slow-rail take a name (reading:NAME=VALUE, "
+            "slow-rail:PORT=GBPS)"
+        )
+    return kind, value, name, gpu
+
+
+def _slow_nic(health: NodeHealth, value: str | None, node: str, fault: str) -> None:
+    if value is not None and float(value) <= 0:
+        raise InputError(
+            f"fault {fault!r} on {node}: slow-nic=GBPS needs GBPS > 0 (for links that pass nothing, use hang)"
+        )
+    health.link_gbps = float(value) if value else health.nominal_link_gbps / 4
+
+
+def _slow_gpu(health: NodeHealth, value: str | None, gpu: int | None, node: str, fault: str) -> None:
+    share = float(value) if value is not None else 0.5
+    if not 0.0 < share < 1.0:
+        raise InputError(f"fault {fault!r} on {node}: slow-gpu=F needs a share 0 < F < 1 (0.5: half speed)")
+    _update_gpu(health, _gpu(health, gpu or 0, node, fault), compute_share=share)
+
+
+def _not_ready(state: Node) -> None:
+    """The kubelet reports the node not ready (its runtime down): Ready False since now, unless it already
+    was, and the node lifecycle controller's not-ready taints."""
+    now = format_time(dt.datetime.now(dt.UTC))
+    state.conditions = [
+        Condition(
+            type="Ready",
+            status="False",
+            reason="KubeletNotReady",
+            message="container runtime is down",
+            last_transition_time=c.last_transition_time if c.status == "False" else now,
+            last_heartbeat_time=now,
+        )
+        if c.type == "Ready"
+        else c
+        for c in state.conditions
+    ]
+    state.taints = not_ready_taints(state.taints, ready=False)

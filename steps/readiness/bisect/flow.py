@@ -249,61 +249,29 @@ def search_group(
         )
     run = _run_ref(run)
     store, test = _tester(run)
-    records = Records(store)
-    digest = str(test.recipe.get("digest") or "")
-    labelled: list[str] = []
-
-    def once(tested_members: Sequence[str]) -> GroupResult:
-        try:
-            result = test.once(tested_members)
-        except NoVerdict as exc:
-            records.put(
-                Record(
-                    group=group, kind="split", members=list(tested_members), outcome="none", reason=str(exc)
-                )
-            )
-            raise _NoVerdict(str(exc)) from None
-        records.put(
-            Record(
-                group=group,
-                kind="split",
-                members=list(tested_members),
-                outcome=result.outcome,
-                figure=result.figure,
-                threshold=result.threshold,
-                reason=result.reason,
-            )
-        )
-        return result
-
-    def accused(suspect: Suspect, runs: list[TestRun]) -> None:
-        record = _verdict(group, suspect, runs)
-        records.put(record)
-        _label_failed(record, digest)
-        labelled.append(suspect.node)
-
+    search = _Search(Records(store), test, group, str(test.recipe.get("digest") or ""))
     failed = (
         GroupResult(outcome="fail", reason=f"group {group} failed its own test") if tested == "fail" else None
     )
     try:
         result = bisect(
             nodes,
-            once,
+            search.once,
             "auto",
             noise=test.noise,
             partners=partners,
             failed=failed,
-            on_accuse=accused,
+            on_accuse=search.accused,
             p_min=test.plan.options.p_min,
         )
     except _NoVerdict as exc:
         print(f"warning: {group}: a test gave no verdict; the search stopped: {exc}", file=sys.stderr)
-        left = [n for n in nodes if n not in labelled]
-        records.put(Record(group=group, kind="summary", members=left, outcome="none", reason=str(exc)))
-        write_params(suspects=json.dumps(labelled))
-        return labelled
-    left = [n for n in nodes if n not in labelled]
-    records.put(
+        left = [n for n in nodes if n not in search.labelled]
+        search.records.put(Record(group=group, kind="summary", members=left, outcome="none", reason=str(exc)))
+        write_params(suspects=json.dumps(search.labelled))
+        return search.labelled
+    left = [n for n in nodes if n not in search.labelled]
+    search.records.put(
         Record(
             group=group,
             kind="summary",
@@ -316,8 +284,53 @@ def search_group(
             reason=_summary_reason(result.screening, result.screening_needed, result.caught),
         )
     )
-    write_params(suspects=json.dumps(labelled))
-    return labelled
+    write_params(suspects=json.dumps(search.labelled))
+    return search.labelled
+
+
+class _Search:
+    """One group's search: each test it runs and each node it accuses, kept as records; accused nodes
+    labelled at once."""
+
+    def __init__(self, records: Records, test: _Test, group: str, digest: str) -> None:
+        self.records, self.test, self.group, self.digest = records, test, group, digest
+        self.labelled: list[str] = []
+
+    def once(self, tested_members: Sequence[str]) -> GroupResult:
+        """Test ``tested_members`` together once and keep the test; a test with no verdict stops the
+        search (:class:`_NoVerdict`)."""
+        try:
+            result = self.test.once(tested_members)
+        except NoVerdict as exc:
+            self.records.put(
+                Record(
+                    group=self.group,
+                    kind="split",
+                    members=list(tested_members),
+                    outcome="none",
+                    reason=str(exc),
+                )
+            )
+            raise _NoVerdict(str(exc)) from None
+        self.records.put(
+            Record(
+                group=self.group,
+                kind="split",
+                members=list(tested_members),
+                outcome=result.outcome,
+                figure=result.figure,
+                threshold=result.threshold,
+                reason=result.reason,
+            )
+        )
+        return result
+
+    def accused(self, suspect: Suspect, runs: list[TestRun]) -> None:
+        """Keep the accusation and label the node failed at once."""
+        record = _verdict(self.group, suspect, runs)
+        self.records.put(record)
+        _label_failed(record, self.digest)
+        self.labelled.append(suspect.node)
 
 
 def _settled(result: BisectResult) -> bool:

@@ -363,18 +363,8 @@ def bisect(
     Raises:
         InputError: fewer than two distinct members, an unknown strategy, or a setting out of range.
     """
-    nodes = sorted(set(members))
-    lent = [p for p in partners if p not in set(nodes)]
-    if len(nodes) + min(1, len(lent)) < 2 or len(nodes) != len(members):
-        raise InputError(
-            f"bisection needs two or more distinct nodes (or one and a partner), got {len(members)} "
-            f"({len(nodes)} distinct)"
-        )
-    if strategy not in STRATEGIES:
-        raise InputError(f"unknown bisection strategy {strategy!r}: choose {', '.join(STRATEGIES)}")
+    nodes = _checked_members(members, partners, strategy, budget)
     _check_settings(alpha=alpha, delta=delta, p_min=p_min, p_max=p_max, spurious=spurious, share=share)
-    if budget < 1:
-        raise InputError(f"bisection budget {budget}: give at least 1 test")
     runs: list[TestRun] = []
 
     def accused(suspect: Suspect) -> None:
@@ -408,6 +398,36 @@ def bisect(
             search.observe(members, read)
         search.observed = len(session.runs)
         search.ran(tests, [read for _, read in results])
+    return _result(strategy, nodes, search, session, alpha, delta)
+
+
+def _checked_members(
+    members: Sequence[str], partners: Sequence[str], strategy: str, budget: int
+) -> list[str]:
+    """The group's nodes, sorted, once the group, strategy and budget are found sound.
+
+    Raises:
+        InputError: fewer than two distinct members (one, with no partner lent), an unknown strategy, a
+            budget under one test.
+    """
+    nodes = sorted(set(members))
+    lent = [p for p in partners if p not in set(nodes)]
+    if len(nodes) + min(1, len(lent)) < 2 or len(nodes) != len(members):
+        raise InputError(
+            f"bisection needs two or more distinct nodes (or one and a partner), got {len(members)} "
+            f"({len(nodes)} distinct)"
+        )
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown bisection strategy {strategy!r}: choose {', '.join(STRATEGIES)}")
+    if budget < 1:
+        raise InputError(f"bisection budget {budget}: give at least 1 test")
+    return nodes
+
+
+def _result(
+    strategy: Strategy, nodes: list[str], search: Search, session: Session, alpha: float, delta: float
+) -> BisectResult:
+    """What a finished search found and what it cost."""
     return BisectResult(
         strategy=strategy,
         chosen="pairs" if strategy == "pairs" else "halving",

@@ -48,6 +48,7 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field
 
@@ -741,6 +742,27 @@ def _mean(values: list[float]) -> float:
     return round(statistics.fmean(values), 3)
 
 
+def _policy_result(
+    policy: Policy, runs: list[RunResult], best: BestSpares | None, booked: FaultRates
+) -> PolicyResult:
+    """One policy's runs over the seeds, summed up: each figure's spread, the losses' means."""
+    return PolicyResult(
+        policy=policy,
+        goodput=Spread.of([r.goodput for r in runs]),
+        effective_training_time=Spread.of([r.effective_training_time for r in runs]),
+        interruptions=Spread.of([float(r.interruptions) for r in runs], 3),
+        restarts=Spread.of([float(r.restarts) for r in runs], 3),
+        slow_nodes_found=Spread.of([float(r.slow_nodes_found) for r in runs], 3),
+        nodes_out=Spread.of([r.nodes_out for r in runs], 3),
+        factors={f: Spread.of([r.factors[f] for r in runs]) for f in FACTORS},
+        best_spares=best,
+        useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
+        lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},
+        lost_by_class={c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in booked.classes},
+        runs=runs,
+    )
+
+
 def simulate(
     rates: FaultRates,
     *,
@@ -780,52 +802,25 @@ def simulate(
     seed_list = list(range(seed, seed + seeds))
     replica = _replica(rates, nodes, spares, replica_nodes)
     booked = _with_false_alarms(rates)  # the classes losses are booked to
+    job: dict[str, Any] = {
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "days": days,
+        "checkpoint_minutes": checkpoint_minutes,
+        "restart_minutes": restart_minutes,
+        "checkpoint_save_seconds": checkpoint_save_seconds,
+        "replica_nodes": replica,
+    }
 
     def runs_of(policy: Policy, spare_nodes: int) -> list[RunResult]:
-        return [
-            simulate_run(
-                rates,
-                policy,
-                nodes=nodes,
-                gpus_per_node=gpus_per_node,
-                days=days,
-                seed=s,
-                checkpoint_minutes=checkpoint_minutes,
-                restart_minutes=restart_minutes,
-                checkpoint_save_seconds=checkpoint_save_seconds,
-                spares=spare_nodes,
-                replica_nodes=replica,
-            )
-            for s in seed_list
-        ]
+        return [simulate_run(rates, policy, seed=s, spares=spare_nodes, **job) for s in seed_list]
 
-    results: list[PolicyResult] = []
-    for policy in POLICIES:
-        runs = runs_of(policy, spares)
-        best: BestSpares | None = None
-        if spare_counts:
-            tried = {n: Spread.of([r.goodput for r in runs_of(policy, n)]) for n in spare_counts}
-            chosen = max(tried, key=lambda n: (tried[n].mean, -n))
-            best = BestSpares(spares=chosen, goodput=tried[chosen])
-        results.append(
-            PolicyResult(
-                policy=policy,
-                goodput=Spread.of([r.goodput for r in runs]),
-                effective_training_time=Spread.of([r.effective_training_time for r in runs]),
-                interruptions=Spread.of([float(r.interruptions) for r in runs], 3),
-                restarts=Spread.of([float(r.restarts) for r in runs], 3),
-                slow_nodes_found=Spread.of([float(r.slow_nodes_found) for r in runs], 3),
-                nodes_out=Spread.of([r.nodes_out for r in runs], 3),
-                factors={f: Spread.of([r.factors[f] for r in runs]) for f in FACTORS},
-                best_spares=best,
-                useful_gpu_hours=_mean([r.useful_gpu_hours for r in runs]),
-                lost_gpu_hours={k: _mean([r.lost_gpu_hours[k] for r in runs]) for k in LOSS_KINDS},
-                lost_by_class={
-                    c.name: _mean([r.lost_by_class[c.name] for r in runs]) for c in booked.classes
-                },
-                runs=runs,
-            )
-        )
+    def best_of(policy: Policy) -> BestSpares | None:
+        tried = {n: Spread.of([r.goodput for r in runs_of(policy, n)]) for n in spare_counts}
+        chosen = max(tried, key=lambda n: (tried[n].mean, -n)) if tried else None
+        return BestSpares(spares=chosen, goodput=tried[chosen]) if chosen is not None else None
+
+    results = [_policy_result(p, runs_of(p, spares), best_of(p), booked) for p in POLICIES]
     expected = expected_faults(rates, nodes, gpus_per_node, days)
     slow = {c.name for c in rates.classes if c.slow}
     return SimulationReport(
