@@ -25,8 +25,9 @@ The server speaks JSON lines, requests on its stdin and answers on its stdout:
 - ``{"op": "preload", "modules": [...], "id": N}``: import the modules. An import that fails is
   skipped (a child that needs the module reports the error in its own stderr); with an ``id``
   (optional) the server answers ``{"id": N, "errors": {module: message}}`` once done. What a module
-  names in ``FORK_SERVER_PRELOAD`` (below) is imported later: while no request waits, or at the
-  latest before a child that gets a nested server is forked.
+  names in ``FORK_SERVER_PRELOAD`` (below) is imported later, before the first child that gets a
+  nested server is forked: a run whose steps launch no ranks never pays for it, and no step that needs
+  none waits for it (the server forks nothing while it imports, and torch takes seconds).
 - ``{"op": "start", "id": N, "module": M, "args": [...], "env": {...}, "stdout": PATH, "stderr":
   PATH, "cwd": PATH, "sys_path": [...], "own_group": B, "nest_for": MODULE}`` (all from ``cwd`` on
   optional; ``own_group`` true by default: the child leads a new process group): fork a child. The
@@ -41,11 +42,11 @@ them.
 **Nested servers.** A child that forks children of its own (a local runner's step that launches the
 ranks of a test) would start a server of its own and pay the imports again. A module whose code does
 that names what its children import, ``FORK_SERVER_PRELOAD = ("torch", ...)``; a server preloading
-the module imports those as well (when idle, see ``preload``). A start request whose ``nest_for``
-names such a module gives the child a nested server: forked from the child before its module runs
-(the child has one thread then, and everything the server imported), in the child's process group,
-its own child, and gone when the child's end of its pipes closes. The child takes it with
-:meth:`ForkServer.nested`.
+the module imports those as well (before the first child that nests, see ``preload``). A start request
+whose ``nest_for`` names such a module gives the child a nested server: forked from the child before
+its module runs (the child has one thread then, and everything the server imported), in the child's
+process group, its own child, and gone when the child's end of its pipes closes. The child takes it
+with :meth:`ForkServer.nested`.
 
 Example:
     >>> with ForkServer() as server:  # doctest: +SKIP
@@ -323,8 +324,8 @@ class _Server:
         self.selector.register(self.wake_read, selectors.EVENT_READ, "children")
         self.children: set[int] = set()
         self.deferred: list[str] = []
-        """Modules named in ``FORK_SERVER_PRELOAD``, imported while no request waits (or before a child
-        that gets a nested server is forked): the steps that need no torch do not wait for it."""
+        """Modules named in ``FORK_SERVER_PRELOAD``, imported before the first child that gets a nested
+        server is forked: the steps that need no torch do not wait for it."""
 
     def send(self, message: Mapping[str, Any]) -> None:
         with contextlib.suppress(OSError):
@@ -380,10 +381,7 @@ class _Server:
     def serve(self) -> None:
         pending = b""
         while True:
-            ready = self.selector.select(timeout=0 if self.deferred else None)
-            if not ready and self.deferred:  # idle: one deferred import, then look again
-                _preload([self.deferred.pop(0)])
-                continue
+            ready = self.selector.select()
             for key, _ in ready:
                 if key.data == "children":
                     received = b""
