@@ -16,10 +16,11 @@ The check judges the Ready condition with the catalogue's rules (``recipes/fault
 - ``out-of-service``: Ready is not True and a person put the out-of-service taint on: at once.
 
 Ready True is a healthy reading (it clears the check's condition). A node not Ready for less than the
-threshold, or one cordoned by someone other than dsx (``spec.unschedulable`` without dsx's taint: a
-planned reboot by kured, an upgrade, a person's maintenance), gives no reading: the condition stays as it
-is. dsx-reconcile applies it to every node (the node's own agent may be down with it) and writes the
-condition; the agent applies it to its node, so a node that comes back clears it on the agent's first pass.
+threshold, or one cordoned by someone other than dsx (a cordon dsx did not make: a planned reboot by
+kured, an upgrade, a person's maintenance), gives no reading: the condition stays as it is.
+dsx-reconcile applies it to every node (the node's own agent may be down with it) and writes the
+condition; the agent applies it to its node, so a node that comes back clears it on the agent's first
+pass.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ def not_ready_events(node: Node, catalogue: FaultCatalogue, now: dt.datetime) ->
     ready = node.condition("Ready")
     if ready is None:
         return []
-
     if ready.status == "True":
         return [_event(node, now, healthy=True, message="node: Ready")]
     down = node.has_taint(vocab.TAINT_OUT_OF_SERVICE)
