@@ -1453,8 +1453,9 @@ class Emulator:
 
     def _gc_out_of_service(self) -> bool:
         """The pod garbage collector's rule for a node a person confirmed down: a terminating pod on a node
-        that is not Ready and carries ``node.kubernetes.io/out-of-service`` is deleted at once (marked
-        Failed, then deleted with grace 0: ``pkg/controller/podgc/gc_controller.go`` gcTerminating)."""
+        that is not Ready and carries ``node.kubernetes.io/out-of-service`` is marked Failed and deleted
+        with grace 0, so it leaves once its finalizers are gone (``pkg/controller/podgc/gc_controller.go``
+        gcTerminating, markFailedAndDeletePod)."""
         down = {
             name
             for (_, plural, _, name), node in self._objects.items()
@@ -1470,10 +1471,14 @@ class Emulator:
             for key, pod in self._objects.items()
             if key[1] == "pods"
             and pod["metadata"].get("deletionTimestamp")
+            and pod["metadata"].get("deletionGracePeriodSeconds")
             and (pod.get("spec") or {}).get("nodeName") in down
         ]
         for key in gone:
-            self._remove(key)
+            pod = copy.deepcopy(self._objects[key])
+            pod.setdefault("status", {})["phase"] = "Failed"
+            pod["metadata"]["deletionGracePeriodSeconds"] = 0
+            self._store(key, pod)
         return bool(gone)
 
     def _next_due(self) -> float:
