@@ -71,6 +71,7 @@ from steps.sentinel.events import (
     CHECKS,
     PER_CODE_CHECKS,
     HealthEvent,
+    condition_message,
     condition_reason,
     severity_rank,
 )
@@ -640,7 +641,7 @@ class Agent:
         # the most severe; among equals the strongest repair (ACTIONS runs from none to contact-support)
         worst = max(bad, key=lambda e: (severity_rank(e.severity), ACTIONS.index(e.action)))
         reason = condition_reason(worst.severity, worst.action)
-        message = "; ".join(f"{e.severity} ({e.action}): {e.message}" for e in bad)
+        message = condition_message(bad)
         return True, reason, message
 
     def _queue_conditions(self) -> None:

@@ -9,7 +9,7 @@ too: it clears the earlier unhealthy ones for the same check and entity, and not
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
 from pydantic import Field
@@ -27,6 +27,7 @@ __all__ = [
     "Component",
     "HealthEvent",
     "Severity",
+    "condition_message",
     "condition_reading",
     "condition_reason",
     "severity_rank",
@@ -92,6 +93,12 @@ def condition_reason(severity: Severity, action: Action) -> str:
     """The reason of a sentinel condition set for a fault of this severity and action: ``FatalReboot``,
     ``DegradedResetGpu``. The Sensor reads the severity back from it (``Fatal*``), ``guard`` both."""
     return "".join(part[:1].upper() + part[1:] for part in f"{severity}-{action}".split("-"))
+
+
+def condition_message(findings: Iterable[HealthEvent]) -> str:
+    """The message of a sentinel condition: every finding as ``SEVERITY (ACTION): MESSAGE``, separated by
+    ``; `` (the repair request reads them back: :func:`steps.sentinel.repair.findings`)."""
+    return "; ".join(f"{e.severity} ({e.action}): {e.message}" for e in findings)
 
 
 _REASONS: dict[str, tuple[Severity, Action]] = {

@@ -43,7 +43,13 @@ from steps.cluster.node import Condition, Node
 from steps.errors import InputError
 from steps.sentinel import ledger
 from steps.sentinel.catalogue import FaultCatalogue, given_catalogue
-from steps.sentinel.events import HealthEvent, condition_reading, condition_reason, severity_rank
+from steps.sentinel.events import (
+    HealthEvent,
+    condition_message,
+    condition_reading,
+    condition_reason,
+    severity_rank,
+)
 from steps.sentinel.policy import Breaker, QuarantinePolicy, decide
 from steps.sentinel.standing import standing
 from steps.sentinel.unready import NOT_READY, not_ready_events
@@ -245,8 +251,6 @@ def mark_not_ready(
     ``True`` with the sentinel's taint where it finds a fault on a managed node with no state, ``False``
     where the node is Ready again. A line per node written (or, with ``dry_run``, that would be)."""
     catalogue = catalogue or given_catalogue()
-    if catalogue.mode(NOT_READY) == "off":
-        return []
     now = dt.datetime.now(dt.UTC)
     nodes = [n for n in port.list_nodes() if n.managed and n.gpu_count > 0]
     down = [n.name for n in nodes if n.condition("Ready") is not None and not n.ready]
@@ -257,11 +261,10 @@ def mark_not_ready(
             f"{len(down)} of {len(nodes)} managed GPU nodes are not Ready: the control plane or the network, "
             f"not the nodes; no node marked {vocab.CONDITION_SENTINEL[NOT_READY]}"
         )
+    enforce = not mass and catalogue.mode(NOT_READY) == "enforce"
     for node in sorted(nodes, key=lambda n: n.name):
         for event in not_ready_events(node, catalogue, now):
-            line = _mark(
-                port, node, event, dry_run, enforce=not mass and catalogue.mode(NOT_READY) == "enforce"
-            )
+            line = _mark(port, node, event, dry_run, enforce=enforce)
             lines += [line] if line else []
     return lines
 
@@ -279,7 +282,7 @@ def _mark(port: ClusterPort, node: Node, event: HealthEvent, dry_run: bool, enfo
         return f"{node.name}: {'would clear' if dry_run else 'cleared'} {name} (Ready again)"
     if not enforce or node.labels.get(vocab.LABEL_STATE):
         return ""  # under remediation (its own reboot), or a mass outage
-    message = f"{event.severity} ({event.action}): {event.message}"
+    message = condition_message([event])
     taint = event.severity == "fatal" and not node.has_taint(vocab.TAINT_UNHEALTHY)
     written = current is not None and current.status == "True" and current.message == message
     if written and not taint:
