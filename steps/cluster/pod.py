@@ -35,12 +35,17 @@ class Pod(Strict):
     phase: str = "Running"
     labels: dict[str, str] = Field(default_factory=dict)
     gpus: int = Field(0, ge=0, description="the GPUs it holds (its containers' nvidia.com/gpu requests)")
-    terminating: bool = Field(False, description="being deleted (deletionTimestamp set), not gone yet")
+    deleted_at: str = Field("", description="when its deletion was asked (deletionTimestamp): terminating")
 
     @property
     def ref(self) -> str:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminating(self) -> bool:
+        """Whether it is being deleted and not gone yet (on a node whose kubelet does not confirm it)."""
+        return bool(self.deleted_at)
 
     @property
     def daemonset(self) -> bool:
@@ -69,7 +74,7 @@ class Pod(Strict):
             phase=str((data.get("status") or {}).get("phase") or "Pending"),
             labels=dict(meta.get("labels") or {}),
             gpus=_gpus(data.get("spec") or {}),
-            terminating=bool(meta.get("deletionTimestamp")),
+            deleted_at=str(meta.get("deletionTimestamp") or ""),
         )
 
     def to_manifest(self) -> dict[str, Any]:
@@ -81,6 +86,8 @@ class Pod(Strict):
         }
         if self.uid:
             metadata["uid"] = self.uid
+        if self.deleted_at:
+            metadata["deletionTimestamp"] = self.deleted_at
         if self.owner_kind:
             api_version = "batch/v1" if self.owner_kind == "Job" else "apps/v1"
             metadata["ownerReferences"] = [

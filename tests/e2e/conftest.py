@@ -98,6 +98,34 @@ def wait_until(
     raise AssertionError(f"{what} not within {seconds:.0f} s" + (f"\n{debug()}" if debug else ""))
 
 
+def pinned_workload(real_cluster: RealCluster, node: str, namespace: str, app: str) -> dict[str, Any]:
+    """A Deployment's one pod pinned on ``node`` in a namespace of its own, made and running; the pod."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        },
+    }
+    real_cluster.kubectl("create", "namespace", namespace)
+    real_cluster.run("kubectl", "apply", "-f", "-", input=json.dumps(deployment))
+    real_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Available", f"deployment/{app}", "--timeout=120s"
+    )
+    (pod,) = real_cluster.get("pods", "-n", namespace, "-l", f"app={app}")["items"]
+    return dict(pod)
+
+
 #: What a pod's log holds when its process crashed rather than failed a check.
 CRASH_MARKS = ("Fatal Python error", "terminate called", "Segmentation fault", "(SIGABRT)", "(SIGSEGV)")
 

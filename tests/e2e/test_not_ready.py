@@ -2,7 +2,7 @@
 Lease and posting its status, the real node lifecycle controller marks it ``Unknown`` and taints it
 unreachable; the reconciler's ``not-ready`` check (as dsx-reconcile's account, with the catalogue the chart
 gives its CronWorkflow) writes ``DsxNodeNotReady`` and the sentinel's taint and would start dsx-remediate;
-the drain (as dsx-remediate's account) evicts a workload's pod there, which the real API server keeps
+the drain (as dsx-remediate's account) evicts a Deployment's pod there, which the real API server keeps
 terminating as no kubelet confirms it, and records it ``stranded`` instead of waiting out its deadline; a
 person's out-of-service taint lets the real pod garbage collector remove it, as the emulator's double does;
 and once the node is back (a reboot) the reconciler clears the condition. The emulator's scenario
@@ -10,7 +10,6 @@ and once the node is back (a reboot) the reconciler clears the condition. The em
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from steps.sentinel.catalogue import given_catalogue
 from steps.sentinel.drain import DrainPolicy, drain
 from steps.sentinel.reconcile import mark_not_ready, plan
 from tests.e2e.cluster import NAMESPACE, Cluster
-from tests.e2e.conftest import ACCOUNTS, RealCluster, wait_until
-from tests.steps.sentinel.test_drain_unreachable import down_node_outcomes
+from tests.e2e.conftest import ACCOUNTS, RealCluster, pinned_workload, wait_until
+from tests.steps.sentinel.test_drain_unreachable import down_node_outcomes, sim_down_node_outcomes
 
 pytestmark = pytest.mark.e2e
 
@@ -43,34 +42,6 @@ def _ready(real_cluster: RealCluster) -> dict[str, Any]:
     return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
 
 
-def _workload(real_cluster: RealCluster) -> str:
-    """A ReplicaSet's pod pinned on the node; its name."""
-    replicas = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": "server", "namespace": WORKLOADS},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "server"}},
-            "template": {
-                "metadata": {"labels": {"app": "server"}},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE},
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                },
-            },
-        },
-    }
-    real_cluster.kubectl("create", "namespace", WORKLOADS)
-    real_cluster.run("kubectl", "apply", "-f", "-", input=json.dumps(replicas))
-    real_cluster.kubectl(
-        "wait", "-n", WORKLOADS, "--for=condition=Ready", "pod", "-l", "app=server", "--timeout=120s"
-    )
-    (pod,) = real_cluster.get("pods", "-n", WORKLOADS, "-l", "app=server")["items"]
-    return str(pod["metadata"]["name"])
-
-
 def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_once_back(
     real_cluster: RealCluster, own_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -84,7 +55,7 @@ def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_onc
     monkeypatch.setenv(vocab.ENV_FAULT_OVERRIDES, env[vocab.ENV_FAULT_OVERRIDES])
     catalogue = given_catalogue()
     assert catalogue.rule("not-ready", "ready-unknown").threshold == 20
-    pod = _workload(real_cluster)
+    pod = pinned_workload(real_cluster, NODE, WORKLOADS, "server")["metadata"]["name"]
     admin, _ = load_api_client(str(real_cluster.kubeconfig))
     admin_port = KubeCluster(admin, namespace=NAMESPACE)
     reconciler, remediation = _as(real_cluster, "dsx-reconcile"), _as(real_cluster, "dsx-remediate")
@@ -147,6 +118,6 @@ def test_a_node_that_goes_down_is_marked_drained_without_waiting_and_cleared_onc
     assert mark_not_ready(reconciler, catalogue) == [f"{NODE}: cleared {CONDITION} (Ready again)"]
     node = real_cluster.get("node", NODE)
     assert next(c for c in node["status"]["conditions"] if c["type"] == CONDITION)["status"] == "False"
-    # The doubles (the kubelet double holding a node down, the emulator's pod garbage collector) end the
-    # same scenario as the real control plane does.
-    assert down_node_outcomes(tmp_path) == real == ("stranded", True, True)
+    # The doubles (the kubelet double holding a node down and the emulator's pod garbage collector; the
+    # simulated fleet) end the same scenario as the real control plane does.
+    assert down_node_outcomes(tmp_path) == sim_down_node_outcomes() == real == ("stranded", True, True)

@@ -16,7 +16,7 @@ import pytest
 
 from steps.cluster import vocabulary as vocab
 from tests.e2e.cluster import NAMESPACE, Cluster
-from tests.e2e.conftest import RealCluster, audit_events
+from tests.e2e.conftest import RealCluster, audit_events, pinned_workload
 from tests.e2e.test_certify import CPU_RUN, held_leases
 
 pytestmark = pytest.mark.e2e
@@ -39,32 +39,6 @@ def _mark(real_cluster: RealCluster, node: str) -> None:
     patch = json.dumps({"status": {"conditions": [condition]}})
     real_cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", patch)
     real_cluster.kubectl("taint", "node", node, f"{vocab.TAINT_UNHEALTHY}=:{vocab.TAINT_UNHEALTHY_EFFECT}")
-
-
-def _workload(real_cluster: RealCluster, node: str) -> None:
-    """A Deployment's pod on ``node`` (pinned there), for the drain to evict through the Eviction API."""
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "trainer", "namespace": WORKLOADS},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "trainer"}},
-            "template": {
-                "metadata": {"labels": {"app": "trainer"}},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                },
-            },
-        },
-    }
-    real_cluster.kubectl("create", "namespace", WORKLOADS)
-    real_cluster.run("kubectl", "apply", "-f", "-", input=json.dumps(deployment))
-    real_cluster.kubectl(
-        "wait", "-n", WORKLOADS, "--for=condition=Available", "deployment/trainer", "--timeout=120s"
-    )
 
 
 def _busy(real_cluster: RealCluster, node: str) -> None:
@@ -128,10 +102,9 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
         for n, marks in real_cluster.node_labels().items()
         if n != NODE and marks.get(vocab.LABEL_CERTIFICATION) == "passed"
     )
-    _workload(real_cluster, NODE)
+    evicted = pinned_workload(real_cluster, NODE, WORKLOADS, "trainer")  # for the drain to evict
     if partners:
         _busy(real_cluster, partners[0])
-    (evicted,) = real_cluster.get("pods", "-n", WORKLOADS, "-l", "app=trainer")["items"]
     _mark(real_cluster, NODE)
     stop = threading.Event()
     repairs = threading.Thread(

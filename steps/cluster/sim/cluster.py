@@ -32,11 +32,12 @@ from steps.cluster.selectors import parse_selector
 from steps.cluster.sim import repair
 from steps.cluster.sim.controllers import (
     collect_dependents,
+    collect_terminating,
     configmap_refusal,
     default_propagation,
     disruption_refusal,
     event_refusal,
-    replace_pod,
+    take_pod,
 )
 from steps.cluster.sim.faults import apply_fault
 from steps.cluster.sim.model import CallRecord, Fleet, NodeHealth, Pdb, object_key, owner_key
@@ -386,16 +387,18 @@ class SimCluster(PortBase):
     # ----------------------------------------------------------------- primitives
 
     def _settle(self) -> None:
-        """Let the simulated repair system reboot the nodes whose repair is due."""
+        """Let the simulated repair system reboot the nodes whose repair is due, and the terminating pods
+        that may go now leave (:func:`~steps.cluster.sim.controllers.collect_terminating`)."""
         now = time.time()
         with self.store.transaction(write=False) as fleet:
-            if not repair.due(fleet, now):
+            if not repair.due(fleet, now) and not collect_terminating(fleet, collect=False):
                 return
         with self.store.transaction() as fleet:
             repair.settle(fleet, now)
+            collect_terminating(fleet)
 
     def _get(self, res: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
-        if res.kind == "Node":
+        if res.kind in ("Node", "Pod"):
             self._settle()
         with self.store.transaction(write=False) as fleet:
             self._gate(fleet, "get", res, name, namespace=namespace)
@@ -409,7 +412,7 @@ class SimCluster(PortBase):
             key, _, node = field_selector.partition("=")
             if key != "spec.nodeName" or res.kind != "Pod":
                 raise ApiStatusError(400, f'field label not supported: "{key}"')
-        if res.kind == "Node":
+        if res.kind in ("Node", "Pod"):
             self._settle()
         with self.store.transaction(write=False) as fleet:
             self._gate(fleet, "list", res, None, node=node, namespace=namespace)
@@ -523,9 +526,9 @@ class SimCluster(PortBase):
             if res.kind == "Node" and self._typed(res):
                 return fleet.nodes.pop(name, None) is not None
             if res.kind == "Pod" and self._typed(res):
-                pod = fleet.pods.pop(f"{namespace}/{name}", None)
+                pod = fleet.pods.get(f"{namespace}/{name}")
                 if pod is not None:
-                    replace_pod(fleet, pod)
+                    take_pod(fleet, pod, grace_seconds, format_time(self._clock()))
                 return pod is not None
             if self._typed(res):
                 return fleet.pdbs.pop(f"{namespace}/{name}", None) is not None
@@ -545,8 +548,7 @@ class SimCluster(PortBase):
             if pod is None:
                 return False
             _check_uid(pod, uid)
-            del fleet.pods[pod.ref]
-            replace_pod(fleet, pod)
+            take_pod(fleet, pod, grace_seconds, format_time(self._clock()))
             return True
 
     def _evict(
@@ -560,12 +562,13 @@ class SimCluster(PortBase):
             self._gate(fleet, "create", eviction, name, node=pod.node if pod else None, namespace=namespace)
             if pod is None:
                 return 404, f'{PODS.plural} "{name}" not found'
+            if pod.terminating:  # already being deleted: no budget check, nothing more to do (canIgnorePDB)
+                return 201, ""
             refusal = disruption_refusal(fleet, pod)
             if refusal is not None:
                 return refusal
             _check_uid(pod, uid)  # after the budget, as the API server's eviction checks it
-            del fleet.pods[pod.ref]
-            replace_pod(fleet, pod)
+            take_pod(fleet, pod, grace_seconds, format_time(self._clock()))
             return 201, ""
 
     # ----------------------------------------------------------------- the call log

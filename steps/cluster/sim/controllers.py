@@ -2,7 +2,10 @@
 
 - A pod of a ReplicaSet or a Job that is deleted or evicted is replaced at once, on the schedulable
   node with the fewest pods (ties by name); with no such node the replacement stays ``Pending``.
-  A DaemonSet pod is replaced on its own node. A bare pod is simply gone.
+  A DaemonSet pod is replaced on its own node. A bare pod is simply gone. A pod deleted on a node that
+  is not Ready stays terminating (no kubelet confirms it) until the node is Ready again or carries the
+  out-of-service taint (the pod garbage collector's ``gcTerminating``); an eviction of a pod already
+  terminating skips its budget (``canIgnorePDB``): :func:`take_pod`, :func:`collect_terminating`.
 - An eviction is refused while the pod's PodDisruptionBudget allows no disruption, with the status the
   disruption controller computes (:func:`budget_status`: expected pods from the controllers' scale, so
   a missing replica counts against the budget; healthy pods the running ones). A budget with an empty
@@ -20,6 +23,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from steps.cluster import vocabulary as vocab
 from steps.cluster.port import Pod, Propagation
 from steps.cluster.sim.model import Fleet, Pdb, owner_key
 
@@ -52,6 +56,40 @@ def schedulable_nodes(fleet: Fleet) -> list[str]:
         and not node.unschedulable
         and not any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints)
     ]
+
+
+def take_pod(fleet: Fleet, pod: Pod, grace_seconds: int | None, now: str) -> None:
+    """Delete ``pod`` as the API server does. A pod that is bound to a node, running and given a grace
+    period leaves only once its kubelet confirms it has stopped: the simulated fleet's kubelets confirm at
+    once, but on a node that is not Ready nobody does, so the pod stays terminating (``deleted_at``) until
+    the node is Ready again or the pod garbage collector takes it (:func:`collect_terminating`). Grace 0
+    (a force delete), an unbound pod or a finished one leaves at once. Its controller replaces it either
+    way (a ReplicaSet or a Job counts a terminating pod as gone); a pod already terminating is not
+    replaced twice."""
+    node = fleet.nodes.get(pod.node)
+    if grace_seconds == 0 or node is None or node.ready or pod.phase in _TERMINAL:
+        fleet.pods.pop(pod.ref, None)
+    elif not pod.terminating:
+        fleet.pods[pod.ref] = pod.model_copy(update={"deleted_at": now})
+    if not pod.terminating:
+        replace_pod(fleet, pod)
+
+
+def collect_terminating(fleet: Fleet, collect: bool = True) -> bool:
+    """Whether terminating pods may go now (and, with ``collect``, remove them): those whose node is Ready
+    again (its kubelet confirms them), gone, or not Ready with the taint ``node.kubernetes.io/out-of-service``
+    (the pod garbage collector's ``gcTerminating``)."""
+    gone = []
+    for ref, pod in fleet.pods.items():
+        if not pod.terminating:
+            continue
+        node = fleet.nodes.get(pod.node)
+        if node is None or node.ready or node.has_taint(vocab.TAINT_OUT_OF_SERVICE):
+            gone.append(ref)
+    if collect:
+        for ref in gone:
+            del fleet.pods[ref]
+    return bool(gone)
 
 
 def replace_pod(fleet: Fleet, gone: Pod) -> Pod | None:

@@ -1,7 +1,8 @@
 """A drain of a node that is down, on the emulated API server with the kubelet double holding the node
-down: an evicted pod stays terminating (no kubelet confirms it), the drain stops waiting for it after
-``unreachable_wait_s`` and records it ``stranded``, and the pod goes once a person marks the node out of
-service (the pod garbage collector's rule). The e2e tier checks the same on the real control plane."""
+down, and on the simulated fleet with its not-ready fault: an evicted pod stays terminating (no kubelet
+confirms it), the drain stops waiting for it after ``unreachable_wait_s`` and records it ``stranded``, and
+the pod goes once a person marks the node out of service (the pod garbage collector's rule). The e2e tier
+checks the same on the real control plane."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from steps.cluster import Pod, RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
+from steps.cluster.sim import MemoryStore, SimCluster
 from steps.sentinel.drain import DrainPolicy, drain
 from tests.k8s_kubelet import NodeBehaviour, emulated_cluster
 
 NODE = "node-01"
+FAST = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0)
 
 
 def _replica(name: str) -> dict[str, Any]:
@@ -86,3 +90,34 @@ def test_a_pod_on_a_ready_node_is_waited_for_until_its_kubelet_confirms_it(tmp_p
         report = drain(cluster.port(), NODE, DrainPolicy(unreachable_wait_s=0, poll_s=0.05, deadline_s=30))
         assert report.complete and [p.outcome for p in report.pods] == ["evicted"], report.summary()
         assert cluster.emulator.get("pods", "web-1-fghij", "default") is None
+
+
+def sim_down_node_outcomes() -> tuple[str, bool, bool]:
+    """The same scenario on the simulated fleet: its ``not-ready`` fault (Ready False), a ReplicaSet's pod
+    on the node, the drain, then the out-of-service taint."""
+    port = SimCluster(MemoryStore(load_fleet("sim:nodes=2,gpu=h100,racks=1,workloads=false")), retry=FAST)
+    with port.store.transaction() as fleet:
+        pod = Pod(name="web-1-abcde", namespace="default", uid="u-web", node=NODE, owner_kind="ReplicaSet",
+                  owner_name="web-1")  # fmt: skip
+        fleet.pods[pod.ref] = pod
+    port.inject(NODE, "not-ready")
+    report = drain(port, NODE, DrainPolicy(unreachable_wait_s=0.3, poll_s=0.05, deadline_s=30))
+    assert report.complete and not report.escalate, report.summary()
+    (outcome,) = [p for p in report.pods if p.pod == "default/web-1-abcde"]
+    terminating = any(p.name == "web-1-abcde" and p.terminating for p in port.pods_on(NODE))
+    port.add_taint(NODE, vocab.TAINT_OUT_OF_SERVICE, "nodeshutdown", "NoExecute")
+    gone = all(p.name != "web-1-abcde" for p in port.pods_on(NODE))
+    return outcome.outcome, terminating, gone
+
+
+def test_the_simulated_fleet_keeps_a_pod_evicted_from_a_node_that_is_down_as_the_real_cluster_does() -> None:
+    assert sim_down_node_outcomes() == ("stranded", True, True)
+    # a Ready node's kubelet confirms at once: the pod is gone, its ReplicaSet's replacement made
+    port = SimCluster(MemoryStore(load_fleet("sim:nodes=2,gpu=h100,racks=1,workloads=false")), retry=FAST)
+    with port.store.transaction() as fleet:
+        pod = Pod(name="web-1-fghij", namespace="default", uid="u-web", node=NODE, owner_kind="ReplicaSet",
+                  owner_name="web-1")  # fmt: skip
+        fleet.pods[pod.ref] = pod
+    assert port.evict(pod).outcome == "evicted"
+    names = {p.name for n in ("node-00", "node-01") for p in port.pods_on(n)}
+    assert "web-1-fghij" not in names and any(n.startswith("web-1-") for n in names)
