@@ -57,7 +57,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hera.workflows import Parameter, Resources, RetryStrategy, Script, WorkflowTemplate
+from hera.workflows import Parameter, Resources, RetryStrategy, Script, Task, WorkflowTemplate
 from hera.workflows.models import (
     Backoff,
     Capabilities,
@@ -265,6 +265,18 @@ def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
+class StepScript(Script):
+    """A step's script template. Called in a DAG, as every dsx template calls it, it makes a Task; Hera
+    types the call ``Step | Task | None`` (a Steps context, a Workflow), so this says which, and
+    ``a >> b`` and ``a.get_parameter(...)`` type-check. Its YAML is a Script's."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Task:
+        made = super().__call__(*args, **kwargs)
+        if not isinstance(made, Task):
+            raise TypeError(f"step {self.name} is called in a DAG in dsx's templates, not in {made!r}")
+        return made
+
+
 def step(
     fn: Callable[..., Any],
     *,
@@ -276,7 +288,7 @@ def step(
     cpu: str = "100m",
     memory: str = "256Mi",
     memory_limit: str = "1Gi",
-) -> Script:
+) -> StepScript:
     """A script template running ``fn`` (a function in ``steps/``) through Hera's runner.
 
     In the pod this is ``python -m hera.workflows.runner -e module:function`` with the template's input
@@ -318,7 +330,7 @@ def step(
             deadline = work + startup
         else:
             outer = _duration(work + startup + _seconds(pending, f"step {template_name}: pending"))
-    return Script(
+    return StepScript(
         name=template_name,
         source=fn,
         constructor="runner",

@@ -15,7 +15,7 @@ failed while their members passed alone, at most :data:`PARALLELISM` of them at 
 
 from typing import Any
 
-from hera.workflows import DAG, Parameter, Script, Task, TaskResult
+from hera.workflows import DAG, Parameter, Task, TaskResult
 from hera.workflows.models import TemplateRef
 
 from steps.cluster import vocabulary as vocab
@@ -25,6 +25,7 @@ from workflows.templates._base import (
     WORKFLOW_NAME,
     WORKFLOW_NAMESPACE,
     WORKFLOW_UID,
+    StepScript,
     item_field,
     param,
     param_outputs,
@@ -114,7 +115,7 @@ def templates() -> list[Any]:
     return [wt]
 
 
-def bisect_targets_step() -> Script:
+def bisect_targets_step() -> StepScript:
     """The step that lists a certification stage's groups to bisect (``targets``, ``count``)."""
     return step(
         flow.bisect_targets,
@@ -125,7 +126,7 @@ def bisect_targets_step() -> Script:
     )
 
 
-def bisect_stage(run: Parameter, stage: str, bisect_targets: Script) -> tuple[Task, Task]:
+def bisect_stage(run: Parameter, stage: str, bisect_targets: StepScript) -> tuple[Task, Task]:
     """A certification's bisection stage: its groups that failed while their members passed alone,
     bisected through ``dsx-bisect``'s ``bisect-groups`` (templateRef); skipped when there are none.
     Returns the first and the last task."""

@@ -126,13 +126,12 @@ def _template(account: str) -> Template:
     and ``container.securityContext`` into its one container, which it creates with none
     (argo-events v1.9 ``pkg/reconciler/{sensor,eventsource}/resource.go``, ``ApplyToContainer``); its
     image (``FROM scratch``, no ``USER``) would otherwise run as root, which ``restricted`` refuses."""
-    dump = {"by_alias": True, "exclude_none": True, "mode": "json"}
+    pod = pod_security_context().model_dump(by_alias=True, exclude_none=True, mode="json")
+    container = container_security_context().model_dump(by_alias=True, exclude_none=True, mode="json")
     return Template(
         service_account_name=account,
-        security_context=PodSecurityContext.model_validate(pod_security_context().model_dump(**dump)),
-        container=EventsContainer(
-            security_context=SecurityContext.model_validate(container_security_context().model_dump(**dump))
-        ),
+        security_context=PodSecurityContext.model_validate(pod),
+        container=EventsContainer(security_context=SecurityContext.model_validate(container)),
     )
 
 

@@ -191,7 +191,7 @@ def _pair_test(partner: str, node: str) -> tuple[Task, Task]:
         when=has_partner,
         arguments={"run": run},
     )
-    prepared >> confirmed >> finished
+    prepared.next(confirmed).next(finished)
     return prepared, finished
 
 
@@ -225,14 +225,14 @@ def _recertify() -> DAG:
         unmarked = unmark(arguments={"node": node})
         run = {"workflow_name": WORKFLOW_NAME, "workflow_uid": WORKFLOW_UID}
         partnered = pair_partner(arguments={"node": node, **run})
-        partner = partnered.get_parameter("partner").value
+        partner = f"{partnered.get_parameter('partner').value}"
         first, last = _pair_test(partner, node)
         judged = pair_verdict(
             arguments={"node": node, "partner": partner, "status": "{{tasks.pair-finish.status}}", **run}
         )
         marked >> certified
         certified.next(unmarked, on=_ENDED)
-        unmarked >> partnered >> first
+        unmarked.next(partnered).next(first)
         last.next(judged, on=_ANY_END)
     return recertify
 
@@ -437,9 +437,11 @@ def templates() -> list[Any]:
             # A node deleted while awaiting its repair (a cloud's terminate-and-replace) left the cluster:
             # the repair check records it replaced, and there is nothing left to recertify.
             present = f"'{checked.get_parameter('gone').value}' != 'true'"
-            recertified = recertify(arguments={"node": node}, when=f"{go} && {present}")
+            recertified = Task(
+                name="recertify", template=recertify, arguments={"node": node}, when=f"{go} && {present}"
+            )
             concluded = conclude(arguments=common, when=go)
-            guarded >> quarantined >> drained >> requested >> [waited, suspended]
+            guarded.next(quarantined).next(drained).next(requested) >> [waited, suspended]
             # The repair check runs after a wait that ended (or was skipped), never after one that failed
             # or errored: a wait that could not run must not escalate a node it never waited for.
             checked.depends = " && ".join(f"({_waited(t.name)})" for t in (waited, suspended))
