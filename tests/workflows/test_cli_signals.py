@@ -88,3 +88,21 @@ def test_sigterm_stops_a_sweep_promptly_with_every_rank_reaped(tmp_path: Path) -
     assert sweep.returncode == 143, stderr
     assert stderr.strip() == f"error: terminated (SIGTERM): every rank was stopped; evidence so far in {out}"
     assert [pid for pid in ranks if _alive(pid)] == []  # gone when dsx is, not seconds later
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_once_the_status_is_known_does_not_change_it(sig: signal.Signals) -> None:
+    # The second of two quick Ctrl-Cs can land after the first stopped a run and its summary is out,
+    # as the interpreter ends (here: in an exit hook); the status stays the one the command decided.
+    program = (
+        "import atexit, os, signal\n"
+        "import workflows.cli.main as cli\n"
+        "cli.run = lambda: 130\n"
+        f"atexit.register(lambda: os.kill(os.getpid(), {int(sig)}))\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    assert "KeyboardInterrupt" not in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -201,6 +202,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     _State.debug = os.environ.get(_DEBUG_ENV, "") not in ("", "0")
     try:
         result = app(args=args, prog_name="dsx", standalone_mode=False)
+        return result if isinstance(result, int) else EXIT_OK
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -226,9 +228,20 @@ def run(argv: Sequence[str] | None = None) -> int:
         text = text if len(text) <= 300 else text[:297] + "..."
         _error(f"unexpected {type(exc).__name__}: {text} (a defect of dsx, exit {EXIT_INTERNAL}){hint}")
         return EXIT_INTERNAL
-    return result if isinstance(result, int) else EXIT_OK
 
 
 def main() -> None:
-    """The ``dsx`` console script: :func:`run` with the process's arguments."""
-    sys.exit(run())
+    """The ``dsx`` console script: :func:`run` with the process's arguments.
+
+    Once the status is known, Ctrl-C and SIGTERM are ignored: the second of two quick Ctrl-Cs may arrive
+    after the first stopped a run and its summary is out, with Python's default handlers back, and would
+    otherwise turn 130 into a death by SIGINT."""
+    code = run()
+    while True:
+        try:  # signal.signal runs the handler of a signal still pending before it changes the handler
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            continue
+    sys.exit(code)
