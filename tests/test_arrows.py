@@ -89,7 +89,12 @@ def test_the_import_contracts_hold_on_the_tree() -> None:
         (
             "workflows/runner/events.py",
             "import steps.sentinel.node",
-            "the runner runs only YAML: no templates, CLI, player or steps' parts",
+            "the runner runs only YAML: no templates, compiler, CLI, player or steps' parts",
+        ),
+        (
+            "workflows/runner/host.py",
+            "from workflows.compiler import compiled_documents",
+            "the runner runs only YAML: no templates, compiler, CLI, player or steps' parts",
         ),
     ],
 )

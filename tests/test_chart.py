@@ -415,7 +415,12 @@ def test_recipe_and_drift_give_their_results_without_artifacts(tmp_path: Path) -
     """What the chart installs by default runs, and its user still gets the result, labels and gate."""
     workflows = _workflows(_render(CHART))
     criteria = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
-    recipe = run(workflows["dsx-recipe"], (), criteria, RunOptions(out_dir=tmp_path / "recipe"))
+    recipe = run(
+        workflows["dsx-recipe"],
+        (),
+        criteria,
+        RunOptions(out_dir=tmp_path / "recipe", trusted=compiler.trusted_steps()),
+    )
     assert recipe.phase == "Succeeded", recipe.message
     (output,) = recipe.outputs["parameters"]
     assert output["name"] == "recipe" and json.loads(output["value"])["digest"].startswith("sha256:")
@@ -425,7 +430,12 @@ def test_recipe_and_drift_give_their_results_without_artifacts(tmp_path: Path) -
     workflow["spec"] = cron["spec"]["workflowSpec"]
     fleet = "sim:nodes=2,gpu=h100,faults=node-01:driver=570.124.06"
     out = tmp_path / "drift"
-    drift = run(workflow, (), {**criteria, "scope": "nodes"}, RunOptions(out_dir=out, cluster=fleet))
+    drift = run(
+        workflow,
+        (),
+        {**criteria, "scope": "nodes"},
+        RunOptions(out_dir=out, cluster=fleet, trusted=compiler.trusted_steps()),
+    )
     assert drift.phase == "Failed"
     assert drift.node("gate").message.endswith("1 critical, 0 warning; nodes node-01")
     labels = {n.name: n.labels.get("dsx.dev/drift") for n in connect(f"state:{out}/fleet.json").list_nodes()}

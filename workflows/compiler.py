@@ -7,6 +7,7 @@ writes one file per object, ``<kind>-<name>.yaml`` in kebab case, byte-identical
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import re
@@ -19,12 +20,15 @@ import yaml
 
 from steps.errors import InputError
 from steps.files import make_folder, write_text
+from workflows.runner.host import trusted_steps as runner_trusted_steps
+from workflows.runner.model import TrustedSteps
 
 __all__ = [
     "CompiledFile",
     "check",
     "compile_objects",
     "compiled_documents",
+    "trusted_steps",
     "lint",
     "render",
     "template_modules",
@@ -224,6 +228,13 @@ def compile_objects(modules: Iterable[str] | None = None) -> list[CompiledFile]:
 def compiled_documents() -> dict[str, dict[str, Any]]:
     """Every dsx manifest by file name, compiled in memory (what ``dsx compile`` would write)."""
     return {f.filename: f.manifest for f in compile_objects()}
+
+
+@functools.cache
+def trusted_steps() -> TrustedSteps:
+    """dsx's own steps as its compiled templates run them, which a local run forks rather than refusing
+    as host commands; compiled once per process and handed to the runner (``RunOptions.trusted``)."""
+    return runner_trusted_steps(compiled_documents().values())
 
 
 def write(files: list[CompiledFile], out: Path) -> list[Path]:

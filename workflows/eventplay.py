@@ -37,6 +37,7 @@ from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.node import Sentinel, build_sentinel
 from workflows.runner.api import RunControl, run
 from workflows.runner.events import Player, Submission, load
+from workflows.runner.host import trusted_steps
 from workflows.runner.model import Phase, RunOptions, RunResult
 from workflows.runner.state import Shutdown, stronger
 
@@ -174,10 +175,12 @@ def local_submitter(
 ) -> Callable[[Submission], None]:
     """Run each submission's WorkflowTemplate among ``documents`` with the local runner against ``spec``,
     in a run folder of its own under ``out``; each result is appended to ``runs``, each run going is in
-    ``running`` (which can stop it). Raises InputError (a failed submission) when the template is not
-    there."""
+    ``running`` (which can stop it). ``documents`` are dsx's compiled ones: their steps are the ones a run
+    forks (:func:`~workflows.runner.host.trusted_steps`). Raises InputError (a failed submission) when the
+    template is not there."""
 
     templates = {str(d["metadata"]["name"]): d for d in documents if d.get("kind") == "WorkflowTemplate"}
+    trusted = trusted_steps(documents)
     lock = threading.Lock()
 
     def submit(submission: Submission) -> None:
@@ -189,7 +192,7 @@ def local_submitter(
         params = {**submission.parameters, **{k: v for k, v in overrides.items() if k in declared}}
         name = f"{submission.template}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
         library = [d for d in templates.values() if d is not template]
-        options = RunOptions(out_dir=out / name, workflow_name=name, cluster=spec)
+        options = RunOptions(out_dir=out / name, workflow_name=name, cluster=spec, trusted=trusted)
         going = running or Runs()
         try:
             result = run(template, library, params, options, control=going.begin(name))

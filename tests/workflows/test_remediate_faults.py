@@ -29,6 +29,7 @@ from steps.sentinel.policy import Breaker, BreakerSettings
 from steps.sentinel.remediate import OWNER
 from steps.yamlio import load_yaml, plain
 from tests.paths import REPO
+from workflows.compiler import trusted_steps
 from workflows.runner import Phase, RunOptions, run
 
 FAST = {"deadline_s": 20, "poll_s": 0.1, "backoff_s": 0.1, "backoff_cap_s": 0.2}
@@ -73,7 +74,9 @@ def _params(**extra: str) -> dict[str, str]:
 
 def _remediate(state: str, out: Path, **extra: str) -> Phase:
     entry, library = _templates()
-    result = run(entry, library, _params(**extra), RunOptions(out_dir=out, cluster=state))
+    result = run(
+        entry, library, _params(**extra), RunOptions(out_dir=out, cluster=state, trusted=trusted_steps())
+    )
     return result.phase
 
 
@@ -172,7 +175,12 @@ def test_a_repair_wait_that_errors_never_escalates_the_node(tmp_path: Path) -> N
     for argument in wait["arguments"]["parameters"]:
         if argument["name"] == "timeout":
             argument["value"] = "soon"
-    result = run(entry, library, _params(), RunOptions(out_dir=tmp_path / "run", cluster=state))
+    result = run(
+        entry,
+        library,
+        _params(),
+        RunOptions(out_dir=tmp_path / "run", cluster=state, trusted=trusted_steps()),
+    )
     assert result.phase == Phase.Failed
     node = port.get_node(NODE)
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == vocab.NodeState.awaiting_repair.value
@@ -421,7 +429,9 @@ def test_an_operator_resumes_the_repair_suspend_and_the_node_comes_back(tmp_path
     params = _params(**{"repair-wait": "suspend", "repair-timeout": "10m"})
     results: list[Any] = []
     thread = threading.Thread(
-        target=lambda: results.append(run(entry, library, params, RunOptions(out_dir=out, cluster=state))),
+        target=lambda: results.append(
+            run(entry, library, params, RunOptions(out_dir=out, cluster=state, trusted=trusted_steps()))
+        ),
         daemon=True,
     )
     thread.start()

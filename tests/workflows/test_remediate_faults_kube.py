@@ -44,6 +44,7 @@ from tests.k8s_emulator import Emulator
 from tests.k8s_kubelet import EmulatedCluster
 from tests.paths import REPO
 from tests.workflows.test_remediate_faults import FAST, NODE, QUICK, _templates, _wait_for
+from workflows.compiler import trusted_steps
 from workflows.runner import Phase, RunOptions, run
 
 NAMESPACE = "dsx"
@@ -157,7 +158,13 @@ def _params(**extra: str) -> dict[str, str]:
 
 
 def _options(made: EmulatedCluster, out: Path) -> RunOptions:
-    return RunOptions(out_dir=out, cluster="kube", kubeconfig=str(made.kubeconfig), namespace=NAMESPACE)
+    return RunOptions(
+        out_dir=out,
+        cluster="kube",
+        kubeconfig=str(made.kubeconfig),
+        namespace=NAMESPACE,
+        trusted=trusted_steps(),
+    )
 
 
 def _remediate(made: EmulatedCluster, out: Path, **extra: str) -> Phase:

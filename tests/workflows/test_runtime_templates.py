@@ -10,6 +10,7 @@ import yaml
 from steps.runtime.criteria import ALLOWED, ANY, FIELDS
 from steps.runtime.drift import SCOPES
 from workflows import compiler
+from workflows.compiler import trusted_steps
 from workflows.runner import RunOptions, run
 
 CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
@@ -40,14 +41,24 @@ def test_the_three_runtime_workflows_compile() -> None:
 
 def test_recipe_and_bundle_workflows_leave_their_artifacts(tmp_path: Path) -> None:
     manifests = _compiled()
-    recipe = run(manifests["dsx-recipe"], (), CRITERIA, RunOptions(out_dir=tmp_path / "recipe"))
+    recipe = run(
+        manifests["dsx-recipe"],
+        (),
+        CRITERIA,
+        RunOptions(out_dir=tmp_path / "recipe", trusted=trusted_steps()),
+    )
     assert recipe.phase == "Succeeded", recipe.message
     folder = _artifacts(tmp_path / "recipe", "resolve-recipe", "recipe")
     assert sorted(p.name for p in folder.iterdir()) == ["graph.dot", "graph.json", "graph.mmd", "recipe.yaml"]
     assert yaml.safe_load((folder / "recipe.yaml").read_text())["kind"] == "RecipeResult"
 
     parameters = {**CRITERIA, "format": "argocd", "repo-url": "https://git.example.org/gitops.git"}
-    bundle = run(manifests["dsx-bundle"], (), parameters, RunOptions(out_dir=tmp_path / "bundle"))
+    bundle = run(
+        manifests["dsx-bundle"],
+        (),
+        parameters,
+        RunOptions(out_dir=tmp_path / "bundle", trusted=trusted_steps()),
+    )
     assert bundle.phase == "Succeeded", bundle.message
     folder = _artifacts(tmp_path / "bundle", "bundle-recipe", "bundle")
     check = subprocess.run(["sha256sum", "-c", "checksums.txt"], cwd=folder, capture_output=True, text=True)
@@ -64,7 +75,7 @@ def test_drift_workflow_labels_drifted_nodes_and_fails(tmp_path: Path) -> None:
         "spec": cron["spec"]["workflowSpec"],
     }
     fleet = "sim:nodes=4,gpu=h100,faults=node-00:driver=570.124.06;node-02:driver=570.124.06"
-    options = RunOptions(out_dir=tmp_path / "drift", cluster=fleet)
+    options = RunOptions(out_dir=tmp_path / "drift", cluster=fleet, trusted=trusted_steps())
     result = run(workflow, (), {**CRITERIA, "scope": "nodes"}, options)
     assert result.phase == "Failed"  # two nodes run an older driver than the recipe pins
     folder = _artifacts(tmp_path / "drift", "detect-drift", "drift")
@@ -91,12 +102,22 @@ def test_every_runtime_steps_result_is_referenced_so_argo_keeps_it() -> None:
 
 def test_recipe_and_bundle_results_are_the_workflows_outputs(tmp_path: Path) -> None:
     manifests = _compiled()
-    recipe = run(manifests["dsx-recipe"], (), CRITERIA, RunOptions(out_dir=tmp_path / "recipe"))
+    recipe = run(
+        manifests["dsx-recipe"],
+        (),
+        CRITERIA,
+        RunOptions(out_dir=tmp_path / "recipe", trusted=trusted_steps()),
+    )
     assert recipe.phase == "Succeeded", recipe.message
     (output,) = recipe.outputs["parameters"]
     summary = json.loads(output["value"])
     assert output["name"] == "recipe" and "gpu-operator" in summary["versions"]
-    bundle = run(manifests["dsx-bundle"], (), CRITERIA, RunOptions(out_dir=tmp_path / "bundle"))
+    bundle = run(
+        manifests["dsx-bundle"],
+        (),
+        CRITERIA,
+        RunOptions(out_dir=tmp_path / "bundle", trusted=trusted_steps()),
+    )
     assert bundle.phase == "Succeeded", bundle.message
     (output,) = bundle.outputs["parameters"]
     assert output["name"] == "bundle" and json.loads(output["value"])["digest"] == summary["digest"]

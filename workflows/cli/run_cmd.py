@@ -22,7 +22,7 @@ from steps.errors import DsxError, InputError
 from steps.yamlio import line_of, load_yaml, parse_yaml, plain
 from workflows import runner
 from workflows.cli.output import OUTPUT_OPTION, OutputFormat, check_out_dir, emit
-from workflows.compiler import compiled_documents
+from workflows.compiler import compiled_documents, trusted_steps
 from workflows.runner.report import LineReporter, LiveReporter, plan_text, result_text
 
 DEFAULT_LOCAL_FLEET = "sim:nodes=4,gpu=h100,racks=2"
@@ -523,10 +523,11 @@ def _run_locally(
         on_update=reporter.update,
         artifact_repository=request.artifact_repository,
         allow_host_commands=request.allow_host_commands,
+        trusted=trusted_steps(),
     )
     runner.validate(chosen, library, request.entry)
     printed = runner.warnings(
-        chosen, library, request.entry, request.artifact_repository, request.allow_host_commands
+        chosen, library, request.entry, request.artifact_repository, request.allow_host_commands, options.trusted
     )
     for warning in printed:
         _warn(warning)

@@ -7,7 +7,8 @@ logs, outputs and artifacts in a run folder, and returns Argo's final phase with
 
 from workflows.runner.api import ARTIFACT_REPOSITORIES, plan, resolve_parameters, run, suspend_names, warnings
 from workflows.runner.errors import NodeError, UnsupportedConstruct
-from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult
+from workflows.runner.host import trusted_steps
+from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, TrustedSteps
 from workflows.runner.validate import check, validate
 
 __all__ = [
@@ -18,12 +19,14 @@ __all__ = [
     "Plan",
     "RunOptions",
     "RunResult",
+    "TrustedSteps",
     "UnsupportedConstruct",
     "check",
     "plan",
     "resolve_parameters",
     "run",
     "suspend_names",
+    "trusted_steps",
     "validate",
     "warnings",
 ]

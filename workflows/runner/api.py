@@ -22,7 +22,16 @@ from workflows.runner.errors import HostCommandsRefused
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.host import host_templates, host_warning, refusal
 from workflows.runner.library import Library, spec_of
-from workflows.runner.model import NodeStatus, Phase, Plan, RunOptions, RunResult, timestamp
+from workflows.runner.model import (
+    NOTHING_TRUSTED,
+    NodeStatus,
+    Phase,
+    Plan,
+    RunOptions,
+    RunResult,
+    TrustedSteps,
+    timestamp,
+)
 from workflows.runner.resume import write_run_record
 from workflows.runner.state import RunState, Shutdown, Stopped, stronger
 from workflows.runner.validate import validate
@@ -118,7 +127,11 @@ def suspend_names(library: Library, entrypoint: str) -> list[str]:
 
 
 def _warnings(
-    lib: Library, entrypoint: str, artifact_repository: str, allow_host_commands: bool = False
+    lib: Library,
+    entrypoint: str,
+    artifact_repository: str,
+    allow_host_commands: bool = False,
+    trusted: TrustedSteps = NOTHING_TRUSTED,
 ) -> list[str]:
     if artifact_repository not in ARTIFACT_REPOSITORIES:
         raise InputError(
@@ -126,7 +139,7 @@ def _warnings(
         )
     found = []
     if allow_host_commands:
-        hosted = host_warning(host_templates(lib, entrypoint))
+        hosted = host_warning(host_templates(lib, entrypoint, trusted))
         found += [hosted] if hosted else []
     return found + _artifact_warnings(lib, entrypoint, artifact_repository)
 
@@ -157,17 +170,19 @@ def warnings(
     entrypoint: str | None = None,
     artifact_repository: str = "local",
     allow_host_commands: bool = False,
+    trusted: TrustedSteps = NOTHING_TRUSTED,
 ) -> list[str]:
     """What the user should know before the run, one line each.
 
-    With ``allow_host_commands``: the templates that will run as processes of this machine, and the
+    With ``allow_host_commands``: the templates that will run as processes of this machine (all but
+    the ``trusted`` steps), and the
     values they substitute into shell or script text. Then what would work here but fail on a cluster as
     Argo is installed by default: output artifacts with no ``artifactRepositoryRef`` while the run
     folder stands for a repository (``artifact_repository="local"``).
     """
     lib = Library(entry, library)
     start = str(entrypoint or spec_of(entry).get("entrypoint"))
-    return _warnings(lib, start, artifact_repository, allow_host_commands)
+    return _warnings(lib, start, artifact_repository, allow_host_commands, trusted)
 
 
 def _describe(template: Mapping[str, Any]) -> tuple[str, str]:
@@ -353,7 +368,7 @@ def _checked(
                 f"--approve {name}: the workflow has no suspend step or template of that name "
                 f"(suspend steps: {', '.join(known) or 'none'})"
             )
-    hosts = host_templates(lib, entrypoint)
+    hosts = host_templates(lib, entrypoint, options.trusted)
     if hosts and not options.allow_host_commands:
         raise HostCommandsRefused(refusal(hosts), [h.label for h in hosts])
     cautions = _warnings(lib, entrypoint, options.artifact_repository)  # what would fail on a cluster

@@ -14,17 +14,25 @@ here); it never builds a shell string of its own: commands are started from argu
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workflows.runner.executor import hera_entrypoint
 from workflows.runner.library import Library
+from workflows.runner.model import TrustedSteps
 from workflows.runner.templating import tags
 
-__all__ = ["ALLOW_FLAG", "HostTemplate", "dsx_step", "dsx_steps", "host_templates", "host_warning", "refusal"]
+__all__ = [
+    "ALLOW_FLAG",
+    "HostTemplate",
+    "dsx_step",
+    "host_templates",
+    "host_warning",
+    "refusal",
+    "trusted_steps",
+]
 
 ALLOW_FLAG = "--allow-host-commands"
 """The ``dsx run`` flag that lets a local run start host commands."""
@@ -37,23 +45,16 @@ _VALUE_TAGS = ("inputs.", "workflow.parameters", "workflow.status", "workflow.fa
 """Tags whose value comes from outside the template: parameters, items, other steps' outputs."""
 
 
-@functools.cache
-def dsx_steps() -> tuple[frozenset[str], frozenset[str]]:
-    """The ``module:function`` entries dsx's own compiled templates run, and every env name they set.
+def trusted_steps(documents: Iterable[Mapping[str, Any]]) -> TrustedSteps:
+    """dsx's own steps, read from its compiled templates (``dsx compile``'s documents): the
+    ``module:function`` entries their script templates run and every env name they set.
 
     Only these count as dsx's steps: Hera's runner calls any function it is named with the inputs it
     is given, so a function of ``steps`` that no template runs (a launcher, say) is not one.
-    Empty when dsx's templates cannot be compiled here: then nothing is trusted.
     """
-    try:
-        from workflows.compiler import compiled_documents
-
-        documents = compiled_documents()
-    except Exception:
-        return frozenset(), frozenset()
     entries: set[str] = set()
     names: set[str] = set()
-    for document in documents.values():
+    for document in documents:
         for _, template in _templates(document):
             script = template.get("script")
             if not isinstance(script, dict):
@@ -62,7 +63,7 @@ def dsx_steps() -> tuple[frozenset[str], frozenset[str]]:
             if entry is not None:
                 entries.add(entry)
                 names.update(str(e.get("name")) for e in script.get("env") or [] if isinstance(e, dict))
-    return frozenset(entries), frozenset(names)
+    return TrustedSteps(frozenset(entries), frozenset(names))
 
 
 def _templates(document: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -72,7 +73,7 @@ def _templates(document: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]
     return [(str(t.get("name")), t) for t in spec.get("templates") or [] if isinstance(t, dict)]
 
 
-def _why_not_dsx(template: Mapping[str, Any]) -> str | None:
+def _why_not_dsx(template: Mapping[str, Any], trusted: TrustedSteps) -> str | None:
     """Why a container or script template is not one of dsx's steps (None when it is one)."""
     script = template.get("script")
     if not isinstance(script, dict):
@@ -80,35 +81,34 @@ def _why_not_dsx(template: Mapping[str, Any]) -> str | None:
     entry = hera_entrypoint(script.get("command") or [], script.get("args") or [])
     if entry is None or not entry.startswith("steps."):
         return ""
-    entries, names = dsx_steps()
-    if entry not in entries:
+    if entry not in trusted.entries:
         return f"{entry} is not a function dsx's templates run"
     extra = sorted(
         str(e.get("name"))
         for e in script.get("env") or []
-        if isinstance(e, dict) and str(e.get("name")) not in names
+        if isinstance(e, dict) and str(e.get("name")) not in trusted.env
     )
     if extra:
         return f"it sets {', '.join(extra)}, which dsx's steps never set"
     return None
 
 
-def dsx_step(template: Mapping[str, Any]) -> bool:
+def dsx_step(template: Mapping[str, Any], trusted: TrustedSteps) -> bool:
     """Whether a script template runs one of dsx's own steps as dsx's templates do."""
-    return _why_not_dsx(template) is None
+    return _why_not_dsx(template, trusted) is None
 
 
 class HostTemplate:
     """A container or script template a local run would start as a process of this machine."""
 
-    def __init__(self, label: str, template: Mapping[str, Any]) -> None:
+    def __init__(self, label: str, template: Mapping[str, Any], trusted: TrustedSteps) -> None:
         self.label = label
         self.kind = "script" if "script" in template else "container"
         body = template.get(self.kind) or {}
         self.image = str(body.get("image") or "?")
         self.command = [str(c) for c in body.get("command") or []]
         self.args = [str(a) for a in body.get("args") or []]
-        self.reason = _why_not_dsx(template) or ""
+        self.reason = _why_not_dsx(template, trusted) or ""
         hera = hera_entrypoint(self.command, self.args) is not None
         # Hera's runner reads its source as the step's inputs (JSON), not as code.
         self.source = str(body.get("source") or "") if self.kind == "script" and not hera else ""
@@ -136,14 +136,14 @@ class HostTemplate:
         return sorted(found)
 
 
-def host_templates(library: Library, entrypoint: str) -> list[HostTemplate]:
+def host_templates(library: Library, entrypoint: str, trusted: TrustedSteps) -> list[HostTemplate]:
     """Every container and script template the run can reach that is not one of dsx's own steps."""
     found = []
     for scope, name in library.reachable(entrypoint):
         template = scope.templates[name]
-        if not ({"container", "script"} & set(template)) or dsx_step(template):
+        if not ({"container", "script"} & set(template)) or dsx_step(template, trusted):
             continue
-        found.append(HostTemplate(name if scope.is_entry else f"{scope.name}/{name}", template))
+        found.append(HostTemplate(name if scope.is_entry else f"{scope.name}/{name}", template, trusted))
     return found
 
 

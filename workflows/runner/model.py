@@ -119,6 +119,22 @@ class NodeStatus:
 Reporter = Callable[[NodeStatus], None]
 
 
+@dataclass(frozen=True)
+class TrustedSteps:
+    """dsx's own steps, as its compiled templates run them: the ``module:function`` entries Hera's runner is
+    started with and every environment name those templates set. A local run forks these; any other
+    container or script template is a host command (:mod:`workflows.runner.host`). The runner reads
+    only YAML, so the caller hands them in (the CLI: ``workflows.compiler.trusted_steps()``); the
+    default trusts nothing."""
+
+    entries: frozenset[str] = frozenset()
+    env: frozenset[str] = frozenset()
+
+
+NOTHING_TRUSTED = TrustedSteps()
+"""No step is dsx's: every container and script template is a host command."""
+
+
 @dataclass
 class RunOptions:
     """How to run: where the run folder goes, what to approve, which cluster, how to report progress."""
@@ -149,6 +165,8 @@ class RunOptions:
     allow_host_commands: bool = False
     """Run container and script templates that are not dsx's own steps as processes of this machine,
     as this user, their images ignored. Without it such a workflow is refused before it starts."""
+    trusted: TrustedSteps = field(default_factory=TrustedSteps)
+    """dsx's own steps (see :class:`TrustedSteps`); every other template is a host command."""
 
 
 @dataclass

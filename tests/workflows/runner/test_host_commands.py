@@ -11,6 +11,10 @@ import yaml
 from typer.testing import CliRunner
 
 from workflows.cli.main import app
+from workflows.compiler import trusted_steps
+from workflows.runner.host import host_templates
+from workflows.runner.library import Library
+from workflows.runner.model import NOTHING_TRUSTED
 
 
 def _invoke(*args: str) -> tuple[int, str, str]:
@@ -193,3 +197,14 @@ def test_an_output_path_made_of_a_parameter_or_a_link_cannot_leave_the_step(tmp_
         "template 'reader', output parameter 'leak': output path '/tmp/dsx-out/link' is a link that leads "
         "out of the step's folder; refused"
     )
+
+
+def test_the_runner_trusts_only_the_steps_it_is_handed(tmp_path: Path) -> None:
+    # The runner reads YAML only: which steps are dsx's own comes from its caller (the CLI hands it the
+    # steps of dsx's compiled templates); handed nothing, it takes even dsx's step for a host command.
+    entry = yaml.safe_load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
+    library = Library(entry, [])
+    (alone,) = host_templates(library, "step", NOTHING_TRUSTED)
+    assert alone.label == "step" and alone.reason.endswith("is not a function dsx's templates run")
+    assert host_templates(library, "step", trusted_steps()) == []
+    assert "steps.runtime.tasks:resolve_recipe" in trusted_steps().entries
