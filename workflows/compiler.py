@@ -7,6 +7,7 @@ writes one file per object, ``<kind>-<name>.yaml`` in kebab case, byte-identical
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import pkgutil
@@ -49,7 +50,13 @@ class CompiledFile:
     filename: str
     source: str
     manifest: dict[str, Any]
-    text: str
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The file's YAML, as ``dsx compile`` writes it (dumped when first asked for: a run needs only
+        the manifest)."""
+        body = yaml.dump(self.manifest, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=100)
+        return _HEADER.format(source=self.source.replace(".", "/") + ".py") + body
 
 
 def _kebab(kind: str) -> str:
@@ -193,9 +200,7 @@ def render(obj: Any, source: str) -> CompiledFile:
     manifest = obj.to_dict()
     kind = manifest["kind"]
     name = manifest["metadata"]["name"]
-    body = yaml.dump(manifest, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=100)
-    text = _HEADER.format(source=source.replace(".", "/") + ".py") + body
-    return CompiledFile(filename=f"{_kebab(kind)}-{name}.yaml", source=source, manifest=manifest, text=text)
+    return CompiledFile(filename=f"{_kebab(kind)}-{name}.yaml", source=source, manifest=manifest)
 
 
 def compile_objects(modules: Iterable[str] | None = None) -> list[CompiledFile]:
@@ -226,8 +231,14 @@ def compile_objects(modules: Iterable[str] | None = None) -> list[CompiledFile]:
 
 
 def compiled_documents() -> dict[str, dict[str, Any]]:
-    """Every dsx manifest by file name, compiled in memory (what ``dsx compile`` would write)."""
-    return {f.filename: f.manifest for f in compile_objects()}
+    """Every dsx manifest by file name, compiled in memory (what ``dsx compile`` would write); compiled
+    once per process, each call given a copy of its own to change."""
+    return {name: copy.deepcopy(manifest) for name, manifest in _compiled_once()}
+
+
+@functools.cache
+def _compiled_once() -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple((f.filename, f.manifest) for f in compile_objects())
 
 
 @functools.cache
