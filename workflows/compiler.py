@@ -29,10 +29,10 @@ __all__ = [
     "check",
     "compile_objects",
     "compiled_documents",
-    "trusted_steps",
     "lint",
     "render",
     "template_modules",
+    "trusted_steps",
     "write",
 ]
 

@@ -28,7 +28,6 @@ Where the group tests run:
 ``auto`` picks ``local`` for a simulated fleet (its nodes cannot run pods) and ``job`` otherwise.
 """
 
-import json
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -74,6 +73,7 @@ from steps.readiness.planning import (
     CertifyOptions,
     CertifyPlan,
     Exclusion,
+    KeptRecipe,
     check_options,
     drill_injections,
     make_plan,
@@ -89,7 +89,7 @@ from steps.readiness.report import (
     render_markdown,
 )
 from steps.readiness.sizes import size_series
-from steps.readiness.thresholds import Thresholds, group_timeout, load_thresholds
+from steps.readiness.thresholds import Thresholds, group_timeout
 
 __all__ = [
     "ACCELERATORS",
@@ -102,6 +102,7 @@ __all__ = [
     "CertifyPlan",
     "CertifySummary",
     "Exclusion",
+    "KeptRecipe",
     "check_options",
     "gate",
     "group_check",
@@ -204,16 +205,15 @@ def plan(
     return planned
 
 
-def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan, dict[str, Any]]:
-    """The run's stored plan and recipe (digest and thresholds).
+def load_plan(run: RunRef, port: ClusterPort | None = None) -> tuple[CertifyPlan, KeptRecipe]:
+    """The run's stored plan and recipe (digest, thresholds, fabric).
 
     Raises:
         DsxError: the run stored no plan or recipe.
     """
     store = OutcomeStore(port or connect(), run)
     plan = CertifyPlan.model_validate_json(store.document("plan"))
-    recipe = json.loads(store.document("recipe"))
-    return plan, recipe if isinstance(recipe, dict) else {}
+    return plan, KeptRecipe.model_validate_json(store.document("recipe"))
 
 
 def keep_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
@@ -226,12 +226,15 @@ def keep_recipe(run: RunRef, recipe: dict[str, Any]) -> str:
         raise InputError(
             "recipe: not a resolved recipe (no 'thresholds' mapping); pass the resolve step's result"
         )
-    load_thresholds(recipe["thresholds"])  # refuse malformed thresholds before any test runs
-    kept = {"digest": recipe.get("digest"), "thresholds": recipe["thresholds"]}
-    if "fabric" in recipe:
-        kept["fabric"] = recipe["fabric"]
-    OutcomeStore(connect(), run).put_document("recipe", json.dumps(kept, sort_keys=True))
-    return f"recipe {kept['digest'] or '(no digest)'} kept for {run.name}"
+    digest, fabric = recipe.get("digest"), recipe.get("fabric")
+    if fabric is not None and not isinstance(fabric, dict):
+        raise InputError(f"recipe fabric: a mapping with rankPod and sources, not {type(fabric).__name__}")
+    kept = KeptRecipe(
+        digest=digest if isinstance(digest, str) else None, thresholds=recipe["thresholds"], fabric=fabric
+    )
+    kept.limits()  # refuse malformed thresholds before any test runs
+    OutcomeStore(connect(), run).put_document("recipe", kept.model_dump_json())
+    return f"recipe {kept.digest or '(no digest)'} kept for {run.name}"
 
 
 def _backend(plan: CertifyPlan) -> Literal["gloo", "nccl"]:
@@ -240,10 +243,6 @@ def _backend(plan: CertifyPlan) -> Literal["gloo", "nccl"]:
     if plan.launcher == "local" or plan.criteria.get("accelerator") == "cpu":
         return "gloo"
     return "nccl"
-
-
-def _thresholds(recipe: dict[str, Any]) -> Thresholds:
-    return load_thresholds(recipe.get("thresholds"))
 
 
 def _healthy_s(plan: CertifyPlan, thresholds: Thresholds, scope: Literal["node", "multi-node"]) -> float:
@@ -256,24 +255,24 @@ def _healthy_s(plan: CertifyPlan, thresholds: Thresholds, scope: Literal["node",
     return LAUNCH_OVERHEAD_S + seconds
 
 
-def _job_launcher(plan: CertifyPlan, recipe: dict[str, Any]) -> Any:
+def _job_launcher(plan: CertifyPlan, recipe: KeptRecipe) -> Any:
     """The plan's Job launcher, its pods fitted to the recipe's fabric and the operator's profile."""
     from steps.readiness.launchers.job import JobLauncher
     from steps.readiness.launchers.profiles import rank_pod_patch
 
-    return JobLauncher.for_plan(plan, connect(), pod_patch=rank_pod_patch(recipe))
+    return JobLauncher.for_plan(plan, connect(), pod_patch=rank_pod_patch(recipe.model_dump()))
 
 
 def _sweep(
     plan: CertifyPlan,
-    recipe: dict[str, Any],
+    recipe: KeptRecipe,
     subject: Subject,
     ranks: int,
     hosts: list[str],
     inject: list[str],
     scope: Literal["node", "multi-node"],
 ) -> SweepOutcome:
-    thresholds = _thresholds(recipe)
+    thresholds = recipe.limits()
     request = SweepRequest(
         subject=subject,
         ranks=ranks,
@@ -284,7 +283,7 @@ def _sweep(
         iters=plan.options.iters,
         inject=inject + drill_injections(plan, hosts),
         timeout_s=group_timeout(_healthy_s(plan, thresholds, scope), thresholds),
-        thresholds=recipe.get("thresholds"),
+        thresholds=thresholds,
         scope=scope,
         rank_hosts=hosts,
     )
@@ -325,7 +324,7 @@ def node_check(node: str, run: RunRef) -> CheckResult:
     return _summary_file(result)
 
 
-def _diagnose(plan: CertifyPlan, recipe: dict[str, Any], subject: Subject, run: str) -> DiagOutcome:
+def _diagnose(plan: CertifyPlan, recipe: KeptRecipe, subject: Subject, run: str) -> DiagOutcome:
     """DCGM's diagnostics on the node of ``subject``: one local rank (its evidence in ``diag/`` of the
     step's folder, beside the sweep's), or the node's rank pods, whose rank 0 runs them."""
     request = DiagRequest(subject=subject, run=run, host=plan.options.dcgm_host)
@@ -386,7 +385,7 @@ def group_check(group: str, run: RunRef) -> CheckResult:
     return _summary_file(check_result("group", outcome))
 
 
-def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
+def _certify_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> SweepOutcome:
     inject: list[str] = []
     if plan.launcher == "local":
         port = connect()
@@ -398,7 +397,7 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) ->
     return _sweep(plan, recipe, group, ranks, hosts, inject, "multi-node")
 
 
-def sweep_group(group: Subject, plan: CertifyPlan, recipe: dict[str, Any]) -> SweepOutcome:
+def sweep_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> SweepOutcome:
     """A multi-node sweep of ``group`` as the plan runs group tests (bisection tests its parts with it)."""
     return _certify_group(group, plan, recipe)
 
@@ -480,7 +479,7 @@ def smoke_check(run: RunRef) -> CheckResult:
 
 
 def _smoke(
-    plan: CertifyPlan, recipe: dict[str, Any], nodes: list[SweepOutcome], groups: list[SweepOutcome]
+    plan: CertifyPlan, recipe: KeptRecipe, nodes: list[SweepOutcome], groups: list[SweepOutcome]
 ) -> SmokeOutcome:
     passing = _standing_nodes(plan, nodes + groups)
     subject = Subject(kind="group", name="smoke", members=passing)
@@ -497,7 +496,7 @@ def _smoke(
             out_dir=str(output_dir(None)),
             elapsed_s=0.0,
         )
-    thresholds = _thresholds(recipe)
+    thresholds = recipe.limits()
     local = plan.launcher == "local"
     ranks = max(len(passing), 2) if local else len(passing) * plan.gpus_per_node
     hosts = (passing * 2)[:ranks] if local else [n for n in passing for _ in range(plan.gpus_per_node)]
@@ -513,7 +512,7 @@ def _smoke(
         backend=_backend(plan),
         inject=inject,
         timeout_s=group_timeout(LAUNCH_OVERHEAD_S * 3, thresholds),
-        thresholds=recipe.get("thresholds"),
+        thresholds=thresholds,
         rank_hosts=hosts,
     )
     if local:
@@ -521,9 +520,9 @@ def _smoke(
     return run_smoke(request, _job_launcher(plan, recipe))
 
 
-def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdict]:
+def _relative(groups: list[SweepOutcome], recipe: KeptRecipe) -> list[Verdict]:
     """Groups of equal size compared with each other (median and MAD), where enough of them ran."""
-    thresholds = _thresholds(recipe)
+    thresholds = recipe.limits()
     by_size: dict[int, list[GroupRun]] = {}
     for outcome in groups:
         if outcome.run is not None and outcome.subject.name != WHOLE:
@@ -533,9 +532,7 @@ def _relative(groups: list[SweepOutcome], recipe: dict[str, Any]) -> list[Verdic
     verdicts: list[Verdict] = []
     for runs in by_size.values():
         if len(runs) >= thresholds.nccl.relative.min_groups:
-            verdicts += judge_groups_relative(
-                RelativeRequest(groups=runs, thresholds=recipe.get("thresholds"))
-            )
+            verdicts += judge_groups_relative(RelativeRequest(groups=runs, thresholds=thresholds))
     return verdicts
 
 
@@ -555,7 +552,7 @@ def report(run: RunRef) -> CertifySummary:
     store = OutcomeStore(port, plan.run)
     nodes, groups = _stored_sweeps(store, plan)
     smoke = store.smoke()
-    digest = recipe.get("digest")
+    digest = recipe.digest
     excluded = [
         verdict(
             Subject(kind="node", name=e.node, members=[e.node]),
@@ -575,9 +572,9 @@ def report(run: RunRef) -> CertifySummary:
             diagnostics=store.diagnostics(),
             verdicts=excluded + _relative(groups, recipe),
             screening=screening(groups, store, plan.options.p_min),
-            recipe_digest=digest if isinstance(digest, str) else None,
+            recipe_digest=digest,
             started_at=plan.started_at,
-            thresholds=recipe.get("thresholds"),
+            thresholds=recipe.thresholds,
         )
     )
     kept = keep_report(port, plan.run, dump_json(report), render_markdown(report))

@@ -15,7 +15,7 @@ does not care where the ranks ran.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError
 
@@ -33,7 +33,7 @@ from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
 from steps.readiness.ranks.sweep import SweepConfig, sweep_args
 from steps.readiness.sizes import parse_size
-from steps.readiness.thresholds import Scope, Thresholds, load_thresholds
+from steps.readiness.thresholds import Scope, Thresholds
 
 __all__ = [
     "DIAG_TEST",
@@ -80,7 +80,7 @@ class SweepRequest(Model):
     iters: int = Field(default=20, ge=1)
     inject: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=300.0, gt=0)
-    thresholds: dict[str, Any] | None = Field(default=None, description="the recipe's thresholds mapping")
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="the recipe's, parsed")
     scope: Scope = "node"
     rank_hosts: list[str] | None = Field(default=None, description="the node each rank stands for")
     out_dir: str | None = None
@@ -129,7 +129,7 @@ class RelativeRequest(Model):
     """Relative mode over the groups of one certification run."""
 
     groups: list[GroupRun]
-    thresholds: dict[str, Any] | None = None
+    thresholds: Thresholds = Field(default_factory=Thresholds)
     size: int | str | None = Field(default=None, description="compare at this size (default: largest common)")
 
 
@@ -149,7 +149,7 @@ class SmokeRequest(Model):
     inject: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=300.0, gt=0)
     min_loss_drop: float = Field(default=0.05, ge=0, lt=1, description="the loss must fall by this fraction")
-    thresholds: dict[str, Any] | None = None
+    thresholds: Thresholds = Field(default_factory=Thresholds)
     rank_hosts: list[str] | None = None
     out_dir: str | None = None
 
@@ -158,10 +158,6 @@ class SmokeOutcome(CheckOutcome):
     """A judged smoke run, with rank 0's result (absent when the ranks failed or hung)."""
 
     result: SmokeResult | None = None
-
-
-def _thresholds(raw: dict[str, Any] | None) -> Thresholds:
-    return load_thresholds(raw)
 
 
 def sweep_config(request: SweepRequest) -> SweepConfig:
@@ -219,7 +215,7 @@ def allreduce_sweep_check(request: SweepRequest) -> check.Check[CollectiveRun]:
     Raises:
         InputError: a size, fault or threshold in the request is malformed.
     """
-    thresholds = _thresholds(request.thresholds)
+    thresholds = request.thresholds
     config = sweep_config(request)
     config.sizes()
     parse_injections(request.inject, request.ranks, ("delay", "fail", "hang", "corrupt"))
@@ -252,7 +248,7 @@ def training_smoke_check(request: SmokeRequest) -> check.Check[SmokeResult]:
     Raises:
         InputError: a fault, model setting or threshold in the request is malformed.
     """
-    thresholds = _thresholds(request.thresholds)
+    thresholds = request.thresholds
     config = smoke_config(request, thresholds)
     parse_injections(request.inject, request.ranks)
     program = RankProgram(
@@ -338,16 +334,16 @@ def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
 def judge_allreduce_run(
     run: CollectiveRun,
     subject: Subject,
-    thresholds: dict[str, Any] | None = None,
+    thresholds: Thresholds | None = None,
     scope: Scope = "node",
     evidence: list[str] | None = None,
 ) -> list[Verdict]:
     """Judge an all-reduce run produced elsewhere: a sweep under torchrun, or a parsed nccl-tests log."""
-    return judge_collective(run, subject, _thresholds(thresholds), scope, evidence or [])
+    return judge_collective(run, subject, thresholds or Thresholds(), scope, evidence or [])
 
 
 def judge_groups_relative(request: RelativeRequest) -> list[Verdict]:
     """Relative mode: groups of equal size compared with their median and MAD (see :func:`judge_relative`)."""
     size = None if request.size is None else parse_size(request.size, "size")
     pairs = [(group.subject, group.run) for group in request.groups]
-    return judge_relative(pairs, _thresholds(request.thresholds), size)
+    return judge_relative(pairs, request.thresholds, size)

@@ -27,6 +27,7 @@ from steps.readiness.models import Model, Subject
 from steps.readiness.outcomes import RunRef
 from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.sizes import parse_size
+from steps.readiness.thresholds import Thresholds, load_thresholds
 
 __all__ = [
     "ACCELERATORS",
@@ -41,6 +42,7 @@ __all__ = [
     "CertifyOptions",
     "CertifyPlan",
     "Exclusion",
+    "KeptRecipe",
     "Launcher",
     "check_options",
     "drill_injections",
@@ -138,6 +140,24 @@ class Exclusion(Model):
 
     node: str
     reason: str
+
+
+class KeptRecipe(Model):
+    """What a run keeps of its resolved recipe for its checks, smoke run, bisection and report: the
+    digest, the thresholds as the recipe writes them (the report shows them so) and its fabric (the rank
+    pods' profile). Checked when kept; :meth:`limits` is the thresholds parsed."""
+
+    digest: str | None = None
+    thresholds: dict[str, Any] | None = Field(default=None, description="the recipe's mapping, as written")
+    fabric: dict[str, Any] | None = Field(default=None, description="the recipe's fabric (rankPod, sources)")
+
+    def limits(self) -> Thresholds:
+        """The thresholds every check judges against (dsx's defaults when the recipe has none).
+
+        Raises:
+            InputError: a threshold is missing or wrong (kept recipes were checked when kept).
+        """
+        return load_thresholds(self.thresholds)
 
 
 class CertifyPlan(Model):

@@ -187,7 +187,6 @@ def sweep_cmd(
 
     hosts = [n.strip() for n in nodes.split(",")] if nodes else None
     members = sorted(set(hosts)) if hosts else []
-    limits = load_thresholds(thresholds) if thresholds is not None else None
     request = SweepRequest(
         subject=Subject(kind="group", name=name, members=members),
         ranks=ranks,
@@ -199,7 +198,7 @@ def sweep_cmd(
         iters=iters,
         inject=inject,
         timeout_s=timeout,
-        thresholds=limits.model_dump(by_alias=True) if limits is not None else None,
+        thresholds=load_thresholds(thresholds),  # dsx's defaults without --thresholds
         scope=scope,
         rank_hosts=hosts,
         out_dir=_evidence_dir(out_dir, "dsx-nccl-sweep-") or None,

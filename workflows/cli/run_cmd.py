@@ -527,7 +527,12 @@ def _run_locally(
     )
     runner.validate(chosen, library, request.entry)
     printed = runner.warnings(
-        chosen, library, request.entry, request.artifact_repository, request.allow_host_commands, options.trusted
+        chosen,
+        library,
+        request.entry,
+        request.artifact_repository,
+        request.allow_host_commands,
+        options.trusted,
     )
     for warning in printed:
         _warn(warning)

@@ -57,7 +57,6 @@ def smoke_cmd(
         raise InputError(f"--backend {backend!r}: use gloo or nccl")
     check_out_dir(out_dir, "--out-dir")
     hosts = [n.strip() for n in nodes.split(",")] if nodes else None
-    limits = load_thresholds(thresholds) if thresholds is not None else None
     request = SmokeRequest(
         subject=Subject(kind="group", name=name, members=sorted(set(hosts)) if hosts else []),
         ranks=ranks,
@@ -70,7 +69,7 @@ def smoke_cmd(
         heads=heads,
         inject=inject,
         timeout_s=timeout,
-        thresholds=limits.model_dump(by_alias=True) if limits is not None else None,
+        thresholds=load_thresholds(thresholds),  # dsx's defaults without --thresholds
         rank_hosts=hosts,
         out_dir=_evidence_dir(out_dir, "dsx-train-smoke-") or None,
     )

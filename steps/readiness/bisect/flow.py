@@ -36,7 +36,6 @@ from steps.readiness.judge import only_slow
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from steps.readiness.planning import LOCAL_RANKS_PER_NODE, sweep_sizes
-from steps.readiness.thresholds import load_thresholds
 
 __all__ = [
     "BisectStart",
@@ -154,7 +153,7 @@ def prepare(
     )
     store = OutcomeStore(port, run)
     store.put_document("plan", plan.model_dump_json())
-    store.put_document("recipe", json.dumps({"digest": None, "thresholds": None}))
+    store.put_document("recipe", certify.KeptRecipe().model_dump_json())
     write_params(run=run.model_dump_json(), members=json.dumps(names))
     return BisectStart(run=run, members=names, launcher=plan.launcher)
 
@@ -198,10 +197,10 @@ class _Test:
     figure within it again and counts the median; a hang, past the recipe's ``timeoutFactor`` times a
     healthy run, counts at once, as its own outcome)."""
 
-    def __init__(self, plan: certify.CertifyPlan, recipe: dict[str, object]) -> None:
+    def __init__(self, plan: certify.CertifyPlan, recipe: certify.KeptRecipe) -> None:
         self.plan = plan
         self.recipe = recipe
-        self.noise = load_thresholds(_mapping(recipe.get("thresholds"))).nccl.noise_band
+        self.noise = recipe.limits().nccl.noise_band
         self.count = 0
 
     def once(self, members: Sequence[str]) -> GroupResult:
@@ -210,11 +209,7 @@ class _Test:
         which = "-".join(members) if len(members) <= 3 else f"{members[0]}-{len(members)}"
         name = f"bisect-{self.count}-{which}"
         subject = Subject(kind="group", name=name, members=list(members))
-        return _group_result(certify.sweep_group(subject, self.plan, dict(self.recipe)))
-
-
-def _mapping(value: object) -> dict[str, object] | None:
-    return value if isinstance(value, dict) else None
+        return _group_result(certify.sweep_group(subject, self.plan, self.recipe))
 
 
 def _tester(run: RunRef) -> tuple[OutcomeStore, _Test]:
@@ -249,7 +244,7 @@ def search_group(
         )
     run = _run_ref(run)
     store, test = _tester(run)
-    search = _Search(Records(store), test, group, str(test.recipe.get("digest") or ""))
+    search = _Search(Records(store), test, group, test.recipe.digest or "")
     failed = (
         GroupResult(outcome="fail", reason=f"group {group} failed its own test") if tested == "fail" else None
     )

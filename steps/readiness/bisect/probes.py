@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from steps.cluster.fabric import FabricModel
 from steps.cluster.port import ClusterPort
 from steps.readiness.bisect.models import GroupResult, GroupTest
+from steps.readiness.thresholds import Thresholds
 
 __all__ = ["fabric_test", "local_test"]
 
@@ -31,14 +31,14 @@ def fabric_test(model: FabricModel) -> GroupTest:
 
 
 def local_test(
-    port: ClusterPort, out_dir: Path, thresholds: dict[str, Any] | None = None, timeout_s: float = 120.0
+    port: ClusterPort, out_dir: Path, thresholds: Thresholds | None = None, timeout_s: float = 120.0
 ) -> GroupTest:
     """A group test measured for real: a small all-reduce sweep among local gloo ranks, one per member.
 
     Args:
         port: the simulated fleet whose node health the ranks play.
         out_dir: where each test keeps its evidence (``test-N/``).
-        thresholds: the recipe's thresholds mapping (default: dsx's defaults; a straggler fails the group).
+        thresholds: the recipe's thresholds (default: dsx's defaults; a straggler fails the group).
         timeout_s: a test that has not finished by then is a hang.
     """
     from steps.readiness.checks import SweepRequest, run_allreduce_sweep
@@ -61,7 +61,7 @@ def local_test(
                 iters=8,
                 inject=inject,
                 timeout_s=timeout_s,
-                thresholds=thresholds,
+                thresholds=thresholds or Thresholds(),
                 scope="multi-node",
                 rank_hosts=list(members),
                 out_dir=str(out_dir / f"test-{number}"),
