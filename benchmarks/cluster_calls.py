@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steps.cluster import RetryPolicy, connect, load_fleet, shareable
 from steps.cluster.port import ClusterPort
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 
 GOAL_S = 0.05
 

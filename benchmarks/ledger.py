@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from steps.cluster.kube import KubeCluster, load_api_client
 from steps.sentinel import ledger
 from steps.sentinel.goodput.ledger_report import account, read_stories
-from tests.k8s_emulator import CONFIGMAP_MAX_BYTES, Emulator, write_kubeconfig
+from tests.emulator.apiserver import CONFIGMAP_MAX_BYTES, Emulator, write_kubeconfig
 from tests.steps.sentinel.test_ledger import AUTH, YEAR, fleet_history
 
 NAMESPACE = "dsx"

@@ -30,7 +30,7 @@ from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.kernel_log import parse_lines
 from steps.sentinel.node import build_sentinel
 from steps.sentinel.probes import NodeProbes
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
 NODE = "node-01"

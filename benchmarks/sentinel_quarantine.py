@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from steps.cluster import RetryPolicy, connect, load_fleet
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.policy import QuarantinePolicy, decide
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 
 DECISIONS_GOAL = 1000.0
 CORDONS_GOAL = 20.0

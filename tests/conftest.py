@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.k8s_emulator import Emulator, write_kubeconfig
-from tests.k8s_kubelet import EmulatedCluster, emulated_cluster
+from tests.emulator.apiserver import Emulator, write_kubeconfig
+from tests.emulator.kubelet import EmulatedCluster, emulated_cluster
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def k8s_cluster(tmp_path: Path) -> Iterator[Callable[..., EmulatedCluster]]:
     ``k8s_cluster(nodes=16, racks=4, gpu="h100", kubelet=True, behaviours={...},
     service_accounts=("dsx-rank",), namespace="dsx", spec="")`` seeds a simulated fleet (nodes labelled
     ``kubernetes.io/hostname``, ``topology.dsx.dev/rack=rack-RR``, ``nvidia.com/gpu`` allocatable) and
-    returns an :class:`~tests.k8s_kubelet.EmulatedCluster` (``.emulator``, ``.kubelet``, ``.kubeconfig``,
+    returns an :class:`~tests.emulator.kubelet.EmulatedCluster` (``.emulator``, ``.kubelet``, ``.kubeconfig``,
     ``.port(namespace)``). Everything is stopped when the test ends.
     """
     with contextlib.ExitStack() as stack:

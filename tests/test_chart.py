@@ -779,7 +779,7 @@ def test_every_call_the_agent_makes_is_granted_and_every_grant_is_used(tmp_path:
     from steps.sentinel.budget import BUDGET_CONFIGMAP, parse_daemonset
     from steps.sentinel.catalogue import load_catalogue
     from steps.sentinel.node import build_sentinel
-    from tests.k8s_emulator import Emulator, write_kubeconfig
+    from tests.emulator.apiserver import Emulator, write_kubeconfig
     from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
     _, container = _sentinel(_render(CHART))

@@ -32,7 +32,7 @@ from steps.cluster import load_fleet
 from steps.cluster.sim.store import write_fleet
 from steps.readiness.models import Subject, Verdict
 from steps.readiness.report import CertificationReport, NodeResult
-from tests.k8s_emulator import write_kubeconfig
+from tests.emulator.apiserver import write_kubeconfig
 from tests.paths import REPO
 from workflows.cli.main import run
 

@@ -1,6 +1,6 @@
 """The emulated API server against the real one: the same request, the same answer.
 
-Each scenario runs on :class:`tests.k8s_emulator.Emulator` and on the real control plane, and the test
+Each scenario runs on :class:`tests.emulator.apiserver.Emulator` and on the real control plane, and the test
 compares what each said. Where they differ, the double changes.
 """
 
@@ -23,7 +23,7 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.kube import KubeCluster, load_api_client
 from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import RealCluster
-from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
+from tests.emulator.apiserver import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
 from tests.pods import bare_pod, rank_pod
 
 pytestmark = pytest.mark.e2e

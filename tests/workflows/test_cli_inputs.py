@@ -16,7 +16,7 @@ import yaml
 
 from steps.cluster import load_fleet
 from tests.cli import dsx_here as _dsx
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 from tests.paths import REPO
 
 CRITERIA = ["--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training"]

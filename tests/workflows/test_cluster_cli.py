@@ -10,7 +10,7 @@ from pathlib import Path
 
 from steps.cluster import load_fleet, shareable
 from tests.cli import dsx
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> str:

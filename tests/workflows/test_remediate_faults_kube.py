@@ -1,6 +1,6 @@
 """The faults ``dsx-remediate`` must survive losing nothing, on the emulated API server: the compiled
 WorkflowTemplate run by the local runner with ``--cluster kube``, every step talking through the kubernetes
-client over HTTP to :mod:`tests.k8s_emulator` (nodes, the kubelet double, the Job controller, the
+client over HTTP to :mod:`tests.emulator.apiserver` (nodes, the kubelet double, the Job controller, the
 scheduler, PodDisruptionBudgets with the API server's disruption semantics).
 
 The cluster is the simulated fleet's objects seeded into the emulator: DaemonSet, ReplicaSet and Job
@@ -40,8 +40,8 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import format_time
 from steps.sentinel import ledger
 from steps.sentinel.policy import Breaker, BreakerSettings
-from tests.k8s_emulator import Emulator
-from tests.k8s_kubelet import EmulatedCluster
+from tests.emulator.apiserver import Emulator
+from tests.emulator.kubelet import EmulatedCluster
 from tests.paths import REPO
 from tests.workflows.test_remediate_faults import FAST, NODE, QUICK, _templates, _wait_for
 from workflows.compiler import trusted_steps

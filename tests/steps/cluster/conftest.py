@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +14,7 @@ from steps.cluster.base import PortBase
 from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.sim import MemoryStore, SimCluster
 from steps.cluster.sim.model import Fleet
-from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 
 # the gateway budget blocks every eviction; no node certified before
 FLEET = "sim:nodes=6,gpu=h100,racks=2,blocking-pdb=true,certified=none"
@@ -123,129 +121,3 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
 def backend(make_backend: Callable[..., Backend]) -> Backend:
     """One backend on the default fleet."""
     return make_backend()
-
-
-# ------------------------------------------------------------------------- the emulator's own tests
-
-
-@pytest.fixture
-def quiet(tmp_path: Path) -> Iterator[tuple[Emulator, Any, ManualClock]]:
-    """An emulator on a 16-node, 4-rack H100 fleet whose controllers run only on ``settle()``, with a
-    clock the test moves, and a kubernetes ``ApiClient`` on it: for rules whose order matters."""
-    clock = ManualClock()
-    emulator = Emulator(controllers=False, clock=clock)
-    emulator.seed(load_fleet(GPU_FLEET).manifests())
-    with emulator:
-        api_client, _ = load_api_client(str(write_kubeconfig(tmp_path / "kubeconfig", emulator.url)))
-        yield emulator, api_client, clock
-
-
-GPU_FLEET = "sim:nodes=16,gpu=h100,racks=4,workloads=false"
-
-
-def group_job(
-    name: str,
-    members: list[str],
-    gpus: int = 8,
-    command: tuple[str, ...] = ("sleep", "600"),
-    deadline: int | None = None,
-    backoff: int = 0,
-    namespace: str = "dsx",
-) -> dict[str, Any]:
-    """An Indexed Job shaped like a dsx group test: one pod per member node, all its GPUs, apart."""
-    label = {"dsx.dev/group-test": name}
-    spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": len(members),
-        "parallelism": len(members),
-        "backoffLimit": backoff,
-        "template": {
-            "metadata": {"labels": dict(label)},
-            "spec": {
-                "subdomain": name,
-                "restartPolicy": "Never",
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "kubernetes.io/hostname", "operator": "In", "values": members}
-                                    ]
-                                }
-                            ]
-                        }
-                    },
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "labelSelector": {"matchLabels": dict(label)},
-                                "topologyKey": "kubernetes.io/hostname",
-                            }
-                        ]
-                    },
-                },
-                "tolerations": [{"key": "dsx.dev/unhealthy", "operator": "Exists"}],
-                "containers": [
-                    {
-                        "name": "ranks",
-                        "image": "registry.example/dsx-gpu:1",
-                        "command": list(command),
-                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                    }
-                ],
-            },
-        },
-    }
-    if deadline is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(label)},
-        "spec": spec,
-    }
-
-
-def headless_service(name: str, namespace: str = "dsx") -> dict[str, Any]:
-    """The headless Service that gives a group's pods their DNS names (``JOB-INDEX.NAME``)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {"dsx.dev/group-test": name},
-            "ports": [{"name": "rendezvous", "port": 29500}],
-        },
-    }
-
-
-def job_pods(emulator: Emulator, job: str, namespace: str = "dsx") -> list[dict[str, Any]]:
-    """The Job's pods, by completion index."""
-    pods = [
-        p
-        for p in emulator.objects("pods", namespace)
-        if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == job
-    ]
-    return sorted(
-        pods, key=lambda p: int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
-    )
-
-
-def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """An object's conditions by type."""
-    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "the condition") -> Any:
-    """Poll ``check`` until it returns something truthy (for the controllers that run in threads)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.02)

@@ -13,7 +13,7 @@ from typing import Any
 
 from steps.cluster import Pod, RetryPolicy, load_fleet
 from steps.cluster.kube import KubeCluster, load_api_client
-from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
+from tests.emulator.apiserver import Emulator, ManualClock, write_kubeconfig
 from tests.steps.cluster.conftest import Backend
 
 FAST = RetryPolicy(attempts=6, base_delay=0.0, max_delay=0.0, jitter=0.0)

@@ -18,7 +18,7 @@ from steps.cluster import (
     load_fleet,
 )
 from steps.cluster.kube import KubeCluster, load_api_client
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 from tests.steps.cluster.conftest import FAST
 
 

@@ -1,8 +1,8 @@
 """Certification through Kubernetes Jobs on an emulated 16-node, 4-rack H100 cluster.
 
 The API server, its Job controller, scheduler (eight GPUs a node), garbage collector and kubelet double
-are the emulated cluster's (``tests/k8s_emulator.py``, ``tests/k8s_kubelet.py``); the kubelet runs each
-group's ranks on this machine over gloo, one rank a pod. The steps are dsx's own, called in the order and
+are the emulated cluster's (:mod:`tests.emulator`); the kubelet runs each group's ranks on this machine
+over gloo, one rank a pod. The steps are dsx's own, called in the order and
 with the fan-out the ``dsx-certify`` DAG gives them: every node's check at once, then every rack at once,
 then the whole set, the smoke run, the report, and the exit handler.
 """

@@ -7,7 +7,7 @@ import pytest
 from steps.cluster import ForbiddenError, connect, load_fleet
 from steps.errors import InputError
 from steps.runtime.snapshot import take_snapshot
-from tests.k8s_emulator import Emulator
+from tests.emulator.apiserver import Emulator
 from tests.steps.cluster.conftest import FAST
 
 FLEET = "sim:nodes=1,gpu=h100,releases=gpu-operator/gpu-operator@v25.3.4;cert-manager/cert-manager@v1.18.2"

@@ -12,7 +12,7 @@ from steps.cluster import RetryPolicy, load_fleet
 from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.port import ClusterPort
 from steps.cluster.sim import MemoryStore, SimCluster
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 
 FAST = RetryPolicy(
     attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0, conflict_attempts=3, conflict_delay=0.0

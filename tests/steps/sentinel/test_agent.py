@@ -19,7 +19,7 @@ from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.probes import NodeProbes
 from tests.cli import dsx_here
-from tests.k8s_emulator import Emulator
+from tests.emulator.apiserver import Emulator
 from tests.steps.sentinel.conftest import Fleet
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 

@@ -14,7 +14,7 @@ from steps.cluster import Pod, RetryPolicy, load_fleet
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import MemoryStore, SimCluster
 from steps.sentinel.drain import DrainPolicy, drain
-from tests.k8s_kubelet import NodeBehaviour, emulated_cluster
+from tests.emulator.kubelet import NodeBehaviour, emulated_cluster
 
 NODE = "node-01"
 FAST = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, jitter=0.0)

@@ -23,7 +23,7 @@ from steps.errors import InputError
 from steps.sentinel import ledger
 from steps.sentinel.goodput.ledger_report import account, read_stories
 from tests.cli import dsx_here
-from tests.k8s_emulator import CONFIGMAP_MAX_BYTES, Emulator, write_kubeconfig
+from tests.emulator.apiserver import CONFIGMAP_MAX_BYTES, Emulator, write_kubeconfig
 
 NAMESPACE = "dsx"
 AUTH = {"authorization": "Bearer emulator-token"}

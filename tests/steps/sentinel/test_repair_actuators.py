@@ -35,7 +35,7 @@ from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.outcome import outcome_of
 from steps.sentinel.probes import NodeProbes
 from tests.cli import dsx
-from tests.k8s_emulator import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator, write_kubeconfig
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 

@@ -36,8 +36,8 @@ from steps.readiness.launchers.rankpod import main as rankpod_main
 from steps.readiness.models import CollectiveRun, RankInfo, Subject
 from steps.readiness.nccl_tests import parse_nccl_tests_file
 from steps.readiness.outcomes import RunRef
-from tests.k8s_emulator import Emulator, ManualClock, write_kubeconfig
-from tests.k8s_kubelet import RANK_POD_COMMAND, Kubelet, PodProcess, Program, RankPodArgs
+from tests.emulator.apiserver import Emulator, ManualClock, write_kubeconfig
+from tests.emulator.kubelet import RANK_POD_COMMAND, Kubelet, PodProcess, Program, RankPodArgs
 from tests.paths import REPO as REPO_ROOT
 
 NS = "gpu-ops"
@@ -735,7 +735,7 @@ def test_torchrun_hands_every_rank_programs_flags_to_it_as_given(
     the line. Each check's program must reach its ranks unchanged (through torchrun's own parser, as the
     kubelet double reads a rank pod's line)."""
     from steps.readiness import checks
-    from tests.k8s_kubelet import torchrun_refusal
+    from tests.emulator.kubelet import torchrun_refusal
 
     made = {
         "sweep": lambda: checks.allreduce_sweep_check(checks.SweepRequest(**request_)),

@@ -7,8 +7,8 @@ from typing import Any
 from kubernetes import client
 
 from steps.cluster.kube import KubeCluster
-from tests.k8s_emulator import Emulator, ManualClock
-from tests.steps.cluster.conftest import conditions, group_job, job_pods
+from tests.emulator.apiserver import Emulator, ManualClock
+from tests.emulator.objects import conditions, group_job, job_pods
 
 Quiet = tuple[Emulator, Any, ManualClock]
 RACK_0 = ["node-00", "node-01", "node-02", "node-03"]

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.k8s_emulator import Emulator
+    from tests.emulator.apiserver import Emulator
 
 __all__ = [
     "RANK_POD_COMMAND",
@@ -1150,7 +1150,7 @@ def emulated_cluster(
     """An emulator seeded with a simulated fleet (``sim:nodes=N,gpu=G,racks=R,workloads=false`` unless
     ``spec`` names another) and, with ``kubelet``, the kubelet double running its pods."""
     from steps.cluster import load_fleet
-    from tests.k8s_emulator import Emulator, write_kubeconfig
+    from tests.emulator.apiserver import Emulator, write_kubeconfig
 
     fleet = load_fleet(spec or f"sim:nodes={nodes},gpu={gpu},racks={racks},workloads=false")
     folder.mkdir(parents=True, exist_ok=True)

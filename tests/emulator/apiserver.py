@@ -54,8 +54,8 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
 - Pods: requests default to limits: ``pkg/apis/core/v1/defaults.go``; not-ready/unreachable NoExecute
   tolerations for 300 s: ``plugin/pkg/admission/defaulttolerationseconds``; a service account other than
   ``default`` must exist (403): ``plugin/pkg/admission/serviceaccount``.
-- Scheduler (bind, filters, FitError message): :mod:`tests.k8s_kubelet`, run in the control loop here.
-  Kubelet: :class:`tests.k8s_kubelet.Kubelet`, started separately (``emulated_cluster``).
+- Scheduler (bind, filters, FitError message): :mod:`tests.emulator.kubelet`, run in the control loop here.
+  Kubelet: :class:`tests.emulator.kubelet.Kubelet`, started separately (``emulated_cluster``).
 - Graceful pod deletion: a bound, unfinished pod on a node a kubelet double runs gets deletionTimestamp
   now + its grace period (DeleteOptions' gracePeriodSeconds, else terminationGracePeriodSeconds, 30) and
   stays, holding its node's resources, until the kubelet confirms its containers stopped:
@@ -1440,7 +1440,7 @@ class Emulator:
     # ------------------------------------------------------------------ the control loop
 
     def _reconcile(self, passes: int = 50) -> None:
-        from tests.k8s_kubelet import schedule_pending
+        from tests.emulator.kubelet import schedule_pending
 
         for _ in range(passes):
             changed = self._collect_garbage()
@@ -1855,7 +1855,7 @@ class Emulator:
     def _selected(self, pdb: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
         """Every pod of the namespace the budget's selector matches (the disruption controller's list:
         finished and terminating pods included)."""
-        from tests.k8s_kubelet import _label_selector
+        from tests.emulator.kubelet import _label_selector
 
         selector = (pdb.get("spec") or {}).get("selector")
         return [
@@ -1965,7 +1965,7 @@ class Emulator:
         deleted goes without a budget check; otherwise its one budget (an empty selector matches nothing)
         must allow a disruption by its stored status, which the eviction decrements, naming the pod in
         ``disruptedPods`` so the controller counts it unhealthy until it is deleted or two minutes pass."""
-        from tests.k8s_kubelet import _label_selector
+        from tests.emulator.kubelet import _label_selector
 
         pod = self._objects.get(self._key(route))
         if pod is None:

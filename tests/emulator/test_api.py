@@ -13,9 +13,9 @@ from kubernetes.client.exceptions import ApiException
 
 from steps.cluster import ClusterError
 from steps.cluster.kube import KubeCluster, load_api_client
-from tests.k8s_emulator import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
+from tests.emulator.apiserver import POD_SECURITY_ENFORCE, Emulator, ManualClock, write_kubeconfig
+from tests.emulator.objects import group_job, job_pods
 from tests.pods import bare_pod, rank_pod
-from tests.steps.cluster.conftest import group_job, job_pods
 
 NODE_EVENT = {
     "apiVersion": "v1",

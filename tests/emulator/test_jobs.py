@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s_emulator import Emulator, ManualClock
-from tests.steps.cluster.conftest import conditions, group_job, job_pods
+from tests.emulator.apiserver import Emulator, ManualClock
+from tests.emulator.objects import conditions, group_job, job_pods
 
 Quiet = tuple[Emulator, Any, ManualClock]
 MEMBERS = ["node-00", "node-01", "node-02", "node-03"]
