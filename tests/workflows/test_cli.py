@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
+from steps.cluster import vocabulary as vocab
 from tests.cli import dsx as _dsx
 from tests.paths import REPO
+from workflows.cli import main as cli_main
 
 HEAVY = ("torch", "pandas", "kubernetes", "hera", "matplotlib", "numpy")
 
@@ -91,3 +93,8 @@ def test_a_cron_workflow_runs_once_by_name() -> None:
     assert result.returncode == 0, result.stderr
     assert "dsx-drift" in result.stdout
     assert "steps.runtime.tasks:detect_drift" in result.stdout
+
+
+def test_the_debug_variable_is_the_vocabulary_s() -> None:
+    # The CLI spells it to start without importing steps.cluster; the vocabulary names it for the rest.
+    assert cli_main._DEBUG_ENV == vocab.ENV_DEBUG

@@ -27,6 +27,8 @@ from steps.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, DsxError
 
 __all__ = ["COMMANDS", "LazyGroup", "app", "main", "run"]
 
+# vocabulary.ENV_DEBUG, spelled here: importing steps.cluster would add a fifth of a second to every
+# command's start (tests/workflows/test_cli.py holds the two the same).
 _DEBUG_ENV = "DSX_DEBUG"
 
 #: Every top-level command: its module under ``workflows.cli`` (whose ``register(app)`` adds it) and
