@@ -80,6 +80,7 @@ from steps.readiness.planning import (
     now,
     plan_outputs,
 )
+from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 from steps.readiness.report import (
     INCOMPLETE_TEST,
     ReportRequest,
@@ -159,7 +160,7 @@ def plan(
     os: str = AUTO,
     min_bytes: str = AUTO,
     max_bytes: str = AUTO,
-    iters: int = 20,
+    iters: int = SWEEP.iters,
     namespace: str = "",
     image: str = "",
     inject: str = "",
@@ -250,7 +251,7 @@ def _healthy_s(plan: CertifyPlan, thresholds: Thresholds, scope: Literal["node",
     expected = [t.bus_bw_gbps for t in thresholds.all_reduce(scope)]
     busbw = min(expected) if expected else FALLBACK_BUSBW_GBPS
     sizes = size_series(plan.min_bytes, plan.max_bytes, 4)
-    iterations = plan.options.iters + 5 + 1  # timed, warm-up, data check
+    iterations = plan.options.iters + SWEEP.warmup + 1  # timed, warm-up, data check
     seconds = sum(iterations * size * 2 / (busbw * 1e9) for size in sizes)
     return LAUNCH_OVERHEAD_S + seconds
 

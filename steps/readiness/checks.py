@@ -31,6 +31,7 @@ from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, Verdi
 from steps.readiness.ranks.diag import DiagResult, diag_args
 from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
+from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 from steps.readiness.ranks.sweep import SweepConfig, sweep_args
 from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import Scope, Thresholds
@@ -73,13 +74,13 @@ class SweepRequest(Model):
     subject: Subject
     ranks: int = Field(default=2, ge=1)
     backend: Literal["gloo", "nccl"] = "gloo"
-    min_bytes: int | str = "1KiB"
-    max_bytes: int | str = "16MiB"
-    factor: int = Field(default=4, ge=2)
-    warmup: int = Field(default=5, ge=0)
-    iters: int = Field(default=20, ge=1)
+    min_bytes: int | str = SWEEP.min_bytes
+    max_bytes: int | str = SWEEP.max_bytes
+    factor: int = Field(default=SWEEP.factor, ge=2)
+    warmup: int = Field(default=SWEEP.warmup, ge=0)
+    iters: int = Field(default=SWEEP.iters, ge=1)
     inject: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=300.0, gt=0)
+    timeout_s: float = Field(default=SWEEP.timeout_s, gt=0)
     thresholds: Thresholds = Field(default_factory=Thresholds, description="the recipe's, parsed")
     scope: Scope = "node"
     rank_hosts: list[str] | None = Field(default=None, description="the node each rank stands for")

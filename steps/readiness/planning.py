@@ -26,6 +26,7 @@ from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Model, Subject
 from steps.readiness.outcomes import RunRef
 from steps.readiness.ranks.inject import parse_injections
+from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import Thresholds, load_thresholds
 
@@ -110,7 +111,7 @@ class CertifyOptions(Model):
     os: str = Field(default=AUTO, description="recipe os; auto: from the nodes' OS image")
     min_bytes: str = Field(default=AUTO, description="smallest message; auto: 64KiB local, 1MiB job")
     max_bytes: str = Field(default=AUTO, description="largest message; auto: 4MiB local, 8GiB job")
-    iters: int = Field(default=20, ge=1)
+    iters: int = Field(default=SWEEP.iters, ge=1)
     namespace: str = Field(default="", description="namespace of group jobs (default: DSX_NAMESPACE)")
     image: str = Field(default="", description="image of group jobs (default: DSX_GPU_IMAGE)")
     inject: str = Field(

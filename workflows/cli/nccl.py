@@ -143,11 +143,20 @@ def parse_cmd(
 def sweep_cmd(
     ranks: int = RANKS_OPTION,
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU processes) or nccl (one GPU per rank)."),
-    min_bytes: str = typer.Option("1KiB", "--min-bytes", "-b", help="Smallest message (B, KiB, MiB, GiB)."),
-    max_bytes: str = typer.Option("16MiB", "--max-bytes", "-e", help="Largest message."),
-    factor: int = typer.Option(4, "--factor", "-f", help="Multiply the size by this between steps."),
-    warmup: int = typer.Option(5, "--warmup", "-w", help="Warm-up iterations per size."),
-    iters: int = typer.Option(20, "--iters", "-i", help="Timed iterations per size."),
+    min_bytes: str = typer.Option(
+        format_size(sweep.DEFAULTS.min_bytes),
+        "--min-bytes",
+        "-b",
+        help="Smallest message (B, KiB, MiB, GiB).",
+    ),
+    max_bytes: str = typer.Option(
+        format_size(sweep.DEFAULTS.max_bytes), "--max-bytes", "-e", help="Largest message."
+    ),
+    factor: int = typer.Option(
+        sweep.DEFAULTS.factor, "--factor", "-f", help="Multiply the size by this between steps."
+    ),
+    warmup: int = typer.Option(sweep.DEFAULTS.warmup, "--warmup", "-w", help="Warm-up iterations per size."),
+    iters: int = typer.Option(sweep.DEFAULTS.iters, "--iters", "-i", help="Timed iterations per size."),
     inject: list[str] = typer.Option(
         [], "--inject", help="Fault on one rank: 3:delay=5ms, 2:fail, 1:hang, 1:corrupt."
     ),

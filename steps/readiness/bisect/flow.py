@@ -36,6 +36,7 @@ from steps.readiness.judge import only_slow
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from steps.readiness.planning import LOCAL_RANKS_PER_NODE, sweep_sizes
+from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 
 __all__ = [
     "BisectStart",
@@ -98,7 +99,7 @@ def prepare(
     accelerator: str = certify.AUTO,
     min_bytes: str = certify.AUTO,
     max_bytes: str = certify.AUTO,
-    iters: int = 20,
+    iters: int = SWEEP.iters,
     p_min: float = P_MIN,
 ) -> BisectStart:
     """Start a ``dsx-bisect`` of its own: the Ready managed nodes with GPUs that ``selector`` picks.

@@ -47,7 +47,7 @@ from steps.readiness.models import (
 )
 from steps.readiness.ranks.inject import Injection, fail_or_hang, parse_injections
 from steps.readiness.ranks.rankenv import PhaseMarker, RankEnv, exit_rank, joined, stacks_on_signals, sync
-from steps.readiness.sizes import parse_size, size_series
+from steps.readiness.sizes import format_size, parse_size, size_series
 from steps.readiness.table import format_nccl_table
 
 __all__ = ["SweepConfig", "bus_factor", "main", "run_rank", "sweep_args", "timed_loop"]
@@ -73,6 +73,11 @@ class SweepConfig(BaseModel):
     def sizes(self) -> list[int]:
         """The message sizes of the sweep, in bytes."""
         return size_series(self.min_bytes, self.max_bytes, self.factor, align=_ELEMENT_BYTES)
+
+
+DEFAULTS = SweepConfig()
+"""The sweep's one set of defaults (1 KiB to 16 MiB by 4, 5 warm-up and 20 timed iterations a size, 300 s),
+which the requests, ``dsx nccl sweep``, certification's plan and this program's own options start from."""
 
 
 def bus_factor(world_size: int) -> float:
@@ -320,12 +325,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m steps.readiness.ranks.sweep", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    parser.add_argument("--min-bytes", default="8")
-    parser.add_argument("--max-bytes", default="1GiB")
-    parser.add_argument("--factor", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
+    parser.add_argument("--min-bytes", default=format_size(DEFAULTS.min_bytes))
+    parser.add_argument("--max-bytes", default=format_size(DEFAULTS.max_bytes))
+    parser.add_argument("--factor", type=int, default=DEFAULTS.factor)
+    parser.add_argument("--warmup", type=int, default=DEFAULTS.warmup)
+    parser.add_argument("--iters", type=int, default=DEFAULTS.iters)
+    parser.add_argument("--timeout", type=float, default=DEFAULTS.timeout_s, help="process-group timeout, s")
     parser.add_argument("--inject", action="append", default=[], help="RANK:KIND[=VALUE], e.g. 2:delay=20ms")
     parser.add_argument("--out", type=Path, help="where rank 0 writes the run as JSON")
     parser.add_argument("--table", type=Path, help="where rank 0 writes the table (nccl-tests layout)")
