@@ -290,7 +290,7 @@ def _mark(port: ClusterPort, node: Node, event: HealthEvent, dry_run: bool, enfo
     if not dry_run:
         if not written:
             port.set_condition(node.name, name, True, condition_reason(event.severity, event.action), message)
-            port.record_event(node.name, "DsxNodeNotReady", message, "Warning")
+            port.record_event(node.name, name, message, "Warning")
         if taint:
             port.add_taint(node.name, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
     return f"{node.name}: {'would mark' if dry_run else 'marked'} {name} ({event.code}: {event.message})"
