@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError
 
 from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
-from steps.models import Frozen, input_error, read_model
+from steps.models import Camel, Frozen, input_error, read_model
 from steps.sentinel.events import CHECKS, Action, Severity
 from steps.sentinel.history import FaultHistory, load_history
 from steps.yamlio import shipped
@@ -63,8 +63,8 @@ class _MessageRule(Frozen):
     action: Action
 
 
-class _XidFile(Frozen):
-    apiVersion: Literal["dsx.dev/v1alpha1"]
+class _XidFile(Camel):
+    api_version: Literal["dsx.dev/v1alpha1"]
     kind: Literal["XidCatalogue"]
     buckets: dict[str, _Bucket]
     default: _Bucket
