@@ -15,14 +15,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from steps.errors import InputError
 from steps.files import make_folder, write_text
-from workflows.runner.host import trusted_steps as runner_trusted_steps
-from workflows.runner.model import TrustedSteps
+
+if TYPE_CHECKING:
+    from workflows.runner.model import TrustedSteps
 
 __all__ = [
     "CompiledFile",
@@ -245,7 +246,9 @@ def _compiled_once() -> tuple[tuple[str, dict[str, Any]], ...]:
 def trusted_steps() -> TrustedSteps:
     """dsx's own steps as its compiled templates run them, which a local run forks rather than refusing
     as host commands; compiled once per process and handed to the runner (``RunOptions.trusted``)."""
-    return runner_trusted_steps(compiled_documents().values())
+    from workflows.runner.host import trusted_steps as read  # the runner, only for a run
+
+    return read(compiled_documents().values())
 
 
 def write(files: list[CompiledFile], out: Path) -> list[Path]:
