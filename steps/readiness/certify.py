@@ -250,7 +250,7 @@ def _healthy_s(plan: CertifyPlan, thresholds: Thresholds, scope: Literal["node",
     """How long a healthy sweep of the plan's sizes takes, from the recipe's expected bandwidth."""
     expected = [t.bus_bw_gbps for t in thresholds.all_reduce(scope)]
     busbw = min(expected) if expected else FALLBACK_BUSBW_GBPS
-    sizes = size_series(plan.min_bytes, plan.max_bytes, 4)
+    sizes = size_series(plan.min_bytes, plan.max_bytes, SWEEP.factor)
     iterations = plan.options.iters + SWEEP.warmup + 1  # timed, warm-up, data check
     seconds = sum(iterations * size * 2 / (busbw * 1e9) for size in sizes)
     return LAUNCH_OVERHEAD_S + seconds
@@ -280,7 +280,7 @@ def _sweep(
         backend=_backend(plan),
         min_bytes=plan.min_bytes,
         max_bytes=plan.max_bytes,
-        factor=4,
+        factor=SWEEP.factor,
         iters=plan.options.iters,
         inject=inject + drill_injections(plan, hosts),
         timeout_s=group_timeout(_healthy_s(plan, thresholds, scope), thresholds),
