@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -479,63 +477,6 @@ def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], 
     _lost_nothing(made)
 
 
-@pytest.mark.story
-@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
-def test_stopped_and_resubmitted_picks_up_where_it_stopped(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path, stop_at: str
-) -> None:
-    made = cluster(f"{FLEET},blocking-pdb=true")
-    # The gateway's budget blocks its pod for 1.5 s, then its namespace mode deletes it: the drain lasts.
-    policy = {**FAST, "namespaces": {"serving": {"mode": "delete-after-timeout", "timeout_s": 1.5}}}
-    params = _params(**{"drain-policy": json.dumps(policy)})
-    args = [
-        sys.executable,
-        "-m",
-        "workflows.cli",
-        "run",
-        "remediate",
-        "--local",
-        "--cluster",
-        "kube",
-        "--kubeconfig",
-        str(made.kubeconfig),
-        *[a for k, v in params.items() for a in ("-p", f"{k}={v}")],
-    ]
-    env = {**os.environ, vocab.ENV_NAMESPACE: NAMESPACE}
-    with Repairer(made.emulator, delay=2.0):
-        first = subprocess.Popen(
-            [*args, "--out", str(tmp_path / "first")],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            _wait_for(lambda: _state_of(made) == stop_at, 60)
-            first.send_signal(signal.SIGTERM)  # argo terminate: running steps killed, no exit handler
-            assert first.wait(60) != 0
-        finally:
-            first.kill()
-        stopped = _node(made)
-        assert _cordoned(stopped) and _labels(stopped)[vocab.LABEL_STATE]  # cordoned, and says why
-        again = subprocess.run(
-            [*args, "--out", str(tmp_path / "again")],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    _in_service(made)
-    entries = ledger.entries(made.port(NAMESPACE), NODE)
-    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
-    assert resumed and stop_at in resumed[0].detail
-    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
-    _lost_nothing(made, deleted="/serving/pods/gateway")  # the one deletion the namespace's mode asks for
-
-
 # ----------------------------------------------------------------------------------------- RBAC
 
 
@@ -573,32 +514,6 @@ def test_every_call_a_remediation_makes_is_granted_to_its_account(
     needed = {_needs(r.method, r.path) for r in made.emulator.requests}
     missing = sorted(n for n in needed if n not in granted and ("*", *n[1:]) not in granted)
     assert not missing, f"dsx-remediate may not: {missing}"
-
-
-@pytest.mark.story
-def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The first run's guard and quarantine steps run as that run would run them, against the API server;
-    the run stops there. The resubmitted workflow picks the node up quarantined and cordons it once."""
-    from steps.sentinel import remediate
-
-    made = cluster()
-    monkeypatch.setenv(vocab.ENV_CLUSTER, "kube")
-    monkeypatch.setenv("KUBECONFIG", str(made.kubeconfig))
-    monkeypatch.setenv(vocab.ENV_NAMESPACE, NAMESPACE)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "first"))
-    remediate.guard(NODE, "xid", workflow_name="dsx-remediate-first")
-    remediate.quarantine(NODE, "xid", workflow_name="dsx-remediate-first")
-    assert _cordoned(_node(made)) and _state_of(made) == vocab.NodeState.quarantined.value
-    with Repairer(made.emulator):
-        assert _remediate(made, tmp_path / "again") == Phase.Succeeded
-    _in_service(made)
-    entries = ledger.entries(made.port(NAMESPACE), NODE)
-    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
-    assert resumed and "quarantined" in resumed[0].detail
-    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
-    _lost_nothing(made)
 
 
 @pytest.mark.story
