@@ -1,11 +1,12 @@
 """The two doubles a remediation scenario runs on, behind one face, so that a scenario is written once and
-run on both by parametrisation (the ``double`` fixture of ``tests/workflows/test_remediate_resume.py``).
+run on both by parametrisation (``tests/workflows/test_remediate_doubles.py``).
 
 ``sim``: the simulated fleet shared through its state file (``--cluster state:...``); the fleet repairs a
 node by itself ``repair-delay`` seconds after the request. ``kube``: the emulated API server with the
 kubelet double (``--cluster kube --kubeconfig ...``); the repair system is a thread of the test
-(:class:`~tests.workflows.test_remediate_faults_kube.Repairer`), which reboots the node when asked.
-Both start with node-01 carrying the sentinel's XID condition.
+(:class:`~tests.workflows.test_remediate_faults_kube.Repairer`), which reboots the node when asked. Both
+start with node-01 carrying the sentinel's XID condition. What a scenario reads of the cluster it reads
+through dsx's own port (:attr:`Double.port`), the same calls on both.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
+from steps.cluster.errors import NotFoundError
 from steps.sentinel import ledger
 from tests.emulator.kubelet import EmulatedCluster
 from tests.paths import REPO
@@ -31,41 +35,19 @@ NODE = on_sim.NODE
 
 
 class Double(Protocol):
-    """What a scenario asks of the cluster it runs on."""
+    """What a scenario asks of the cluster it runs on, beyond what it reads through :attr:`port`."""
 
     name: str
-
-    def params(self, **extra: str) -> dict[str, str]:
-        """``dsx-remediate``'s parameters for node-01's XID fault, ``extra`` over them."""
-        ...
+    port: ClusterPort
 
     def command(self, out: Path, **extra: str) -> list[str]:
-        """``dsx run remediate --local`` against this cluster, its run folder ``out``."""
+        """``dsx run remediate --local`` against this cluster, its run folder ``out``, ``extra`` parameters
+        over the scenarios' own."""
         ...
 
     @property
     def env(self) -> dict[str, str]:
         """The environment the command runs in."""
-        ...
-
-    def state(self) -> str:
-        """node-01's ``dsx.dev/state`` ('' when none, 'gone' when the node is)."""
-        ...
-
-    def cordoned_saying_why(self) -> bool:
-        """node-01 is cordoned and its state label says why."""
-        ...
-
-    def repairs(self) -> contextlib.AbstractContextManager[Any]:
-        """While inside, a repair request for node-01 is answered (after the double's repair delay)."""
-        ...
-
-    def assert_in_service(self) -> None:
-        """node-01 uncordoned, certified ``passed``, no state label."""
-        ...
-
-    def entries(self) -> list[ledger.Entry]:
-        """node-01's ledger."""
         ...
 
     def step_env(self) -> dict[str, str]:
@@ -76,20 +58,24 @@ class Double(Protocol):
         """``dsx-remediate`` run in this process by the local runner, to its end."""
         ...
 
-    def assert_lost_nothing(self, deleted: str = "") -> None:
+    def repairs(self) -> contextlib.AbstractContextManager[Any]:
+        """While inside, a repair request for node-01 is answered as the double was started to."""
+        ...
+
+    def touched_nothing(self) -> bool:
+        """No node was cordoned or changed and no pod evicted."""
+        ...
+
+    def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         """No pod deleted outside the Eviction API (but the ``serving`` pods named ``deleted``..., which the
         drain policy's namespace mode deletes), no budget below what it asks for, no node cordoned without
-        ``dsx.dev/state``."""
+        ``dsx.dev/state``, no cordon in ``cordoned_before`` (made outside dsx) lifted."""
         ...
 
 
-def _args(params: dict[str, str]) -> list[str]:
-    return [a for k, v in params.items() for a in ("-p", f"{k}={v}")]
-
-
-def _run_cli(cluster: list[str], out: Path, params: dict[str, str]) -> list[str]:
+def _command(cluster: list[str], out: Path, params: dict[str, str]) -> list[str]:
     base = [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", *cluster]
-    return [*base, *_args(params), "--out", str(out)]
+    return [*base, *[a for k, v in params.items() for a in ("-p", f"{k}={v}")], "--out", str(out)]
 
 
 class SimDouble:
@@ -98,35 +84,15 @@ class SimDouble:
     name = "sim"
 
     def __init__(self, tmp_path: Path, spec: str) -> None:
-        self.state_spec, self.port = on_sim._fleet(tmp_path, spec)
-
-    def params(self, **extra: str) -> dict[str, str]:
-        return on_sim._params(**extra)
+        self.state_spec, self.fleet = on_sim._fleet(tmp_path, spec)
+        self.port: ClusterPort = connect(self.state_spec)
 
     def command(self, out: Path, **extra: str) -> list[str]:
-        return _run_cli(["--cluster", self.state_spec], out, self.params(**extra))
+        return _command(["--cluster", self.state_spec], out, on_sim._params(**extra))
 
     @property
     def env(self) -> dict[str, str]:
         return dict(os.environ)
-
-    def state(self) -> str:
-        return on_sim._state_of(self.port)
-
-    def cordoned_saying_why(self) -> bool:
-        node = self.port.get_node(NODE)
-        return bool(node.unschedulable and node.labels.get(vocab.LABEL_STATE))
-
-    def repairs(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()  # the fleet answers by itself (its spec's repair-delay)
-
-    def assert_in_service(self) -> None:
-        node = self.port.get_node(NODE)
-        assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
-        assert vocab.LABEL_STATE not in node.labels
-
-    def entries(self) -> list[ledger.Entry]:
-        return ledger.entries(self.port, NODE)
 
     def step_env(self) -> dict[str, str]:
         return {vocab.ENV_CLUSTER: self.state_spec}
@@ -134,8 +100,14 @@ class SimDouble:
     def run(self, out: Path, **extra: str) -> Phase:
         return on_sim._remediate(self.state_spec, out, **extra)
 
-    def assert_lost_nothing(self, deleted: str = "") -> None:
-        on_sim._lost_nothing(self.port, deleted=deleted)
+    def repairs(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # the fleet answers by itself (its spec's repair and repair-delay)
+
+    def touched_nothing(self) -> bool:
+        return not [c for c in self.fleet.calls() if c.method in ("cordon", "evict")]
+
+    def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
+        on_sim._lost_nothing(self.fleet, set(cordoned_before), deleted=deleted)
 
 
 class KubeDouble:
@@ -143,35 +115,17 @@ class KubeDouble:
 
     name = "kube"
 
-    def __init__(self, made: EmulatedCluster, repair_delay: float) -> None:
-        self.made, self.repair_delay = made, repair_delay
-
-    def params(self, **extra: str) -> dict[str, str]:
-        return on_kube._params(**extra)
+    def __init__(self, made: EmulatedCluster, repair: str, repair_delay: float) -> None:
+        self.made, self.repair, self.repair_delay = made, repair, repair_delay
+        self.port = made.port(on_kube.NAMESPACE)
 
     def command(self, out: Path, **extra: str) -> list[str]:
         cluster = ["--cluster", "kube", "--kubeconfig", str(self.made.kubeconfig)]
-        return _run_cli(cluster, out, self.params(**extra))
+        return _command(cluster, out, on_kube._params(**extra))
 
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, vocab.ENV_NAMESPACE: on_kube.NAMESPACE}
-
-    def state(self) -> str:
-        return on_kube._state_of(self.made)
-
-    def cordoned_saying_why(self) -> bool:
-        node = on_kube._node(self.made)
-        return on_kube._cordoned(node) and bool(on_kube._labels(node).get(vocab.LABEL_STATE))
-
-    def repairs(self) -> contextlib.AbstractContextManager[Any]:
-        return on_kube.Repairer(self.made.emulator, delay=self.repair_delay)
-
-    def assert_in_service(self) -> None:
-        on_kube._in_service(self.made)
-
-    def entries(self) -> list[ledger.Entry]:
-        return ledger.entries(self.made.port(on_kube.NAMESPACE), NODE)
 
     def step_env(self) -> dict[str, str]:
         env = {vocab.ENV_CLUSTER: "kube", "KUBECONFIG": str(self.made.kubeconfig)}
@@ -180,22 +134,67 @@ class KubeDouble:
     def run(self, out: Path, **extra: str) -> Phase:
         return on_kube._remediate(self.made, out, **extra)
 
-    def assert_lost_nothing(self, deleted: str = "") -> None:
-        on_kube._lost_nothing(self.made, deleted=f"/serving/pods/{deleted}" if deleted else "")
+    def repairs(self) -> contextlib.AbstractContextManager[Any]:
+        return on_kube.Repairer(self.made.emulator, mode=self.repair, delay=self.repair_delay)
+
+    def touched_nothing(self) -> bool:
+        emulator = self.made.emulator
+        return not on_kube._requests(emulator, "POST", "/eviction") and not on_kube._requests(
+            emulator, "PATCH", "/nodes/"
+        )
+
+    def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
+        on_kube._lost_nothing(
+            self.made, cordoned_before, deleted=f"/serving/pods/{deleted}" if deleted else ""
+        )
 
 
 def start(
-    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster], spec: str, repair_delay: float
+    kind: str,
+    tmp_path: Path,
+    k8s_cluster: Callable[..., EmulatedCluster],
+    spec: str,
+    repair_delay: float = 0.5,
+    repair: str = "ok",
+    cordoned: tuple[str, ...] = (),
 ) -> Double:
     """A double of ``kind`` (``sim`` or ``kube``) on the simulated fleet ``spec``, node-01 faulty, its
-    repair coming ``repair_delay`` seconds after the request. On ``kube`` no node passed a certification
-    (the pair test has no partner there; its hold is tested on the fleet and on the real control plane)."""
+    repair (``ok`` or ``never``) coming ``repair_delay`` seconds after the request, the nodes ``cordoned``
+    cordoned by someone other than dsx. On ``kube`` no node passed a certification (the pair test has no
+    partner there; its hold is tested on the fleet and on the real control plane)."""
     faulty = f"{spec},faults={NODE}:xid=79"
     if kind == "sim":
-        return SimDouble(tmp_path, f"{faulty},repair-delay={repair_delay:g}")
+        extra = f",repair-delay={repair_delay:g}" + (",repair=never" if repair == "never" else "")
+        extra += "".join(f",cordoned={name}" for name in cordoned)
+        return SimDouble(tmp_path, faulty + extra)
     made = k8s_cluster(spec=f"{faulty},certified=none")
     made.emulator.update("nodes", "", NODE, on_kube._faulty)
-    return KubeDouble(made, repair_delay)
+    for name in cordoned:
+        on_kube._cordon_by_hand(made, name)
+    return KubeDouble(made, repair, repair_delay)
+
+
+def state(double: Double) -> str:
+    """node-01's ``dsx.dev/state`` ('' when none, 'gone' when the node is)."""
+    try:
+        return double.port.get_node(NODE).labels.get(vocab.LABEL_STATE, "")
+    except NotFoundError:
+        return "gone"
+
+
+def states(double: Double) -> list[str]:
+    """node-01's ledger, state by state."""
+    return [e.state for e in ledger.entries(double.port, NODE)]
+
+
+def assert_in_service(double: Double) -> None:
+    """node-01 uncordoned, untainted, certified ``passed``, no state or recertify label, its ledger ended
+    in service."""
+    node = double.port.get_node(NODE)
+    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
+    assert vocab.LABEL_STATE not in node.labels and vocab.LABEL_RECERTIFY not in node.labels
+    assert not node.has_taint(vocab.TAINT_UNHEALTHY)
+    assert states(double)[-2:] == [ledger.IN_SERVICE, "ended"]
 
 
 @contextlib.contextmanager
@@ -226,6 +225,14 @@ def run_to_end(double: Double, out: Path, timeout: float, **extra: str) -> subpr
         timeout=timeout,
         check=False,
     )
+
+
+def in_background(double: Double, out: Path, **extra: str) -> tuple[threading.Thread, list[Phase]]:
+    """:meth:`Double.run` in a thread; its phase lands in the list when it ends."""
+    phases: list[Phase] = []
+    thread = threading.Thread(target=lambda: phases.append(double.run(out, **extra)), daemon=True)
+    thread.start()
+    return thread, phases
 
 
 def drain_policy(**policy: Any) -> str:

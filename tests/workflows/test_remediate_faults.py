@@ -3,7 +3,9 @@ the local runner on a simulated fleet shared through its state file.
 
 After every run the same promises are checked against the fleet and its call log (:func:`_lost_nothing`):
 no pod left outside the Eviction API, no budget below what it asks for, no node cordoned by dsx without a
-``dsx.dev/state`` label saying why, and no cordon made outside dsx lifted.
+``dsx.dev/state`` label saying why, and no cordon made outside dsx lifted. The scenarios that run alike on
+the emulated API server are written once, for both, in ``tests/workflows/test_remediate_doubles.py``;
+those here are the fleet's own.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ from typing import Any
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import ClusterPort, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import FileStore, SimCluster
 from steps.cluster.sim.controllers import budget_status
 from steps.sentinel import ledger
-from steps.sentinel.policy import Breaker, BreakerSettings
 from steps.sentinel.remediate import OWNER
 from steps.yamlio import load_yaml, plain
 from tests.paths import REPO
@@ -111,6 +112,16 @@ def _lost_nothing(
             assert node.labels.get(vocab.LABEL_STATE), f"{node.name} cordoned by dsx with no state label"
 
 
+def assert_one_after_the_other(port: ClusterPort) -> None:
+    """Two remediation runs of node-01, the second begun after the first ended."""
+    entries = ledger.entries(port, NODE)
+    runs = [e.workflow for e in entries if e.state == "requested"]
+    assert len(runs) == 2 and runs[0] != runs[1]
+    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
+    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
+    assert first_done < second_start, "two remediations of one node overlapped"
+
+
 def _wait_for(check: Callable[[], bool], timeout: float = 60.0) -> None:
     ends = time.monotonic() + timeout
     while not check():
@@ -161,17 +172,6 @@ def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -
     assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
     assert vocab.LABEL_STATE not in node.labels
     _lost_nothing(port)
-
-
-@pytest.mark.story
-def test_the_repair_never_comes(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never,cordoned=node-03")
-    assert _remediate(state, tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
-    node = port.get_node(NODE)
-    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
-    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
-    assert _states(port)[-2:] == ["escalated", "ended"]
-    _lost_nothing(port, {"node-03"})
 
 
 @pytest.mark.story
@@ -274,38 +274,6 @@ def test_recertification_fails(tmp_path: Path) -> None:
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
     assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
     assert vocab.LABEL_RECERTIFY not in node.labels
-    _lost_nothing(port)
-
-
-@pytest.mark.story
-def test_the_breaker_is_open(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79")
-    breaker = Breaker(connect(state), BreakerSettings(max_share=0.25))
-    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
-    assert _remediate(state, tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
-    node = port.get_node(NODE)
-    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels  # nothing changed on it
-    assert "refused" in _states(port)
-    assert not [c for c in port.calls() if c.method in ("cordon", "evict")]
-    _lost_nothing(port)
-
-
-@pytest.mark.story
-def test_two_events_for_one_node_run_one_remediation_at_a_time(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
-    first, phases_a = _in_background(state, tmp_path / "a")
-    second, phases_b = _in_background(state, tmp_path / "b")
-    first.join(300)
-    second.join(300)
-    # The mutex lets one in; the other waits, then finds the node back in service and remediates a
-    # healthy node again (a second attempt), never both at once.
-    assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
-    entries = ledger.entries(port, NODE)
-    runs = [e.workflow for e in entries if e.state == "requested"]
-    assert len(runs) == 2 and runs[0] != runs[1]
-    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
-    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
-    assert first_done < second_start, "two remediations of one node overlapped"
     _lost_nothing(port)
 
 

@@ -17,7 +17,8 @@ Where recertification must fail it runs with ``launcher=job``: rank Jobs the kub
 pods on the repaired node exit 1.
 
 After every run the promises of :mod:`tests.workflows.test_remediate_faults` are checked against the
-emulator's objects and request log (:func:`_lost_nothing`).
+emulator's objects and request log (:func:`_lost_nothing`). The scenarios that run alike on the simulated
+fleet are written once, for both, in ``tests/workflows/test_remediate_doubles.py``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ import pytest
 from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import format_time
 from steps.sentinel import ledger
-from steps.sentinel.policy import Breaker, BreakerSettings
 from tests.emulator.apiserver import Emulator
 from tests.emulator.kubelet import EmulatedCluster
 from tests.paths import REPO
-from tests.workflows.test_remediate_faults import FAST, NODE, QUICK, _templates, _wait_for
+from tests.workflows.test_remediate_faults import (
+    FAST,
+    NODE,
+    QUICK,
+    _templates,
+    _wait_for,
+    assert_one_after_the_other,
+)
 from workflows.compiler import trusted_steps
 from workflows.runner import Phase, RunOptions, run
 
@@ -284,22 +291,6 @@ def test_a_repaired_node_is_recertified_and_back_in_service(
 
 
 @pytest.mark.story
-def test_the_repair_never_comes(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
-    made = cluster()
-    _cordon_by_hand(made, "node-03")
-    with Repairer(made.emulator, mode="never"):
-        assert _remediate(made, tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
-    node = _node(made)
-    labels = _labels(node)
-    assert _cordoned(node) and labels[vocab.LABEL_STATE] == "escalated"
-    assert labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
-    assert _states(made)[-2:] == ["escalated", "ended"]
-    reasons = [e.get("reason") for e in made.emulator.objects("events", "default")]
-    assert "DsxRemediationEscalated" in reasons
-    _lost_nothing(made, frozenset({"node-03"}))
-
-
-@pytest.mark.story
 def test_recertification_fails_on_the_repaired_node(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,45 +331,11 @@ def test_recertification_fails_on_the_repaired_node(
     _lost_nothing(made, frozenset({"node-02"}))
 
 
-@pytest.mark.story
-def test_the_breaker_is_open(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
-    made = cluster()
-    breaker = Breaker(made.port(NAMESPACE), BreakerSettings(max_share=0.25))
-    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
-    assert _remediate(made, tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
-    node = _node(made)
-    assert not _cordoned(node) and vocab.LABEL_STATE not in _labels(node)  # nothing changed on it
-    assert "refused" in _states(made)
-    assert not _requests(made.emulator, "POST", "/eviction") and not _requests(
-        made.emulator, "PATCH", "/nodes/"
-    )
-    _lost_nothing(made)
-
-
 def _one_after_the_other(made: EmulatedCluster) -> None:
     """Two remediation runs of the node, the second begun after the first ended; the node in service."""
-    entries = ledger.entries(made.port(NAMESPACE), NODE)
-    runs = [e.workflow for e in entries if e.state == "requested"]
-    assert len(runs) == 2 and runs[0] != runs[1]
-    first_done = max(i for i, e in enumerate(entries) if e.workflow == runs[0])
-    second_start = min(i for i, e in enumerate(entries) if e.workflow == runs[1])
-    assert first_done < second_start, "two remediations of one node overlapped"
+    assert_one_after_the_other(made.port(NAMESPACE))
     _in_service(made)
     _lost_nothing(made)
-
-
-@pytest.mark.story
-def test_two_remediations_for_one_node_never_run_at_once(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path
-) -> None:
-    made = cluster()
-    with Repairer(made.emulator):
-        first, phases_a = _in_background(made, tmp_path / "a")
-        second, phases_b = _in_background(made, tmp_path / "b")
-        first.join(120)
-        second.join(120)
-    assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
-    _one_after_the_other(made)
 
 
 @pytest.mark.story

@@ -1,0 +1,146 @@
+"""Remediation scenarios written once and run on both doubles (:mod:`tests.workflows.remediation_doubles`),
+the simulated fleet and the emulated API server with its kubelet double: a repair that never comes, the
+breaker open, two runs for one node, and a run stopped part-way, picked up where it stopped when the
+workflow is submitted again. After each, the promises of :mod:`tests.workflows.test_remediate_faults`
+hold (``assert_lost_nothing``)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from steps.cluster import vocabulary as vocab
+from steps.sentinel import ledger
+from steps.sentinel.policy import Breaker, BreakerSettings
+from tests.emulator.kubelet import EmulatedCluster
+from tests.workflows.remediation_doubles import (
+    Double,
+    assert_in_service,
+    drain_policy,
+    in_background,
+    run_to_end,
+    running,
+    start,
+    state,
+    states,
+)
+from tests.workflows.test_remediate_faults import assert_one_after_the_other
+from workflows.runner import Phase
+
+NODE = "node-01"
+
+
+def _wait_for(check: Callable[[], bool], timeout: float) -> None:
+    ends = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < ends, "timed out"
+        time.sleep(0.05)
+
+
+def _resumed_once(double: Double, stopped_at: str) -> None:
+    """The second run said it resumed from ``stopped_at``, and the node was quarantined once only."""
+    entries = ledger.entries(double.port, NODE)
+    resumed = [e for e in entries if e.state == "requested" and "resumed" in e.detail]
+    assert resumed and stopped_at in resumed[0].detail
+    assert len([e for e in entries if e.state == "quarantined"]) == 1  # not quarantined twice
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_the_repair_never_comes(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100", repair="never", cordoned=("node-03",))
+    with double.repairs():
+        assert double.run(tmp_path / "run", **{"repair-timeout": "2s"}) == Phase.Failed
+    node = double.port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert states(double)[-2:] == ["escalated", "ended"]
+    reasons = [e.get("reason") for e in double.port.list_objects("v1", "Event", "default")]
+    assert "DsxRemediationEscalated" in reasons
+    double.assert_lost_nothing(cordoned_before=frozenset({"node-03"}))
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_the_breaker_is_open(kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100")
+    breaker = Breaker(double.port, BreakerSettings(max_share=0.25))
+    assert breaker.admit("node-02", 4)[0] and not breaker.admit("node-03", 4)[0]  # tripped, stays open
+    assert double.run(tmp_path / "run", **{"breaker-share": "0.25"}) == Phase.Failed
+    node = double.port.get_node(NODE)
+    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels  # nothing changed on it
+    assert "refused" in states(double)
+    assert double.touched_nothing()
+    double.assert_lost_nothing()
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_two_events_for_one_node_run_one_remediation_at_a_time(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100")
+    with double.repairs():
+        first, phases_a = in_background(double, tmp_path / "a")
+        second, phases_b = in_background(double, tmp_path / "b")
+        first.join(300)
+        second.join(300)
+    # The mutex lets one in; the other waits, then finds the node back in service and remediates a
+    # healthy node again (a second attempt), never both at once.
+    assert phases_a + phases_b == [Phase.Succeeded, Phase.Succeeded]
+    assert_one_after_the_other(double.port)
+    assert_in_service(double)
+    double.assert_lost_nothing()
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+@pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
+def test_stopped_and_resubmitted_picks_up_where_it_stopped(
+    kind: str, stop_at: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100,blocking-pdb=true", repair_delay=2)
+    # The gateway's budget blocks its pod for 1.5 s, then its namespace mode deletes it: the drain lasts.
+    policy = drain_policy(namespaces={"serving": {"mode": "delete-after-timeout", "timeout_s": 1.5}})
+    with double.repairs():
+        with running(double, tmp_path / "first", **{"drain-policy": policy}) as first:
+            _wait_for(lambda: state(double) == stop_at, 120)
+            first.send_signal(signal.SIGTERM)  # argo terminate: running steps killed, no exit handler
+            assert first.wait(60) != 0
+        assert double.port.get_node(NODE).unschedulable and state(double)  # cordoned, and says why
+        again = run_to_end(double, tmp_path / "again", 300, **{"drain-policy": policy})
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert_in_service(double)
+    _resumed_once(double, stop_at)
+    double.assert_lost_nothing(deleted="gateway")  # the one deletion the namespace's mode asks for
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_stopped_right_after_the_quarantine_step_is_picked_up_from_there(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quarantine state lasts too short a time to stop a run in it by polling: the first run's guard and
+    quarantine steps run as that run would run them (the same step functions, its workflow name), and the
+    run stops there; the resubmitted workflow picks the node up quarantined, never quarantining it twice."""
+    from steps.sentinel import remediate
+
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100")
+    for name, value in double.step_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "first"))
+    remediate.guard(NODE, "xid", workflow_name="dsx-remediate-first")
+    remediate.quarantine(NODE, "xid", workflow_name="dsx-remediate-first")
+    assert double.port.get_node(NODE).unschedulable
+    assert state(double) == vocab.NodeState.quarantined.value
+    with double.repairs():
+        assert double.run(tmp_path / "again") == Phase.Succeeded
+    assert_in_service(double)
+    _resumed_once(double, "quarantined")
+    double.assert_lost_nothing()
