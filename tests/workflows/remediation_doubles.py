@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import NotFoundError
+from steps.cluster.sim import FileStore, SimCluster
 from steps.sentinel import ledger
 from tests.emulator.kubelet import EmulatedCluster
 from tests.paths import REPO
@@ -66,6 +67,14 @@ class Double(Protocol):
         """No node was cordoned or changed and no pod evicted."""
         ...
 
+    def eviction_refused(self) -> bool:
+        """An eviction was refused for a disruption budget (429)."""
+        ...
+
+    def uncordon_by_hand(self) -> None:
+        """``kubectl uncordon node-01``: it asks nobody."""
+        ...
+
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         """No pod deleted outside the Eviction API (but the ``serving`` pods named ``deleted``..., which the
         drain policy's namespace mode deletes), no budget below what it asks for, no node cordoned without
@@ -106,6 +115,14 @@ class SimDouble:
     def touched_nothing(self) -> bool:
         return not [c for c in self.fleet.calls() if c.method in ("cordon", "evict")]
 
+    def eviction_refused(self) -> bool:
+        calls = self.fleet.calls()
+        return any(c.method == "evict" and c.result and c.result.get("outcome") == "blocked" for c in calls)
+
+    def uncordon_by_hand(self) -> None:
+        store = FileStore(Path(self.state_spec.removeprefix("state:")))
+        SimCluster(store, field_manager="kubectl-cordon").uncordon(NODE, force=True)
+
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         on_sim._lost_nothing(self.fleet, set(cordoned_before), deleted=deleted)
 
@@ -142,6 +159,12 @@ class KubeDouble:
         return not on_kube._requests(emulator, "POST", "/eviction") and not on_kube._requests(
             emulator, "PATCH", "/nodes/"
         )
+
+    def eviction_refused(self) -> bool:
+        return any(r.status == 429 for r in self.made.emulator.requests)
+
+    def uncordon_by_hand(self) -> None:
+        on_kube._core(self.made).patch_node(NODE, {"spec": {"unschedulable": False}}, _preload_content=False)
 
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         on_kube._lost_nothing(

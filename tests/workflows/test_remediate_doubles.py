@@ -101,6 +101,45 @@ def test_two_events_for_one_node_run_one_remediation_at_a_time(
 
 @pytest.mark.story
 @pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_an_operator_uncordons_by_hand_mid_remediation(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100", repair="never")
+    with double.repairs():
+        thread, phases = in_background(double, tmp_path / "run", **{"repair-timeout": "3s"})
+        _wait_for(lambda: state(double) == "awaiting-repair", 60)
+        double.uncordon_by_hand()
+        thread.join(120)
+    assert phases == [Phase.Failed]
+    node = double.port.get_node(
+        NODE
+    )  # never cordoned again after the operator's uncordon, nothing saying why
+    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels
+    assert "cancelled" in states(double) and "escalated" not in states(double)
+    reasons = [e.get("reason") for e in double.port.list_objects("v1", "Event", "default")]
+    assert "DsxRemediationCancelled" in reasons
+    double.assert_lost_nothing()
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_the_node_disappears_mid_drain(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100,blocking-pdb=true")
+    thread, phases = in_background(double, tmp_path / "run")
+    _wait_for(double.eviction_refused, 60)  # the gateway's budget holds
+    assert double.port.delete_object("v1", "Node", NODE)
+    thread.join(120)
+    assert phases == [Phase.Failed]
+    entries = ledger.entries(double.port, NODE)
+    assert "draining" in [e.state for e in entries] and entries[-1].state == "ended"
+    assert "disappeared" in entries[-2].detail
+    double.assert_lost_nothing()
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
 @pytest.mark.parametrize("stop_at", ["draining", "awaiting-repair", "recertifying"])
 def test_stopped_and_resubmitted_picks_up_where_it_stopped(
     kind: str, stop_at: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]

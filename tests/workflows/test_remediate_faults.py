@@ -144,24 +144,6 @@ def _state_of(port: SimCluster) -> str:
 
 
 @pytest.mark.story
-def test_the_node_disappears_mid_drain(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,blocking-pdb=true")
-    thread, phases = _in_background(state, tmp_path / "run")
-    _wait_for(
-        lambda: any(
-            c.method == "evict" and c.result and c.result.get("outcome") == "blocked" for c in port.calls()
-        )
-    )
-    assert port.delete_object("v1", "Node", NODE)
-    thread.join(120)
-    assert phases == [Phase.Failed]
-    states = _states(port)
-    assert "draining" in states and states[-1] == "ended"
-    assert "disappeared" in ledger.entries(port, NODE)[-2].detail
-    _lost_nothing(port)
-
-
-@pytest.mark.story
 def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -> None:
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
     port.inject_api(errors=3, conflicts=3)
@@ -274,22 +256,6 @@ def test_recertification_fails(tmp_path: Path) -> None:
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
     assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
     assert vocab.LABEL_RECERTIFY not in node.labels
-    _lost_nothing(port)
-
-
-@pytest.mark.story
-def test_an_operator_uncordons_by_hand_mid_remediation(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
-    thread, phases = _in_background(state, tmp_path / "run", **{"repair-timeout": "3s"})
-    _wait_for(lambda: _state_of(port) == "awaiting-repair")
-    operator = SimCluster(FileStore(Path(state.removeprefix("state:"))), field_manager="kubectl-cordon")
-    operator.uncordon(NODE, force=True)  # kubectl uncordon asks nobody
-    thread.join(120)
-    assert phases == [Phase.Failed]
-    node = port.get_node(NODE)
-    assert not node.unschedulable and vocab.LABEL_STATE not in node.labels
-    assert "cancelled" in _states(port) and "escalated" not in _states(port)
-    assert not [c for c in port.calls() if c.method == "cordon" and c.args.get("node") == NODE][1:]
     _lost_nothing(port)
 
 

@@ -198,11 +198,6 @@ def _cordoned(node: dict[str, Any]) -> bool:
     return bool((node.get("spec") or {}).get("unschedulable"))
 
 
-def _state_of(made: EmulatedCluster) -> str:
-    node = made.emulator.get("nodes", NODE)
-    return "gone" if node is None else _labels(node).get(vocab.LABEL_STATE, "")
-
-
 def _states(made: EmulatedCluster) -> list[str]:
     return [e.state for e in ledger.entries(made.port(NAMESPACE), NODE)]
 
@@ -362,28 +357,6 @@ def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
 
 
 @pytest.mark.story
-def test_an_operator_uncordons_by_hand_mid_remediation(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path
-) -> None:
-    made = cluster()
-    with Repairer(made.emulator, mode="never"):
-        thread, phases = _in_background(made, tmp_path / "run", **{"repair-timeout": "3s"})
-        _wait_for(lambda: _state_of(made) == "awaiting-repair")
-        _core(made).patch_node(
-            NODE, {"spec": {"unschedulable": False}}, _preload_content=False
-        )  # kubectl uncordon
-        thread.join(120)
-    assert phases == [Phase.Failed]
-    node = _node(made)  # never cordoned again after the operator's uncordon, nothing left saying why
-    assert not _cordoned(node) and vocab.LABEL_STATE not in _labels(node)
-    states = _states(made)
-    assert "cancelled" in states and "escalated" not in states
-    reasons = [e.get("reason") for e in made.emulator.objects("events", "default")]
-    assert "DsxRemediationCancelled" in reasons
-    _lost_nothing(made)
-
-
-@pytest.mark.story
 def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path
 ) -> None:
@@ -417,20 +390,6 @@ def test_a_throttled_eviction_api_is_waited_out_within_the_drain_deadline(
     throttled = [r for r in made.emulator.requests if r.status == 429]
     assert len(throttled) == 8  # four evictions the port gave up on after its two tries each
     _in_service(made)
-    _lost_nothing(made)
-
-
-@pytest.mark.story
-def test_the_node_disappears_mid_drain(cluster: Callable[..., EmulatedCluster], tmp_path: Path) -> None:
-    made = cluster(f"{FLEET},blocking-pdb=true")
-    thread, phases = _in_background(made, tmp_path / "run")
-    _wait_for(lambda: any(r.status == 429 for r in made.emulator.requests))  # the gateway's budget holds
-    _core(made).delete_node(NODE, _preload_content=False)
-    thread.join(120)
-    assert phases == [Phase.Failed]
-    entries = ledger.entries(made.port(NAMESPACE), NODE)
-    assert "draining" in [e.state for e in entries] and entries[-1].state == "ended"
-    assert "disappeared" in entries[-2].detail
     _lost_nothing(made)
 
 
