@@ -75,6 +75,15 @@ class Double(Protocol):
         """``kubectl uncordon node-01``: it asks nobody."""
         ...
 
+    def fail_api(self) -> None:
+        """The API answers some of the next requests 500 (node patches, evictions, ConfigMap writes on
+        ``kube``; the next requests of any kind on ``sim``) and some writes 409."""
+        ...
+
+    def api_failures_met(self) -> bool:
+        """Every 500 and 409 :meth:`fail_api` set up was answered to a request."""
+        ...
+
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         """No pod deleted outside the Eviction API (but the ``serving`` pods named ``deleted``..., which the
         drain policy's namespace mode deletes), no budget below what it asks for, no node cordoned without
@@ -123,6 +132,17 @@ class SimDouble:
         store = FileStore(Path(self.state_spec.removeprefix("state:")))
         SimCluster(store, field_manager="kubectl-cordon").uncordon(NODE, force=True)
 
+    def fail_api(self) -> None:
+        self.fleet.inject_api(errors=3, conflicts=3)
+
+    def api_failures_met(self) -> bool:
+        api = self.fleet.fleet().api
+        return (
+            api.errors == 0
+            and api.conflicts == 0
+            and any(c.method.startswith("api:") for c in self.fleet.calls())
+        )
+
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         on_sim._lost_nothing(self.fleet, set(cordoned_before), deleted=deleted)
 
@@ -165,6 +185,17 @@ class KubeDouble:
 
     def uncordon_by_hand(self) -> None:
         on_kube._core(self.made).patch_node(NODE, {"spec": {"unschedulable": False}}, _preload_content=False)
+
+    def fail_api(self) -> None:
+        emulator = self.made.emulator
+        emulator.fail(2, 500, method="PATCH", path="/nodes/")
+        emulator.fail(2, 500, method="POST", path="/eviction")
+        emulator.fail(2, 500, method="PUT", path="/configmaps/")
+        emulator.conflict(3)
+
+    def api_failures_met(self) -> bool:
+        requests = self.made.emulator.requests
+        return len([r for r in requests if r.status == 500]) == 6 and any(r.status == 409 for r in requests)
 
     def assert_lost_nothing(self, cordoned_before: frozenset[str] = frozenset(), deleted: str = "") -> None:
         on_kube._lost_nothing(

@@ -1,8 +1,8 @@
 """Remediation scenarios written once and run on both doubles (:mod:`tests.workflows.remediation_doubles`),
 the simulated fleet and the emulated API server with its kubelet double: a repair that never comes, the
-breaker open, two runs for one node, and a run stopped part-way, picked up where it stopped when the
-workflow is submitted again. After each, the promises of :mod:`tests.workflows.test_remediate_faults`
-hold (``assert_lost_nothing``)."""
+breaker open, two runs for one node, an operator's uncordon, a node gone mid-drain, API errors retried,
+and a run stopped part-way, picked up where it stopped when the workflow is submitted again. After each,
+the promises of :mod:`tests.workflows.test_remediate_faults` hold (``assert_lost_nothing``)."""
 
 from __future__ import annotations
 
@@ -135,6 +135,20 @@ def test_the_node_disappears_mid_drain(
     entries = ledger.entries(double.port, NODE)
     assert "draining" in [e.state for e in entries] and entries[-1].state == "ended"
     assert "disappeared" in entries[-2].detail
+    double.assert_lost_nothing()
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100")
+    double.fail_api()
+    with double.repairs():
+        assert double.run(tmp_path / "run") == Phase.Succeeded
+    assert double.api_failures_met()
+    assert_in_service(double)
     double.assert_lost_nothing()
 
 

@@ -144,19 +144,6 @@ def _state_of(port: SimCluster) -> str:
 
 
 @pytest.mark.story
-def test_api_500s_and_409s_are_retried_and_the_node_comes_back(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
-    port.inject_api(errors=3, conflicts=3)
-    assert _remediate(state, tmp_path / "run") == Phase.Succeeded
-    injected = [c for c in port.calls() if c.method.startswith("api:")]
-    assert injected, "no fault was injected"
-    node = port.get_node(NODE)
-    assert not node.unschedulable and node.labels[vocab.LABEL_CERTIFICATION] == "passed"
-    assert vocab.LABEL_STATE not in node.labels
-    _lost_nothing(port)
-
-
-@pytest.mark.story
 def test_a_repair_wait_that_errors_never_escalates_the_node(tmp_path: Path) -> None:
     """The repair check runs after a wait that ended, never after one that failed: a wait that could not
     run (here its timeout unreadable, as a wait the API server refused to the end would be) leaves the node

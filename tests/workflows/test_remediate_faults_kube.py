@@ -357,24 +357,6 @@ def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
 
 
 @pytest.mark.story
-def test_api_500s_and_409s_are_retried_and_the_node_comes_back(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path
-) -> None:
-    made = cluster()
-    made.emulator.fail(2, 500, method="PATCH", path="/nodes/")
-    made.emulator.fail(2, 500, method="POST", path="/eviction")
-    made.emulator.fail(2, 500, method="PUT", path="/configmaps/")
-    made.emulator.conflict(3)
-    with Repairer(made.emulator):
-        assert _remediate(made, tmp_path / "run") == Phase.Succeeded
-    failed = [r for r in made.emulator.requests if r.status == 500]
-    conflicts = [r for r in made.emulator.requests if r.status == 409]
-    assert len(failed) == 6 and conflicts, (len(failed), len(conflicts))
-    _in_service(made)
-    _lost_nothing(made)
-
-
-@pytest.mark.story
 def test_a_throttled_eviction_api_is_waited_out_within_the_drain_deadline(
     cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
