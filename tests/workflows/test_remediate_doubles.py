@@ -7,7 +7,6 @@ the promises of :mod:`tests.workflows.test_remediate_faults` hold (``assert_lost
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,17 +27,8 @@ from tests.workflows.remediation_doubles import (
     state,
     states,
 )
-from tests.workflows.test_remediate_faults import assert_one_after_the_other
+from tests.workflows.test_remediate_faults import NODE, _wait_for, assert_one_after_the_other
 from workflows.runner import Phase
-
-NODE = "node-01"
-
-
-def _wait_for(check: Callable[[], bool], timeout: float) -> None:
-    ends = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < ends, "timed out"
-        time.sleep(0.05)
 
 
 def _resumed_once(double: Double, stopped_at: str) -> None:
