@@ -175,10 +175,10 @@ def warnings(
     """What the user should know before the run, one line each.
 
     With ``allow_host_commands``: the templates that will run as processes of this machine (all but
-    the ``trusted`` steps), and the
-    values they substitute into shell or script text. Then what would work here but fail on a cluster as
-    Argo is installed by default: output artifacts with no ``artifactRepositoryRef`` while the run
-    folder stands for a repository (``artifact_repository="local"``).
+    the ``trusted`` steps), and the values they substitute into shell or script text. Then what would
+    work here but fail on a cluster as Argo is installed by default: output artifacts with no
+    ``artifactRepositoryRef`` while the run folder stands for a repository
+    (``artifact_repository="local"``).
     """
     lib = Library(entry, library)
     start = str(entrypoint or spec_of(entry).get("entrypoint"))
