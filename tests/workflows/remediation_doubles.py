@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from steps.cluster import ClusterPort, connect
+from steps.cluster import ClusterPort
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import NotFoundError
 from steps.cluster.sim import FileStore, SimCluster
@@ -38,7 +38,6 @@ NODE = on_sim.NODE
 class Double(Protocol):
     """What a scenario asks of the cluster it runs on, beyond what it reads through :attr:`port`."""
 
-    name: str
     port: ClusterPort
 
     def command(self, out: Path, **extra: str) -> list[str]:
@@ -99,11 +98,9 @@ def _command(cluster: list[str], out: Path, params: dict[str, str]) -> list[str]
 class SimDouble:
     """The simulated fleet, shared through its state file; it repairs node-01 by itself."""
 
-    name = "sim"
-
     def __init__(self, tmp_path: Path, spec: str) -> None:
         self.state_spec, self.fleet = on_sim._fleet(tmp_path, spec)
-        self.port: ClusterPort = connect(self.state_spec)
+        self.port: ClusterPort = self.fleet  # the fleet's own calls log and fault levers are read below
 
     def command(self, out: Path, **extra: str) -> list[str]:
         return _command(["--cluster", self.state_spec], out, on_sim._params(**extra))
@@ -149,8 +146,6 @@ class SimDouble:
 
 class KubeDouble:
     """The emulated API server and kubelet double; a thread of the test plays the repair system."""
-
-    name = "kube"
 
     def __init__(self, made: EmulatedCluster, repair: str, repair_delay: float) -> None:
         self.made, self.repair, self.repair_delay = made, repair, repair_delay
