@@ -132,6 +132,7 @@ __all__ = [
     "LABEL_MANAGED",
     "LABEL_NODE",
     "LABEL_OUTCOME_KIND",
+    "LABEL_OUTCOME_TEST",
     "LABEL_RACK",
     "LABEL_RECERTIFY",
     "LABEL_REPAIR",
@@ -181,6 +182,8 @@ LABEL_BLOCK: Final = "topology.dsx.dev/block"
 # On the ConfigMaps that carry a certification run's outcomes from step to step.
 LABEL_CERTIFICATION_RUN: Final = "dsx.dev/certification-run"
 LABEL_OUTCOME_KIND: Final = "dsx.dev/outcome"
+LABEL_OUTCOME_TEST: Final = "dsx.dev/test"
+"""On a stored check outcome (``dsx.dev/outcome=check``): the check's test (``allreduce-sweep``...)."""
 LABEL_CERTIFICATION_REPORT: Final = "dsx.dev/certification-report"
 ANNOTATION_WORKFLOW_UID: Final = "dsx.dev/workflow-uid"
 ANNOTATION_REPORT_CONTENTS: Final = "dsx.dev/report-contents"

@@ -20,11 +20,12 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       jobspec         the Job's manifests and settings (render_group_job, settings_for)
       rankpod         the entry point of a Job's pod: torchrun as a child, rank 0 publishing
       profiles        what a rank pod needs to reach the fabric (recipe and operator profiles)
-    check           the one check path, run(check, launcher) -> Checked: launch, read rank 0's
-                    result, judge it, build the outcome
+    check           the one check path, run(check, launcher) -> CheckOutcome: launch, read rank 0's
+                    result, judge it, build the outcome, which names its test; CheckKind, what a test
+                    adds to the report (its result model, section, plot, injected faults)
     checks          the checks made from it: the all-reduce sweep, the training smoke run and DCGM's
-                    diagnostics (requests, outcomes, run_sweep / run_smoke / run_diag with any launcher,
-                    the local runs)
+                    diagnostics (requests, run_sweep / run_smoke / run_diag with any launcher, the local
+                    runs), and KINDS, every test's CheckKind: the one registration
 
     judgement and data (flat: every other module and the workflows import them)
       models          CollectiveRun, Subject, Verdict: what every step exchanges
@@ -41,8 +42,11 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       diagnostics     which DCGM diagnostics each node runs: the diag option, and by the fault's check
                       for a node under remediation (recipes/faults/diagnostics.yaml)
       node_marks      what a run writes on its nodes: the Lease that holds each, its verdict label
-      outcomes        where checks leave their outcomes for later steps: ConfigMaps of the run
-      report          the certification report (JSON, Markdown) and each node's result
+      outcomes        where checks leave their outcomes for later steps, by test and subject:
+                    ConfigMaps of the run
+      report          the certification report (JSON, Markdown, plots): every outcome by its test, and
+                    each node's result from every verdict
+      sections        each check's section of the report's Markdown
       plots           bus bandwidth and step-time plots
       evidence        the folder a step writes its evidence to
 
@@ -55,6 +59,15 @@ The part in five kinds of module, each kind knowing only the kinds above it::
       probes          the group tests of dsx bisect: the fabric model, or real local gloo ranks
       records         one record per test of a workflow's bisection, kept in ConfigMaps of the run
       flow            the steps of dsx-bisect and of dsx-certify's bisection stages
+
+A new check (an NVLink bandwidth test, say) touches six files: its rank program (``ranks/X.py``, with
+its result model), its judge (``judge.py``), its registration (``checks.py``: the request, the
+:class:`~steps.readiness.check.Check` and one :class:`~steps.readiness.check.CheckKind` in ``KINDS``),
+the stage that runs it (``certify.py``: ``node_check`` for a node's own test), its thresholds
+(``thresholds.py``, read from the recipe with defaults) and its tests. The outcome store, the step's one-line
+result, the report (its section, plot and injected faults; trimming when too big to keep) and the node
+labels follow from the outcome's test and verdicts: ``tests/steps/readiness/test_check_kinds.py`` runs a
+check registered only there through all of them.
 
 Why flat for judgement, data and pipeline: they are what the workflows, the CLI and the tests import,
 and the compiled templates name the pipeline's steps by module path; a subpackage would only lengthen

@@ -40,16 +40,17 @@ from steps.models import input_error
 from steps.outputs import output_dir, write_params
 from steps.readiness.bisect.evidence import DELTA, P_MIN, caught, screening_runs
 from steps.readiness.bisect.records import Records, with_bisection
+from steps.readiness.check import CheckOutcome
 from steps.readiness.checks import (
+    ALLREDUCE_SWEEP,
     RANK_PRELOAD,
     SMOKE_TEST,
-    DiagOutcome,
+    SWEEP_TEST,
+    TRAINING_SMOKE,
     DiagRequest,
     GroupRun,
     RelativeRequest,
-    SmokeOutcome,
     SmokeRequest,
-    SweepOutcome,
     SweepRequest,
     judge_groups_relative,
     run_allreduce_sweep,
@@ -60,7 +61,7 @@ from steps.readiness.checks import (
 )
 from steps.readiness.judge import verdict
 from steps.readiness.launchers.local import LocalLauncher, local_injections
-from steps.readiness.models import STATUS_ORDER, Model, Subject, Verdict, dump_json
+from steps.readiness.models import STATUS_ORDER, CollectiveRun, Model, Subject, Verdict, dump_json
 from steps.readiness.node_marks import label_verdicts, release_held, release_nodes, take_nodes
 from steps.readiness.outcomes import CheckResult, OutcomeStore, RunRef, check_result, keep_report
 from steps.readiness.planning import (
@@ -80,6 +81,8 @@ from steps.readiness.planning import (
     now,
     plan_outputs,
 )
+from steps.readiness.ranks.diag import DiagResult
+from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 from steps.readiness.report import (
     INCOMPLETE_TEST,
@@ -272,7 +275,7 @@ def _sweep(
     hosts: list[str],
     inject: list[str],
     scope: Literal["node", "multi-node"],
-) -> SweepOutcome:
+) -> CheckOutcome[CollectiveRun]:
     thresholds = recipe.limits()
     request = SweepRequest(
         subject=subject,
@@ -314,18 +317,18 @@ def node_check(node: str, run: RunRef) -> CheckResult:
     ranks = plan.gpus_per_node
     outcome = _sweep(plan, recipe, subject, ranks, [node] * ranks, inject, "node")
     store = OutcomeStore(port, plan.run)
-    store.put("node", outcome)
-    result = check_result("node", outcome)
+    store.put(outcome)
+    result = check_result(outcome)
     diagnostics = plan.diagnostics.get(node)
     if diagnostics is not None:
         diagnosed = _diagnose(plan, recipe, subject, diagnostics)
-        store.put("diag", diagnosed)
+        store.put(diagnosed)
         if STATUS_ORDER[diagnosed.status] > STATUS_ORDER[outcome.status]:
-            result = check_result("node", diagnosed)
+            result = check_result(diagnosed)
     return _summary_file(result)
 
 
-def _diagnose(plan: CertifyPlan, recipe: KeptRecipe, subject: Subject, run: str) -> DiagOutcome:
+def _diagnose(plan: CertifyPlan, recipe: KeptRecipe, subject: Subject, run: str) -> CheckOutcome[DiagResult]:
     """DCGM's diagnostics on the node of ``subject``: one local rank (its evidence in ``diag/`` of the
     step's folder, beside the sweep's), or the node's rank pods, whose rank 0 runs them."""
     request = DiagRequest(subject=subject, run=run, host=plan.options.dcgm_host)
@@ -337,21 +340,21 @@ def _diagnose(plan: CertifyPlan, recipe: KeptRecipe, subject: Subject, run: str)
 
 def group_members(plan: CertifyPlan, store: OutcomeStore, group: Subject) -> list[str]:
     """The members of ``group`` that earlier stages left standing: a group of racks tests the nodes that
-    passed their own test; the whole set, those that also passed (or were in no) group of the group label.
+    passed their own sweep and every other test of their own (DCGM's diagnostics, any check of a node);
+    the whole set, those that also passed (or were in no) group of the group label.
 
     Testing a node already failed, or in doubt, would only fail (or cloud) the group with what is known.
     """
-    nodes = {o.subject.name: o for o in store.sweeps("node")}
-    diagnosed = {o.subject.name: o.status for o in store.diagnostics()}
-    standing = [
-        m
-        for m in group.members
-        if m in nodes and nodes[m].status == "pass" and diagnosed.get(m, "pass") == "pass"
-    ]
+    own = [o for o in store.every_outcome() if o.subject.kind == "node"]
+    swept = {o.subject.name for o in own if o.test == SWEEP_TEST}
+    failed = {o.subject.name for o in own if o.status != "pass"}
+    standing = [m for m in group.members if m in swept and m not in failed]
     if group.name != WHOLE:
         return standing
     racks = {
-        o.subject.name: o for o in with_bisection(store.sweeps("group"), store) if o.subject.name != WHOLE
+        o.subject.name: o
+        for o in with_bisection(store.outcomes(ALLREDUCE_SWEEP, "group"), store)
+        if o.subject.name != WHOLE
     }
     results = node_results(plan.nodes, [v for o in racks.values() for v in o.verdicts])
     doubtful = {r.name for r in results if r.status != "passed"}
@@ -374,7 +377,7 @@ def group_check(group: str, run: RunRef) -> CheckResult:
         left = ", ".join(members) or "none"
         return _summary_file(
             CheckResult(
-                kind="group",
+                test=SWEEP_TEST,
                 subject=group,
                 status="pass",
                 message=f"group {group}: not tested: fewer than two members passed earlier stages ({left})",
@@ -382,11 +385,11 @@ def group_check(group: str, run: RunRef) -> CheckResult:
         )
     subject = Subject(kind="group", name=group, members=members)
     outcome = _certify_group(subject, plan, recipe)
-    store.put("group", outcome)
-    return _summary_file(check_result("group", outcome))
+    store.put(outcome)
+    return _summary_file(check_result(outcome))
 
 
-def _certify_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> SweepOutcome:
+def _certify_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> CheckOutcome[CollectiveRun]:
     inject: list[str] = []
     if plan.launcher == "local":
         port = connect()
@@ -398,12 +401,14 @@ def _certify_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> Swe
     return _sweep(plan, recipe, group, ranks, hosts, inject, "multi-node")
 
 
-def sweep_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> SweepOutcome:
+def sweep_group(group: Subject, plan: CertifyPlan, recipe: KeptRecipe) -> CheckOutcome[CollectiveRun]:
     """A multi-node sweep of ``group`` as the plan runs group tests (bisection tests its parts with it)."""
     return _certify_group(group, plan, recipe)
 
 
-def screening(groups: list[SweepOutcome], store: OutcomeStore, p_min: float = P_MIN) -> list[Screening]:
+def screening(
+    groups: list[CheckOutcome[CollectiveRun]], store: OutcomeStore, p_min: float = P_MIN
+) -> list[Screening]:
     """How long each group was screened: one pass of its group check, or its bisection's screening.
 
     A certification tests each group once; a fault failing one test in five goes unseen four times in five.
@@ -428,18 +433,23 @@ def screening(groups: list[SweepOutcome], store: OutcomeStore, p_min: float = P_
     return found
 
 
-def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOutcome], list[SweepOutcome]]:
+Sweeps = list[CheckOutcome[CollectiveRun]]
+
+
+def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[Sweeps, Sweeps]:
     """The node and group outcomes the checks stored; a planned check that stored none is an error.
 
     A group expects an outcome only when at least two of its members were left standing to test it.
     """
-    nodes_found = {o.subject.name: o for o in store.sweeps("node")}
+    nodes_found = {o.subject.name: o for o in store.outcomes(ALLREDUCE_SWEEP, "node")}
     nodes = [
         nodes_found.get(n) or _missing("node", Subject(kind="node", name=n, members=[n]), plan)
         for n in plan.nodes
     ]
-    groups_found = {o.subject.name: o for o in with_bisection(store.sweeps("group"), store)}
-    groups: list[SweepOutcome] = []
+    groups_found = {
+        o.subject.name: o for o in with_bisection(store.outcomes(ALLREDUCE_SWEEP, "group"), store)
+    }
+    groups: Sweeps = []
     for group in plan.groups:
         if group.name in groups_found:
             groups.append(groups_found[group.name])
@@ -448,55 +458,44 @@ def _stored_sweeps(store: OutcomeStore, plan: CertifyPlan) -> tuple[list[SweepOu
     return nodes, groups
 
 
-def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> SweepOutcome:
+def _missing(kind: str, subject: Subject, plan: CertifyPlan) -> CheckOutcome[CollectiveRun]:
     message = (
         f"{kind} {subject.name}: its {kind}-check stored no outcome for workflow {plan.run.name} "
         "(the step did not finish)"
     )
-    missing = verdict(subject, INCOMPLETE_TEST, "error", message)
-    return SweepOutcome(
-        subject=subject, status="error", verdicts=[missing], evidence=[], out_dir="", elapsed_s=0.0
-    )
+    return ALLREDUCE_SWEEP.unrun(verdict(subject, INCOMPLETE_TEST, "error", message))
 
 
-def _standing_nodes(plan: CertifyPlan, outcomes: list[SweepOutcome]) -> list[str]:
-    """The planned nodes no sweep failed or left in doubt."""
-    verdicts = [v for o in outcomes for v in o.verdicts]
+def smoke_nodes(plan: CertifyPlan, store: OutcomeStore) -> list[str]:
+    """The nodes the smoke run takes: the planned nodes that no sweep, and no other test of a node of its
+    own (DCGM's diagnostics, any check of a node), failed or left in doubt."""
+    nodes, groups = _stored_sweeps(store, plan)
+    own = [o for o in store.every_outcome() if o.subject.kind == "node" and o.test != SWEEP_TEST]
+    verdicts = [v for o in [*nodes, *groups, *own] for v in o.verdicts]
     results = {r.name: r.status for r in node_results(plan.nodes, verdicts)}
     return [n for n in plan.nodes if results.get(n) == "passed"]
 
 
 def smoke_check(run: RunRef) -> CheckResult:
-    """Training smoke run (DDP, a few transformer layers) on the nodes that passed the sweeps.
+    """Training smoke run (DDP, a few transformer layers) on the nodes that passed the checks before it
+    (:func:`smoke_nodes`).
 
-    Reads the sweeps' outcomes from the run's store and stores its own there; the result is one line.
+    Reads the earlier checks' outcomes from the run's store and stores its own there; the result is one
+    line.
     """
     port = connect()
     plan, recipe = load_plan(run, port)
     store = OutcomeStore(port, plan.run)
-    outcome = _smoke(plan, recipe, *_stored_sweeps(store, plan))
-    store.put("smoke", outcome)
-    return _summary_file(check_result("smoke", outcome))
+    outcome = _smoke(plan, recipe, smoke_nodes(plan, store))
+    store.put(outcome)
+    return _summary_file(check_result(outcome))
 
 
-def _smoke(
-    plan: CertifyPlan, recipe: KeptRecipe, nodes: list[SweepOutcome], groups: list[SweepOutcome]
-) -> SmokeOutcome:
-    passing = _standing_nodes(plan, nodes + groups)
+def _smoke(plan: CertifyPlan, recipe: KeptRecipe, passing: list[str]) -> CheckOutcome[SmokeResult]:
     subject = Subject(kind="group", name="smoke", members=passing)
     if not passing:
-        return SmokeOutcome(
-            subject=subject,
-            status="error",
-            verdicts=[
-                verdict(
-                    subject, SMOKE_TEST, "error", "no node passed the sweeps: nothing to run the smoke run on"
-                )
-            ],
-            evidence=[],
-            out_dir=str(output_dir(None)),
-            elapsed_s=0.0,
-        )
+        message = "no node passed the checks before it: nothing to run the smoke run on"
+        return TRAINING_SMOKE.unrun(verdict(subject, SMOKE_TEST, "error", message), str(output_dir(None)))
     thresholds = recipe.limits()
     local = plan.launcher == "local"
     ranks = max(len(passing), 2) if local else len(passing) * plan.gpus_per_node
@@ -521,14 +520,14 @@ def _smoke(
     return run_smoke(request, _job_launcher(plan, recipe))
 
 
-def _relative(groups: list[SweepOutcome], recipe: KeptRecipe) -> list[Verdict]:
+def _relative(groups: Sweeps, recipe: KeptRecipe) -> list[Verdict]:
     """Groups of equal size compared with each other (median and MAD), where enough of them ran."""
     thresholds = recipe.limits()
     by_size: dict[int, list[GroupRun]] = {}
     for outcome in groups:
-        if outcome.run is not None and outcome.subject.name != WHOLE:
+        if outcome.result is not None and outcome.subject.name != WHOLE:
             by_size.setdefault(len(outcome.subject.members), []).append(
-                GroupRun(subject=outcome.subject, run=outcome.run)
+                GroupRun(subject=outcome.subject, run=outcome.result)
             )
     verdicts: list[Verdict] = []
     for runs in by_size.values():
@@ -552,7 +551,9 @@ def report(run: RunRef) -> CertifySummary:
     plan, recipe = load_plan(run, port)
     store = OutcomeStore(port, plan.run)
     nodes, groups = _stored_sweeps(store, plan)
-    smoke = store.smoke()
+    others = [
+        o for o in store.every_outcome() if o.test != SWEEP_TEST
+    ]  # every other check's, whatever its test
     digest = recipe.digest
     excluded = [
         verdict(
@@ -568,9 +569,7 @@ def report(run: RunRef) -> CertifySummary:
         ReportRequest(
             nodes=plan.nodes + [e.node for e in plan.excluded],
             groups=plan.groups,
-            sweeps=nodes + groups,
-            smoke=[smoke] if smoke is not None else [],
-            diagnostics=store.diagnostics(),
+            outcomes=[*nodes, *groups, *others],
             verdicts=excluded + _relative(groups, recipe),
             screening=screening(groups, store, plan.options.p_min),
             recipe_digest=digest,

@@ -1,10 +1,13 @@
 """The readiness checks, the all-reduce sweep, the training smoke run and DCGM's diagnostics: requests,
-outcomes, runs.
+runs, and each test's registration.
 
 Each is one :class:`~steps.readiness.check.Check` made from its request
-(:func:`allreduce_sweep_check`, :func:`training_smoke_check`) and run by whichever launcher the caller
-gives (:func:`run_sweep`, :func:`run_smoke`); the outcome is the same model either way, so the report
-does not care where the ranks ran.
+(:func:`allreduce_sweep_check`, :func:`training_smoke_check`, :func:`diag_check`) and run by whichever
+launcher the caller gives (:func:`run_sweep`, :func:`run_smoke`, :func:`run_diag`); the outcome is the
+same :class:`~steps.readiness.check.CheckOutcome` either way, so the report does not care where the
+ranks ran. :data:`KINDS` registers each test's :class:`~steps.readiness.check.CheckKind` (its result
+model, its section and plot in the report, the faults its result names): the store, the report and the
+labels read every outcome through it.
 
 - :func:`run_allreduce_sweep`, :func:`run_training_smoke`: the local runs (N ranks on this machine) of
   ``dsx nccl sweep`` and ``dsx train smoke``; each writes its evidence under ``$DSX_OUTPUT_DIR`` when set
@@ -15,7 +18,7 @@ does not care where the ranks ran.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -24,31 +27,35 @@ from steps.files import write_text
 from steps.models import input_error
 from steps.outputs import output_dir
 from steps.readiness import check
+from steps.readiness.check import CheckKind, CheckOutcome, Plot
 from steps.readiness.judge import DIAG_TEST, judge_collective, judge_diag, judge_relative, judge_smoke
 from steps.readiness.launchers.base import Launcher, RankProgram
 from steps.readiness.launchers.local import RANK_SERVER_PRELOAD, LocalLauncher
-from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, VerdictStatus, dump_json
+from steps.readiness.models import CollectiveRun, Model, Subject, Verdict, dump_json
+from steps.readiness.plots import plot_busbw, plot_step_times
 from steps.readiness.ranks.diag import DiagResult, diag_args
 from steps.readiness.ranks.inject import parse_injections
 from steps.readiness.ranks.smoke import SmokeConfig, SmokeResult, smoke_args
 from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
 from steps.readiness.ranks.sweep import SweepConfig, sweep_args
+from steps.readiness.sections import diag_section, smoke_section, sweep_section
 from steps.readiness.sizes import parse_size
 from steps.readiness.thresholds import Scope, Thresholds
 
 __all__ = [
+    "ALLREDUCE_SWEEP",
+    "DCGM_DIAG",
     "DIAG_TEST",
+    "KINDS",
     "RANK_PRELOAD",
     "SMOKE_PRELOAD",
     "SMOKE_TEST",
     "SWEEP_TEST",
-    "DiagOutcome",
+    "TRAINING_SMOKE",
     "DiagRequest",
     "GroupRun",
     "RelativeRequest",
-    "SmokeOutcome",
     "SmokeRequest",
-    "SweepOutcome",
     "SweepRequest",
     "allreduce_sweep_check",
     "diag_check",
@@ -96,29 +103,6 @@ class DiagRequest(Model):
     timeout_s: float = Field(default=3600.0, gt=0)
 
 
-class CheckOutcome(Model):
-    """A judged check: its status (the worst of its verdicts), verdicts, evidence and where it is kept."""
-
-    subject: Subject
-    status: VerdictStatus
-    verdicts: list[Verdict]
-    evidence: list[str]
-    out_dir: str
-    elapsed_s: float
-
-
-class SweepOutcome(CheckOutcome):
-    """A judged sweep, with its run (absent when the ranks failed or hung, or wrote no run)."""
-
-    run: CollectiveRun | None = None
-
-
-class DiagOutcome(CheckOutcome):
-    """Judged diagnostics, with what DCGM said (absent when the rank wrote nothing)."""
-
-    result: DiagResult | None = None
-
-
 class GroupRun(Model):
     """One group's all-reduce run, for relative mode."""
 
@@ -153,12 +137,6 @@ class SmokeRequest(Model):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     rank_hosts: list[str] | None = None
     out_dir: str | None = None
-
-
-class SmokeOutcome(CheckOutcome):
-    """A judged smoke run, with rank 0's result (absent when the ranks failed or hung)."""
-
-    result: SmokeResult | None = None
 
 
 def sweep_config(request: SweepRequest) -> SweepConfig:
@@ -283,25 +261,22 @@ def diag_check(request: DiagRequest) -> check.Check[DiagResult]:
     return check.Check(DIAG_TEST, request.subject, program, DiagResult, judge, request.timeout_s + 60.0)
 
 
-def run_diag(request: DiagRequest, launcher: Launcher) -> DiagOutcome:
+def run_diag(request: DiagRequest, launcher: Launcher) -> CheckOutcome[DiagResult]:
     """Run DCGM's diagnostics of ``request`` with ``launcher`` and judge them."""
-    done = check.run(diag_check(request), launcher)
-    return DiagOutcome(result=done.result, **done.judged())
+    return check.run(diag_check(request), launcher)
 
 
-def run_sweep(request: SweepRequest, launcher: Launcher) -> SweepOutcome:
+def run_sweep(request: SweepRequest, launcher: Launcher) -> CheckOutcome[CollectiveRun]:
     """Run the all-reduce sweep of ``request`` with ``launcher`` and judge it."""
-    done = check.run(allreduce_sweep_check(request), launcher)
-    return SweepOutcome(run=done.result, **done.judged())
+    return check.run(allreduce_sweep_check(request), launcher)
 
 
-def run_smoke(request: SmokeRequest, launcher: Launcher) -> SmokeOutcome:
+def run_smoke(request: SmokeRequest, launcher: Launcher) -> CheckOutcome[SmokeResult]:
     """Run the training smoke run of ``request`` with ``launcher`` and judge it."""
-    done = check.run(training_smoke_check(request), launcher)
-    return SmokeOutcome(result=done.result, **done.judged())
+    return check.run(training_smoke_check(request), launcher)
 
 
-def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
+def run_allreduce_sweep(request: SweepRequest) -> CheckOutcome[CollectiveRun]:
     """Run a local all-reduce sweep of ``request.ranks`` processes and judge it.
 
     Evidence: ``sweep.json`` (the run), ``sweep.txt`` (nccl-tests layout), ``ranks/rank-N.stdout`` and
@@ -317,7 +292,7 @@ def run_allreduce_sweep(request: SweepRequest) -> SweepOutcome:
     return outcome
 
 
-def run_training_smoke(request: SmokeRequest) -> SmokeOutcome:
+def run_training_smoke(request: SmokeRequest) -> CheckOutcome[SmokeResult]:
     """Run a local DDP training smoke run of ``request.ranks`` processes and judge it.
 
     Evidence: ``smoke.json`` (the result), ``ranks/rank-N.stdout`` and ``.stderr``, ``outcome.json``.
@@ -348,3 +323,27 @@ def judge_groups_relative(request: RelativeRequest) -> list[Verdict]:
     size = None if request.size is None else parse_size(request.size, "size")
     pairs = [(group.subject, group.run) for group in request.groups]
     return judge_relative(pairs, request.thresholds, size)
+
+
+ALLREDUCE_SWEEP: CheckKind[CollectiveRun] = CheckKind(
+    SWEEP_TEST,
+    CollectiveRun,
+    "All-reduce sweeps",
+    section=sweep_section,
+    plot=Plot("busbw.png", "busbw against message size", plot_busbw),
+    injected=lambda run: run.injected,
+)
+TRAINING_SMOKE: CheckKind[SmokeResult] = CheckKind(
+    SMOKE_TEST,
+    SmokeResult,
+    "Training smoke runs",
+    section=smoke_section,
+    plot=Plot("step-time.png", "step time per rank", lambda runs, _, path: plot_step_times(runs, path)),
+    injected=lambda result: result.injected,
+)
+DCGM_DIAG: CheckKind[DiagResult] = CheckKind(
+    DIAG_TEST, DiagResult, "GPU diagnostics (DCGM)", section=diag_section
+)
+
+#: Every test's registration, by test name, in the order the report shows them.
+KINDS: dict[str, CheckKind[Any]] = {kind.test: kind for kind in (ALLREDUCE_SWEEP, TRAINING_SMOKE, DCGM_DIAG)}

@@ -17,15 +17,15 @@ import hashlib
 import json
 import os
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from steps.cluster import ClusterPort, holds
 from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.errors import DsxError
-from steps.readiness.checks import DiagOutcome, SmokeOutcome, SweepOutcome
+from steps.readiness.check import CheckKind, CheckOutcome
 from steps.readiness.models import Model, VerdictStatus
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "MAX_STORED_BYTES",
     "CheckResult",
     "DocumentKind",
-    "OutcomeKind",
     "OutcomeStore",
     "RunRef",
     "check_result",
@@ -42,7 +41,8 @@ __all__ = [
     "workflow_owner",
 ]
 
-OutcomeKind = Literal["node", "group", "smoke", "diag"]
+Result = TypeVar("Result", bound=BaseModel)
+
 DocumentKind = Literal["plan", "recipe"]
 """What the run's first steps leave for every later one: the plan and the recipe's thresholds. Passed as
 parameters they would be copied into every check's inputs, and the Workflow object (at most 1 MiB in
@@ -88,47 +88,54 @@ def workflow_owner(port: ClusterPort, run: RunRef, namespace: str) -> list[dict[
 
 
 class CheckResult(Model):
-    """A check's result as the workflow carries it: who, the status, and one line saying why."""
+    """A check's result as the workflow carries it: which test, who, the status, and one line saying why."""
 
-    kind: OutcomeKind
+    test: str
     subject: str
     status: VerdictStatus
     message: str
 
 
-def check_result(kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome | DiagOutcome) -> CheckResult:
+def check_result(outcome: CheckOutcome[Any]) -> CheckResult:
     """The short result of an outcome: its worst verdict's message (its first verdict's when it passed)."""
     worst = next((v for v in outcome.verdicts if v.status == outcome.status), None)
     message = worst.message if worst is not None else f"{outcome.subject.name}: {outcome.status}"
-    return CheckResult(kind=kind, subject=outcome.subject.name, status=outcome.status, message=message[:500])
+    return CheckResult(
+        test=outcome.test, subject=outcome.subject.name, status=outcome.status, message=message[:500]
+    )
+
+
+#: The ``dsx.dev/outcome`` label of a stored check outcome (its test is in ``dsx.dev/test``).
+CHECK_OUTCOME = "check"
 
 
 class OutcomeStore:
-    """The outcomes of one certification run, one ConfigMap each, in the run's namespace."""
+    """The outcomes of one certification run, one ConfigMap each, in the run's namespace.
+
+    A check's outcome is kept under its test and subject, whatever the test: a test registered later
+    is stored and read back as the ones before it.
+    """
 
     def __init__(self, port: ClusterPort, run: RunRef) -> None:
         self.port = port
         self.run = run
 
-    def _name(self, kind: OutcomeKind | DocumentKind, subject: str) -> str:
-        digest = hashlib.sha256(f"{self.run.uid}/{kind}/{subject}".encode()).hexdigest()[:20]
-        return f"dsx-outcome-{kind}-{digest}"
-
-    def _selector(self, kind: OutcomeKind | DocumentKind | None = None) -> str:
-        selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
-        return selector + (f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else "")
-
-    def put(self, kind: OutcomeKind, outcome: SweepOutcome | SmokeOutcome | DiagOutcome) -> str:
-        """Store ``outcome`` (replacing the one a retried step stored before); returns the ConfigMap name.
+    def put(self, outcome: CheckOutcome[Any]) -> str:
+        """Store ``outcome`` under its test and subject (replacing the one a retried step stored before);
+        returns the ConfigMap name.
 
         Raises:
             DsxError: the outcome is too big for a ConfigMap even compressed.
         """
-        return self._put(kind, outcome.subject.name, outcome.model_dump_json())
+        subject = outcome.subject
+        labels = {vocab.LABEL_OUTCOME_KIND: CHECK_OUTCOME, vocab.LABEL_OUTCOME_TEST: outcome.test}
+        key = f"{CHECK_OUTCOME}/{outcome.test}/{subject.kind}/{subject.name}"
+        what = f"{outcome.test} of {subject.kind} {subject.name}"
+        return self._put(key, labels, subject.name, outcome.model_dump_json(), what)
 
     def put_document(self, kind: DocumentKind, text: str) -> str:
         """Store the run's ``plan`` or ``recipe`` (JSON text), replacing an earlier copy."""
-        return self._put(kind, kind, text)
+        return self._put(f"{kind}/{kind}", {vocab.LABEL_OUTCOME_KIND: kind}, kind, text, f"the run's {kind}")
 
     def document(self, kind: DocumentKind) -> str:
         """The run's stored ``plan`` or ``recipe``.
@@ -136,7 +143,7 @@ class OutcomeStore:
         Raises:
             DsxError: the run stored none (its plan step did not run in this namespace).
         """
-        found = self._read(kind)
+        found = self._read(self._selector(kind))
         if not found:
             raise DsxError(
                 f"certification run {self.run.name} ({self.run.uid}) has no stored {kind} in namespace "
@@ -144,22 +151,46 @@ class OutcomeStore:
             )
         return found[0]
 
-    def _put(self, kind: OutcomeKind | DocumentKind, subject: str, text: str) -> str:
+    def outcomes(
+        self, kind: CheckKind[Result], subjects: Literal["node", "group"] | None = None
+    ) -> list[CheckOutcome[Result]]:
+        """The stored outcomes of ``kind``'s test (of ``subjects``: ``node`` or ``group`` only, when
+        given), by subject name."""
+        texts = self._read(self._selector(CHECK_OUTCOME, kind.test))
+        found = [kind.outcome.model_validate_json(text) for text in texts]
+        return sorted((o for o in found if subjects in (None, o.subject.kind)), key=_by_subject)
+
+    def every_outcome(self) -> list[CheckOutcome[Any]]:
+        """Every stored check outcome, whatever its test, by test and subject."""
+        found = [CheckOutcome[Any].model_validate_json(t) for t in self._read(self._selector(CHECK_OUTCOME))]
+        return sorted(found, key=lambda o: (o.test, *_by_subject(o)))
+
+    def delete(self) -> int:
+        """Delete every outcome of the run; returns how many there were."""
+        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector())
+        for item in found:
+            self.port.delete_object("v1", "ConfigMap", item["metadata"]["name"], self.run.namespace)
+        return len(found)
+
+    def _selector(self, kind: str | None = None, test: str | None = None) -> str:
+        selector = f"{vocab.LABEL_CERTIFICATION_RUN}={self.run.uid}"
+        selector += f",{vocab.LABEL_OUTCOME_KIND}={kind}" if kind else ""
+        return selector + (f",{vocab.LABEL_OUTCOME_TEST}={test}" if test else "")
+
+    def _put(self, key: str, labels: dict[str, str], subject: str, text: str, what: str) -> str:
         packed = gzip.compress(text.encode(), mtime=0)
         if len(packed) > MAX_STORED_BYTES:
             raise DsxError(
-                f"{kind} {subject}: its outcome takes {len(packed)} bytes compressed, more than a ConfigMap "
+                f"{what}: it takes {len(packed)} bytes compressed, more than a ConfigMap "
                 f"holds ({MAX_STORED_BYTES})"
             )
-        name = self._name(kind, subject)
+        digest = hashlib.sha256(f"{self.run.uid}/{key}".encode()).hexdigest()[:20]
+        name = f"dsx-outcome-{labels[vocab.LABEL_OUTCOME_KIND]}-{digest}"
         data = {_DATA_KEY: base64.b64encode(packed).decode()}
         metadata: dict[str, object] = {
             "name": name,
             "namespace": self.run.namespace,
-            "labels": {
-                vocab.LABEL_CERTIFICATION_RUN: self.run.uid,
-                vocab.LABEL_OUTCOME_KIND: kind,
-            },
+            "labels": {vocab.LABEL_CERTIFICATION_RUN: self.run.uid, **labels},
             "annotations": {vocab.ANNOTATION_SUBJECT: subject, vocab.ANNOTATION_WORKFLOW: self.run.name},
         }
         owner = workflow_owner(self.port, self.run, self.run.namespace)
@@ -172,8 +203,8 @@ class OutcomeStore:
             self.port.patch_object("v1", "ConfigMap", name, {"binaryData": data}, self.run.namespace)
         return name
 
-    def _read(self, kind: OutcomeKind | DocumentKind) -> list[str]:
-        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector(kind))
+    def _read(self, selector: str) -> list[str]:
+        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, selector)
         texts = []
         for item in found:
             name = (item.get("metadata") or {}).get("name")
@@ -187,27 +218,9 @@ class OutcomeStore:
                 raise DsxError(f"{where}: unreadable outcome ({exc})") from None
         return texts
 
-    def sweeps(self, kind: Literal["node", "group"]) -> list[SweepOutcome]:
-        """The stored sweep outcomes of ``kind``, by subject name."""
-        outcomes = [SweepOutcome.model_validate_json(text) for text in self._read(kind)]
-        return sorted(outcomes, key=lambda o: o.subject.name)
 
-    def diagnostics(self) -> list[DiagOutcome]:
-        """The stored outcomes of DCGM's diagnostics, by node name."""
-        outcomes = [DiagOutcome.model_validate_json(text) for text in self._read("diag")]
-        return sorted(outcomes, key=lambda o: o.subject.name)
-
-    def smoke(self) -> SmokeOutcome | None:
-        """The stored smoke-run outcome, if the smoke step stored one."""
-        outcomes = [SmokeOutcome.model_validate_json(text) for text in self._read("smoke")]
-        return outcomes[0] if outcomes else None
-
-    def delete(self) -> int:
-        """Delete every outcome of the run; returns how many there were."""
-        found = self.port.list_objects("v1", "ConfigMap", self.run.namespace, self._selector())
-        for item in found:
-            self.port.delete_object("v1", "ConfigMap", item["metadata"]["name"], self.run.namespace)
-        return len(found)
+def _by_subject(outcome: CheckOutcome[Any]) -> tuple[str, str]:
+    return outcome.subject.kind, outcome.subject.name
 
 
 #: How many certification reports are kept in ConfigMaps per namespace (``DSX_REPORTS_KEPT``), newest first.
@@ -221,18 +234,11 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
     The report must survive without an artifact repository (a default Argo install has none) and after
     the Workflow is garbage-collected, so the ConfigMap is not owned by the Workflow; the newest
     ``DSX_REPORTS_KEPT`` (20) reports of the namespace are kept, older ones deleted. The JSON is stored
-    gzip-compressed; when even that is too big, the sweeps' raw rows are dropped from the copy (the
-    verdicts, node results and figures judged stay) and the ConfigMap says so.
+    gzip-compressed; when even that is too big, the checks' raw results (a sweep's rows, a smoke run's
+    step times) are dropped from the copy, the biggest first and no more than needed (the verdicts, node
+    results and figures judged stay), and the ConfigMap says how many.
     """
-    text = report_json
-    packed = gzip.compress(text.encode(), mtime=0)
-    note = "complete"
-    if len(packed) > MAX_STORED_BYTES:
-        data = json.loads(text)
-        for sweep in data.get("sweeps") or []:
-            sweep["run"] = None
-        packed = gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0)
-        note = "sweep rows dropped: too big for a ConfigMap; the artifact has them"
+    packed, note = _packed_report(report_json)
     if len(packed) > MAX_STORED_BYTES:
         raise DsxError(f"certification report of {run.name}: {len(packed)} bytes compressed, too big to keep")
     name = f"dsx-report-{run.name}"[:253].rstrip("-.")
@@ -266,6 +272,42 @@ def keep_report(port: ClusterPort, run: RunRef, report_json: str, markdown: str)
         )
     _prune_reports(port, run.namespace)
     return name
+
+
+def _packed_report(report_json: str) -> tuple[bytes, str]:
+    """The report compressed, with as few of its checks' results dropped as make it fit (the fewest
+    found by halving, the biggest results dropped first), and what the copy holds."""
+    packed = gzip.compress(report_json.encode(), mtime=0)
+    if len(packed) <= MAX_STORED_BYTES:
+        return packed, "complete"
+    data = json.loads(report_json)
+    outcomes = data.get("outcomes") or []
+    biggest = sorted(
+        (i for i, o in enumerate(outcomes) if o.get("result") is not None),
+        key=lambda i: -len(json.dumps(outcomes[i]["result"])),
+    )
+    if not biggest:
+        return packed, "complete"
+    results = [o.get("result") for o in outcomes]
+
+    def without(count: int) -> bytes:
+        for index, outcome in enumerate(outcomes):
+            outcome["result"] = results[index]
+        for index in biggest[:count]:
+            outcomes[index]["result"] = None
+        return gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0)
+
+    low, high = 1, len(biggest)
+    while low < high:
+        middle = (low + high) // 2
+        if len(without(middle)) <= MAX_STORED_BYTES:
+            high = middle
+        else:
+            low = middle + 1
+    note = (
+        f"results of {low} of {len(outcomes)} checks dropped: too big for a ConfigMap; the artifact has them"
+    )
+    return without(low), note
 
 
 def _reports_newest_first(port: ClusterPort, namespace: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from steps.files import write_bytes
 from steps.readiness.models import CollectiveRun, Subject
 from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.sizes import format_size
-from steps.readiness.thresholds import AllReduceThreshold
+from steps.readiness.thresholds import Thresholds
 
 __all__ = ["plot_busbw", "plot_step_times"]
 
@@ -28,10 +28,8 @@ def _save(figure: object, path: Path) -> Path:
     return write_bytes(path, buffer.getvalue())
 
 
-def plot_busbw(
-    runs: Sequence[tuple[Subject, CollectiveRun]], thresholds: Sequence[AllReduceThreshold], path: Path
-) -> Path:
-    """busbw against message size, one line per group, with each threshold as a dashed line."""
+def plot_busbw(runs: Sequence[tuple[Subject, CollectiveRun]], limits: Thresholds, path: Path) -> Path:
+    """busbw against message size, one line per group, with each all-reduce threshold as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,7 +47,7 @@ def plot_busbw(
     for group, part in frame.groupby("group", sort=True):
         part = part.sort_values("size")
         axes.plot(part["size"], part["busbw"], marker="o", label=str(group))
-    for threshold in thresholds:
+    for threshold in limits.all_reduce("node") + limits.all_reduce("multi-node"):
         axes.axhline(threshold.bus_bw_gbps, linestyle="--", color="grey", linewidth=1)
         axes.annotate(
             f"{threshold.scope} threshold {threshold.bus_bw_gbps:g} GB/s at {format_size(threshold.size)}",

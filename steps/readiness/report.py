@@ -1,8 +1,10 @@
 """The certification report: JSON for machines, Markdown for the Argo UI, PNG plots beside them.
 
-:func:`build_report` is the workflow's last step: given the outcomes of the sweeps and smoke runs (and
-any other verdicts, such as relative mode or parsed nccl-tests logs), it derives each node's status,
-and writes ``report.json``, ``report.md``, ``busbw.png`` and ``step-time.png``.
+:func:`build_report` is the workflow's last step: given the outcomes of its checks, whatever their
+tests (and any other verdicts, such as relative mode or parsed nccl-tests logs), it derives each node's
+status, and writes ``report.json``, ``report.md`` and each registered test's plot (``busbw.png``,
+``step-time.png``). Each test's section and plot come from its registration
+(:data:`steps.readiness.checks.KINDS`); a test the registry does not know gets a table of its subjects.
 
 A node fails when a verdict that is not a pass names it (the straggler's node, the rank that died) or
 when it is the subject of such a verdict. A node that only belongs to a group that failed together, with
@@ -24,10 +26,11 @@ from steps.cluster import vocabulary as vocab
 from steps.files import write_text
 from steps.models import validate
 from steps.outputs import output_dir
-from steps.readiness.checks import DiagOutcome, SmokeOutcome, SweepOutcome
+from steps.readiness.check import CheckKind, CheckOutcome
+from steps.readiness.checks import KINDS
 from steps.readiness.models import Model, Subject, Verdict, dump_json
-from steps.readiness.sizes import format_size
-from steps.readiness.thresholds import load_thresholds
+from steps.readiness.sections import cell, plain_section
+from steps.readiness.thresholds import Thresholds, load_thresholds
 
 __all__ = [
     "INCOMPLETE_TEST",
@@ -88,9 +91,9 @@ class CertificationReport(Model):
     groups: list[Subject] = Field(default_factory=list)
     nodes: list[NodeResult] = Field(default_factory=list)
     verdicts: list[Verdict] = Field(default_factory=list)
-    sweeps: list[SweepOutcome] = Field(default_factory=list)
-    smoke: list[SmokeOutcome] = Field(default_factory=list)
-    diagnostics: list[DiagOutcome] = Field(default_factory=list, description="DCGM's diagnostics, by node")
+    outcomes: list[CheckOutcome[Any]] = Field(
+        default_factory=list, description="every check's outcome, each naming its test"
+    )
     thresholds: dict[str, Any] | None = None
     screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     injected: list[str] = Field(default_factory=list, description="faults injected on purpose")
@@ -102,9 +105,7 @@ class ReportRequest(Model):
 
     nodes: list[str] = Field(default_factory=list)
     groups: list[Subject] = Field(default_factory=list)
-    sweeps: list[SweepOutcome] = Field(default_factory=list)
-    smoke: list[SmokeOutcome] = Field(default_factory=list)
-    diagnostics: list[DiagOutcome] = Field(default_factory=list)
+    outcomes: list[CheckOutcome[Any]] = Field(default_factory=list, description="the checks' outcomes")
     verdicts: list[Verdict] = Field(default_factory=list, description="further verdicts (relative mode...)")
     screening: list[Screening] = Field(default_factory=list, description="how long each group was screened")
     recipe_digest: str | None = None
@@ -141,37 +142,6 @@ def node_results(nodes: list[str], verdicts: list[Verdict]) -> list[NodeResult]:
     return results
 
 
-def _cell(value: Any) -> str:
-    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _diagnostics_markdown(diagnostics: list[DiagOutcome]) -> list[str]:
-    """The GPU diagnostics section: each node's run and what DCGM said of each test, or why none ran."""
-    out = [
-        "",
-        "## GPU diagnostics (DCGM)",
-        "",
-        "| node | run | status | DCGM | tests |",
-        "|---|---|---|---|---|",
-    ]
-    for diag in diagnostics:
-        result = diag.result
-        if result is None:
-            out.append(f"| {_cell(diag.subject.name)} | | {diag.status} | | no result: see the verdicts |")
-            continue
-        if not result.present:
-            tests = f"none ran: DCGM absent ({result.reason})"
-        elif result.error is not None:
-            tests = f"could not run: {result.error}"
-        else:
-            tests = ", ".join(f"{t.name} {t.status}" for t in result.tests)
-        out.append(
-            f"| {_cell(diag.subject.name)} | {_cell(result.run)} | {diag.status} "
-            f"| {_cell(result.version)} | {_cell(tests)} |"
-        )
-    return out
-
-
 def render_markdown(report: CertificationReport) -> str:
     """The report as Markdown, with the plots linked by their file names."""
     out: list[str] = [f"# dsx certification: {report.status.upper()}", "", report.summary, ""]
@@ -186,7 +156,7 @@ def render_markdown(report: CertificationReport) -> str:
         out += [f"> - {label}" for label in report.injected]
     out += ["", "## Nodes", "", "| node | status | reasons |", "|---|---|---|"]
     for node in report.nodes:
-        out.append(f"| {_cell(node.name)} | {node.status} | {_cell('; '.join(node.reasons))} |")
+        out.append(f"| {cell(node.name)} | {node.status} | {cell('; '.join(node.reasons))} |")
     out += [
         "",
         "## Verdicts",
@@ -200,19 +170,34 @@ def render_markdown(report: CertificationReport) -> str:
             measured = f"{measured} (probability {verdict.probability:.4f})".strip()
         threshold = "" if verdict.threshold is None else f"{verdict.threshold:g} {verdict.unit or ''}".strip()
         out.append(
-            f"| {verdict.status} | {_cell(verdict.subject.kind + ' ' + verdict.subject.name)} "
+            f"| {verdict.status} | {cell(verdict.subject.kind + ' ' + verdict.subject.name)} "
             f"| {verdict.test} "
-            f"| {_cell(measured)} | {_cell(threshold)} | {_cell(verdict.message)} |"
+            f"| {cell(measured)} | {cell(threshold)} | {cell(verdict.message)} |"
         )
     if report.screening:
         out += _screening_markdown(report)
-    if report.diagnostics:
-        out += _diagnostics_markdown(report.diagnostics)
-    if report.sweeps:
-        out += _sweeps_markdown(report)
-    if report.smoke:
-        out += _smoke_markdown(report)
+    for test, outcomes in _by_test(report.outcomes):
+        out += _section(test, outcomes, report.files)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _by_test(outcomes: Sequence[CheckOutcome[Any]]) -> list[tuple[str, list[CheckOutcome[Any]]]]:
+    """The outcomes grouped by test: the registered tests in the registry's order, then any other."""
+    tests = list(KINDS) + sorted({o.test for o in outcomes} - set(KINDS))
+    grouped = [(test, [o for o in outcomes if o.test == test]) for test in tests]
+    return [(test, found) for test, found in grouped if found]
+
+
+def _section(test: str, outcomes: list[CheckOutcome[Any]], files: Sequence[str]) -> list[str]:
+    """One test's section: its heading, its plot when drawn, its own Markdown (a table of subjects for a
+    test without one, or one this dsx does not know)."""
+    kind = KINDS.get(test)
+    out = ["", f"## {kind.title if kind is not None else test}", ""]
+    if kind is not None and kind.plot is not None and kind.plot.file in files:
+        out += [f"![{kind.plot.caption}]({kind.plot.file})", ""]
+    if kind is None or kind.section is None:
+        return out + plain_section(outcomes)
+    return out + kind.section([kind.typed(o) for o in outcomes])
 
 
 def _screening_markdown(report: CertificationReport) -> list[str]:
@@ -226,62 +211,9 @@ def _screening_markdown(report: CertificationReport) -> list[str]:
     for screen in report.screening:
         bisected = "yes" if screen.bisected else "no"
         out.append(
-            f"| {_cell(screen.group)} | {screen.passes} | {screen.needed} "
+            f"| {cell(screen.group)} | {screen.passes} | {screen.needed} "
             f"| a fault failing {screen.caught:.0%} of tests or more | {bisected} |"
         )
-    return out
-
-
-def _sweeps_markdown(report: CertificationReport) -> list[str]:
-    out = ["", "## All-reduce sweeps", ""]
-    if "busbw.png" in report.files:
-        out += ["![busbw against message size](busbw.png)", ""]
-    for sweep in report.sweeps:
-        out += [f"### {sweep.subject.kind} {sweep.subject.name}: {sweep.status}", ""]
-        if sweep.run is None:
-            out += ["No result: see the verdicts and the ranks' stderr.", ""]
-            continue
-        run = sweep.run
-        out += [
-            f"{len(run.ranks)} ranks on {', '.join(run.hosts)}, backend {run.backend}"
-            + (f"; injected: {', '.join(run.injected)}" if run.injected else ""),
-            "",
-            "| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-        for row in run.rows:
-            half = row.in_place or row.out_of_place
-            if half is None:
-                continue
-            out.append(
-                f"| {format_size(row.size)} | {_cell(half.time_us)} | {_cell(half.algbw_gbps)} "
-                f"| {_cell(half.busbw_gbps)} | {_cell(row.wrong())} |"
-            )
-        out.append("")
-    return out
-
-
-def _smoke_markdown(report: CertificationReport) -> list[str]:
-    out = ["## Training smoke runs", ""]
-    if "step-time.png" in report.files:
-        out += ["![step time per rank](step-time.png)", ""]
-    out += [
-        "| subject | status | ranks | loss first -> last | median step (ms) | tokens/s "
-        "| TFLOP/s per GPU | MFU |",
-        "|---|---|---:|---|---:|---:|---:|---:|",
-    ]
-    for smoke in report.smoke:
-        result = smoke.result
-        if result is None:
-            out.append(f"| {_cell(smoke.subject.name)} | {smoke.status} | | | | | | |")
-            continue
-        out.append(
-            f"| {_cell(smoke.subject.name)} | {smoke.status} | {result.world_size} "
-            f"| {_cell(result.initial_loss)} -> {_cell(result.final_loss)} "
-            f"| {result.median_step_s * 1000:.1f} | {result.throughput_tokens_s:g} "
-            f"| {_cell(result.tflops_per_gpu)} | {_cell(result.mfu)} |"
-        )
-    out.append("")
     return out
 
 
@@ -294,32 +226,19 @@ def build_report(request: ReportRequest) -> CertificationReport:
     Raises:
         InputError: the thresholds are malformed (nothing is written).
     """
-    from steps.readiness.plots import plot_busbw, plot_step_times
-
     thresholds = load_thresholds(request.thresholds)
-    verdicts = [v for s in request.sweeps for v in s.verdicts]
-    verdicts += [v for s in request.smoke for v in s.verdicts]
-    verdicts += [v for d in request.diagnostics for v in d.verdicts]
-    verdicts += list(request.verdicts)
+    verdicts = [v for o in request.outcomes for v in o.verdicts] + list(request.verdicts)
     nodes = node_results(request.nodes, verdicts)
+    by_test = [(KINDS.get(test), outcomes) for test, outcomes in _by_test(request.outcomes)]
+    known = [(kind, [kind.typed(o) for o in outcomes]) for kind, outcomes in by_test if kind is not None]
     injected = sorted(
-        {label for s in request.sweeps if s.run for label in s.run.injected}
-        | {label for s in request.smoke if s.result for label in s.result.injected}
+        {label for kind, outcomes in known for o in outcomes if o.result for label in kind.injected(o.result)}
     )
     bad = [v for v in verdicts if v.status != "pass"]
     status: Literal["passed", "failed"] = "passed" if verdicts and not bad else "failed"
     summary = summarise(verdicts, nodes)
     folder = output_dir(request.out_dir)
-    files: list[str] = []
-    sweeps = [(s.subject, s.run) for s in request.sweeps if s.run is not None]
-    if sweeps:
-        scopes = thresholds.all_reduce("node") + thresholds.all_reduce("multi-node")
-        plot_busbw(sweeps, scopes, folder / "busbw.png")
-        files.append("busbw.png")
-    smoke = [(s.subject, s.result) for s in request.smoke if s.result is not None]
-    if smoke:
-        plot_step_times(smoke, folder / "step-time.png")
-        files.append("step-time.png")
+    files = [drawn for kind, outcomes in known if (drawn := _plot(kind, outcomes, thresholds, folder))]
     files += ["report.json", "report.md"]
     report = CertificationReport(
         status=status,
@@ -330,9 +249,7 @@ def build_report(request: ReportRequest) -> CertificationReport:
         groups=request.groups,
         nodes=nodes,
         verdicts=verdicts,
-        sweeps=request.sweeps,
-        smoke=request.smoke,
-        diagnostics=request.diagnostics,
+        outcomes=request.outcomes,
         screening=request.screening,
         thresholds=request.thresholds,
         injected=injected,
@@ -341,6 +258,15 @@ def build_report(request: ReportRequest) -> CertificationReport:
     write_text(folder / "report.md", render_markdown(report))
     write_text(folder / "report.json", dump_json(report))
     return report
+
+
+def _plot(kind: CheckKind[Any], outcomes: list[CheckOutcome[Any]], limits: Thresholds, folder: Path) -> str:
+    """Draw ``kind``'s plot of the outcomes that have a result; its file name, or empty when none has."""
+    results = [(o.subject, o.result) for o in outcomes if o.result is not None]
+    if kind.plot is None or not results:
+        return ""
+    kind.plot.draw(results, limits, folder / kind.plot.file)
+    return kind.plot.file
 
 
 def summarise(verdicts: Sequence[Verdict], nodes: Sequence[NodeResult]) -> str:
@@ -365,13 +291,22 @@ def load_report(path: str | Path) -> CertificationReport:
 
     Raises:
         InputError: the file is missing, not UTF-8, not strict JSON (``NaN`` and ``Infinity`` are not
-            numbers in JSON), or not a certification report (naming the field).
+            numbers in JSON), or not a certification report (naming the field; a check's result is
+            checked against its test's model where the test is registered).
     """
     from steps.yamlio import parse_json, read_text
 
     file = Path(path)
     data = parse_json(read_text(file, str(file), "a report file"), str(file))
-    return validate(CertificationReport, data, str(file), what="certification report")
+    report = validate(CertificationReport, data, str(file), what="certification report")
+    for index, outcome in enumerate(report.outcomes):
+        kind = KINDS.get(outcome.test)
+        if kind is not None:
+            where = f"{file}: outcomes[{index}]"
+            validate(
+                kind.outcome, outcome.model_dump(mode="json"), where, what=f"valid {outcome.test} outcome"
+            )
+    return report
 
 
 def recheck_report(report: CertificationReport) -> tuple[CertificationReport, list[str]]:

@@ -13,7 +13,8 @@ import typer
 
 from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
-from steps.readiness.checks import SweepOutcome, SweepRequest, run_allreduce_sweep
+from steps.readiness.check import CheckOutcome
+from steps.readiness.checks import SweepRequest, run_allreduce_sweep
 from steps.readiness.models import CollectiveRun, Subject, Verdict
 from steps.readiness.nccl_tests import exit_code, parse_nccl_tests_file
 from steps.readiness.ranks import sweep
@@ -239,10 +240,10 @@ def _torchrun_sweep(
     return sweep.main(args)
 
 
-def _print_sweep(outcome: SweepOutcome) -> None:
+def _print_sweep(outcome: CheckOutcome[CollectiveRun]) -> None:
     """A sweep's table (nccl-tests layout), its verdicts and where its evidence is."""
     table_file = Path(outcome.out_dir) / "sweep.txt"
-    if outcome.run is not None and table_file.exists():
+    if outcome.result is not None and table_file.exists():
         sys.stdout.write(table_file.read_text(encoding="utf-8"))
     print_verdicts(outcome.verdicts)
     typer.echo(f"{outcome.status}; evidence in {outcome.out_dir}")

@@ -31,9 +31,10 @@ from steps.readiness.bisect.evidence import P_MIN
 from steps.readiness.bisect.models import BisectResult, GroupResult, Suspect, TestRun
 from steps.readiness.bisect.records import Record, Records, suspect_reason
 from steps.readiness.bisect.strategies import bisect
-from steps.readiness.checks import SweepOutcome
+from steps.readiness.check import CheckOutcome
+from steps.readiness.checks import ALLREDUCE_SWEEP
 from steps.readiness.judge import only_slow
-from steps.readiness.models import Subject
+from steps.readiness.models import CollectiveRun, Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
 from steps.readiness.planning import LOCAL_RANKS_PER_NODE, sweep_sizes
 from steps.readiness.ranks.sweep import DEFAULTS as SWEEP
@@ -164,7 +165,7 @@ class NoVerdict(DsxError):
     scheduling budget (a workload holds a member's GPUs, say), so nothing was measured."""
 
 
-def _group_result(outcome: SweepOutcome) -> GroupResult:
+def _group_result(outcome: CheckOutcome[CollectiveRun]) -> GroupResult:
     """A certification sweep as a bisection reads it: pass, fail or hang, the figure and its threshold.
 
     Raises:
@@ -174,7 +175,7 @@ def _group_result(outcome: SweepOutcome) -> GroupResult:
         raise NoVerdict(
             next((v.message for v in outcome.verdicts if v.status == "unschedulable"), "unschedulable")
         )
-    rows = outcome.run.rows if outcome.run is not None else []
+    rows = outcome.result.rows if outcome.result is not None else []
     failed = [v for v in outcome.verdicts if v.status != "pass"]
     judged = next((v for v in failed if v.unit == "GB/s" and v.measured is not None), None)
     figure = judged.measured if judged is not None else (rows[-1].busbw() if rows else None)
@@ -391,7 +392,11 @@ def bisect_targets(run: RunRef, stage: Literal["groups", "whole"]) -> list[Bisec
     port = connect()
     plan, _ = certify.load_plan(run, port)
     store = OutcomeStore(port, plan.run)
-    outcomes = [o for o in store.sweeps("group") if (o.subject.name == certify.WHOLE) == (stage == "whole")]
+    outcomes = [
+        o
+        for o in store.outcomes(ALLREDUCE_SWEEP, "group")
+        if (o.subject.name == certify.WHOLE) == (stage == "whole")
+    ]
     failed = [o for o in outcomes if o.status in ("fail", "hang") and len(o.subject.members) >= 2]
     if stage == "whole":
         spare = [n for n in Records(store).cleared() if failed and n not in failed[0].subject.members]

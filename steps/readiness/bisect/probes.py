@@ -67,7 +67,7 @@ def local_test(
                 out_dir=str(out_dir / f"test-{number}"),
             )
         )
-        rows = outcome.run.rows if outcome.run is not None else []
+        rows = outcome.result.rows if outcome.result is not None else []
         failed = [v for v in outcome.verdicts if v.status != "pass"]
         broken = bool(failed) and not only_slow(failed)  # a broken test names a failing node, not a slow one
         return GroupResult(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
@@ -23,11 +23,13 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import ConflictError
 from steps.models import Frozen
 from steps.readiness.bisect.models import Fault, Outcome
-from steps.readiness.checks import SweepOutcome
+from steps.readiness.check import CheckOutcome
 from steps.readiness.models import Subject, Verdict
 from steps.readiness.outcomes import OutcomeStore, workflow_owner
 
 __all__ = ["BISECT_TEST", "KIND", "Record", "Records", "suspect_reason", "with_bisection"]
+
+Judged = TypeVar("Judged", bound=CheckOutcome[Any])
 
 KIND = "bisect"
 """The outcome kind (label ``dsx.dev/outcome``) of a bisection's records."""
@@ -169,7 +171,7 @@ class Records:
         return [r for r in self.all() if r.kind not in ("verdict", "summary")]
 
 
-def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[SweepOutcome]:
+def with_bisection(groups: Sequence[Judged], store: OutcomeStore) -> list[Judged]:
     """Failed groups as their bisection attributes them.
 
     A bisected group's failure is laid on its members that bisection did not clear, and no longer names
@@ -182,7 +184,7 @@ def with_bisection(groups: Sequence[SweepOutcome], store: OutcomeStore) -> list[
         return list(groups)
     cleared = {n for r in records if r.kind == "summary" and r.outcome == "pass" for n in r.members}
     suspects = {r.suspect: r for r in records if r.suspect is not None}
-    result: list[SweepOutcome] = []
+    result: list[Judged] = []
     for outcome in groups:
         mine = [r for r in records if r.group == outcome.subject.name]
         if not mine or outcome.status == "pass":

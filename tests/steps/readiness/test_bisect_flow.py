@@ -13,9 +13,10 @@ from steps.errors import DsxError
 from steps.readiness import certify
 from steps.readiness.bisect import GroupResult, flow
 from steps.readiness.bisect.records import BISECT_TEST, Record, Records, with_bisection
-from steps.readiness.checks import SweepOutcome
+from steps.readiness.check import CheckOutcome
+from steps.readiness.checks import ALLREDUCE_SWEEP, SWEEP_TEST
 from steps.readiness.judge import verdict
-from steps.readiness.models import Subject, VerdictStatus
+from steps.readiness.models import CollectiveRun, Subject, VerdictStatus
 from steps.readiness.outcomes import OutcomeStore, RunRef
 
 RECIPE = {"digest": "sha256:feed", "thresholds": {"nccl": {"allReduce": [], "noiseBand": 0.05}}}
@@ -31,11 +32,19 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunRef:
     return plan.run
 
 
-def _group(name: str, members: list[str], status: VerdictStatus, node: str | None = None) -> SweepOutcome:
+def _group(
+    name: str, members: list[str], status: VerdictStatus, node: str | None = None
+) -> CheckOutcome[CollectiveRun]:
     subject = Subject(kind="group", name=name, members=members)
     found = verdict(subject, "allreduce-busbw", status, f"group {name}: {status}", node=node)
-    return SweepOutcome(
-        subject=subject, status=status, verdicts=[found], evidence=[], out_dir="", elapsed_s=1.0
+    return ALLREDUCE_SWEEP.outcome(
+        test=SWEEP_TEST,
+        subject=subject,
+        status=status,
+        verdicts=[found],
+        evidence=[],
+        out_dir="",
+        elapsed_s=1.0,
     )
 
 
@@ -47,10 +56,10 @@ def test_the_groups_that_failed_or_hung_are_bisected_each_with_partners_of_its_o
     run: RunRef, tmp_path: Path
 ) -> None:
     store = OutcomeStore(connect(), run)
-    store.put("group", _group("rack-00", _rack(0), "fail"))
-    store.put("group", _group("rack-01", _rack(1), "hang"))
-    store.put("group", _group("rack-02", _rack(2), "pass"))
-    store.put("group", _group("all", [f"node-{i:02d}" for i in range(9)], "fail"))
+    store.put(_group("rack-00", _rack(0), "fail"))
+    store.put(_group("rack-01", _rack(1), "hang"))
+    store.put(_group("rack-02", _rack(2), "pass"))
+    store.put(_group("all", [f"node-{i:02d}" for i in range(9)], "fail"))
     targets = flow.bisect_targets(run, "groups")
     # the whole set is its own stage; the passing rack's members are dealt out, none shared
     assert [(t.group, t.members, t.partners) for t in targets] == [
@@ -70,8 +79,8 @@ def test_the_groups_that_failed_or_hung_are_bisected_each_with_partners_of_its_o
 
 def test_a_stage_with_no_failed_group_has_nothing_to_bisect(run: RunRef, tmp_path: Path) -> None:
     store = OutcomeStore(connect(), run)
-    store.put("group", _group("rack-00", _rack(0), "pass"))
-    store.put("group", _group("rack-01", ["node-03"], "fail"))  # one member left standing: no group test
+    store.put(_group("rack-00", _rack(0), "pass"))
+    store.put(_group("rack-01", ["node-03"], "fail"))  # one member left standing: no group test
     assert flow.bisect_targets(run, "groups") == []
     assert (tmp_path / "out" / "params" / "count").read_text() == "0"
 
@@ -195,9 +204,15 @@ def test_a_broken_test_is_a_failure_to_bisection_a_slow_one_keeps_its_figure() -
     )
     wrong = verdict(subject, "allreduce-data", "fail", "3 wrong elements", measured=3, unit="wrong elements")
 
-    def outcome(*found: object) -> SweepOutcome:
-        return SweepOutcome(
-            subject=subject, status="fail", verdicts=list(found), evidence=[], out_dir="", elapsed_s=1.0
+    def outcome(*found: object) -> CheckOutcome[CollectiveRun]:
+        return ALLREDUCE_SWEEP.outcome(
+            test=SWEEP_TEST,
+            subject=subject,
+            status="fail",
+            verdicts=list(found),
+            evidence=[],
+            out_dir="",
+            elapsed_s=1.0,
         )
 
     assert flow._group_result(outcome(slow)).figure == 40.0

@@ -12,7 +12,7 @@ from steps.cluster import ClusterPort, connect, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
-from steps.readiness.checks import SweepOutcome
+from steps.readiness.checks import ALLREDUCE_SWEEP, SWEEP_TEST, TRAINING_SMOKE
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
@@ -215,17 +215,17 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     nodes = [certify.node_check(n, plan.run) for n in plan.nodes]
     assert [o.status for o in nodes] == ["pass", "pass", "pass"]  # its NVLink is fine
     (whole,) = [certify.group_check(g.name, plan.run) for g in plan.groups]
-    assert (whole.kind, whole.subject, whole.status) == ("group", "all", "fail")
+    assert (whole.test, whole.subject, whole.status) == ("allreduce-sweep", "all", "fail")
     assert "node-01" in whole.message and "straggler" in whole.message
     store = OutcomeStore(connect(), plan.run)
-    (stored,) = store.sweeps("group")
+    (stored,) = store.outcomes(ALLREDUCE_SWEEP, "group")
     (straggler,) = [v for v in stored.verdicts if v.status == "fail"]
-    assert straggler.node == "node-01" and stored.run is not None
-    assert stored.run.results.size == [65536, 262144]
+    assert straggler.node == "node-01" and stored.result is not None
+    assert stored.result.results.size == [65536, 262144]
     smoke = certify.smoke_check(plan.run)
     assert smoke.subject == "smoke"
-    smoked = store.smoke()
-    assert smoked is not None and smoked.subject.members == ["node-00", "node-02"]
+    (smoked,) = store.outcomes(TRAINING_SMOKE)
+    assert smoked.subject.members == ["node-00", "node-02"]
     summary = certify.report(plan.run)
     assert summary.status == "failed"
     assert summary.passed == 2 and summary.pending == {}
@@ -242,7 +242,7 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
     assert vocab.ANNOTATION_CERTIFIED_AT in port.get_node("node-00").annotations
     with pytest.raises(DsxError, match=r"certification failed: node-01: .*straggler"):
         certify.gate(summary)
-    assert store.sweeps("node") == [] and store.smoke() is None  # the report holds them now
+    assert store.every_outcome() == []  # the report holds them now
     assert certify.plan().nodes == plan.nodes  # the run let go of its nodes
 
 
@@ -329,13 +329,14 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
     certify.node_check("node-00", other.run)
     assert first.status == again.status == "pass" and len(first.model_dump_json()) < 600
     mine = port.list_objects("v1", "ConfigMap", port.namespace, f"{vocab.LABEL_CERTIFICATION_RUN}={uid}")
-    (stored,) = [m for m in mine if m["metadata"]["labels"][vocab.LABEL_OUTCOME_KIND] == "node"]
+    (stored,) = [m for m in mine if m["metadata"]["labels"][vocab.LABEL_OUTCOME_KIND] == "check"]
+    assert stored["metadata"]["labels"][vocab.LABEL_OUTCOME_TEST] == "allreduce-sweep"
     assert stored["metadata"]["ownerReferences"] == [
         {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "dsx-certify-x7k2p", "uid": uid}
     ]
     assert stored["metadata"]["annotations"][vocab.ANNOTATION_SUBJECT] == "node-00"
     theirs = OutcomeStore(port, other.run)
-    (outcome,) = theirs.sweeps("node")
+    (outcome,) = theirs.outcomes(ALLREDUCE_SWEEP, "node")
     assert not any(
         "ownerReferences" in m["metadata"]
         for m in port.list_objects(
@@ -344,7 +345,7 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
     )
     # Each run keeps its plan, its recipe and its outcomes; deleting one run's leaves the other's.
     assert outcome.subject.name == "node-00" and OutcomeStore(port, plan.run).delete() == 3
-    assert theirs.delete() == 3 and theirs.sweeps("node") == []
+    assert theirs.delete() == 3 and theirs.outcomes(ALLREDUCE_SWEEP, "node") == []
     with pytest.raises(InputError, match="certify workflow: uid"):
         certify.plan(workflow_name="w", workflow_uid="not a uid!")
 
@@ -353,11 +354,11 @@ def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(fleet) -> None
     fleet("sim:nodes=1,gpu=h100")
     subject = Subject(kind="node", name="node-00", members=["node-00"])
     noise = [os.urandom(64).hex() for _ in range(20_000)]  # does not compress
-    outcome = SweepOutcome(
-        subject=subject, status="pass", verdicts=[], evidence=noise, out_dir="", elapsed_s=1
+    outcome = ALLREDUCE_SWEEP.outcome(
+        test=SWEEP_TEST, subject=subject, status="pass", verdicts=[], evidence=noise, out_dir="", elapsed_s=1
     )
-    with pytest.raises(DsxError, match=r"node node-00: its outcome takes .* bytes compressed"):
-        OutcomeStore(connect(), RunRef.local("default")).put("node", outcome)
+    with pytest.raises(DsxError, match=r"allreduce-sweep of node node-00: it takes .* bytes compressed"):
+        OutcomeStore(connect(), RunRef.local("default")).put(outcome)
 
 
 def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path) -> None:
@@ -376,14 +377,16 @@ def test_the_outcome_store_works_through_the_kubernetes_client(kubeconfig: Path)
     run = RunRef(name="dsx-certify-q9", uid=workflow["metadata"]["uid"], namespace="gpu-ops")
     store = OutcomeStore(port, run)
     subject = Subject(kind="node", name="node-00", members=["node-00"])
-    outcome = SweepOutcome(subject=subject, status="pass", verdicts=[], evidence=[], out_dir="", elapsed_s=1)
-    name = store.put("node", outcome)
-    assert store.put("node", outcome.model_copy(update={"elapsed_s": 2.0})) == name  # a retry replaces it
-    (stored,) = store.sweeps("node")
-    assert stored.elapsed_s == 2.0 and store.sweeps("group") == []
+    outcome = ALLREDUCE_SWEEP.outcome(
+        test=SWEEP_TEST, subject=subject, status="pass", verdicts=[], evidence=[], out_dir="", elapsed_s=1
+    )
+    name = store.put(outcome)
+    assert store.put(outcome.model_copy(update={"elapsed_s": 2.0})) == name  # a retry replaces it
+    (stored,) = store.outcomes(ALLREDUCE_SWEEP, "node")
+    assert stored.elapsed_s == 2.0 and store.outcomes(ALLREDUCE_SWEEP, "group") == []
     configmap = port.get_object("v1", "ConfigMap", name, "gpu-ops")
     assert configmap is not None and configmap["metadata"]["ownerReferences"][0]["uid"] == run.uid
-    assert store.delete() == 1 and store.sweeps("node") == []
+    assert store.delete() == 1 and store.outcomes(ALLREDUCE_SWEEP, "node") == []
 
 
 @pytest.mark.story

@@ -25,8 +25,9 @@ from steps.cluster import ConflictError, CordonRefusedError, RetryPolicy, connec
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
-from steps.readiness.checks import SweepOutcome
-from steps.readiness.models import Subject, Verdict
+from steps.readiness.check import CheckOutcome
+from steps.readiness.checks import ALLREDUCE_SWEEP, SWEEP_TEST
+from steps.readiness.models import CollectiveRun, Subject, Verdict
 from steps.readiness.outcomes import OutcomeStore
 
 SPEC = "sim:nodes=3,gpu=h100,workloads=false,api-conflicts=12"
@@ -36,14 +37,20 @@ PENDING = vocab.Certification.pending.value
 RETRY = RetryPolicy(base_delay=0.0, conflict_attempts=60, conflict_delay=0.001)
 
 
-def _outcome(name: str, rng: random.Random) -> SweepOutcome:
+def _outcome(name: str, rng: random.Random) -> CheckOutcome[CollectiveRun]:
     subject = Subject(kind="node", name=name, members=[name])
     status = "pass" if rng.random() < 0.6 else "fail"
     verdict = Verdict(
         subject=subject, test="allreduce-busbw", status=status, message=f"{name}: drawn {status}"
     )
-    return SweepOutcome(
-        subject=subject, status=status, verdicts=[verdict], evidence=[], out_dir="", elapsed_s=0
+    return ALLREDUCE_SWEEP.outcome(
+        test=SWEEP_TEST,
+        subject=subject,
+        status=status,
+        verdicts=[verdict],
+        evidence=[],
+        out_dir="",
+        elapsed_s=0,
     )
 
 
@@ -84,7 +91,7 @@ def _certifier(seed: int, runs: int, log: list[tuple[str, Any]], lock: threading
             store = OutcomeStore(connect(), plan.run)
             for node in plan.nodes:
                 if rng.random() < 0.9:  # now and then a check dies without storing its outcome
-                    store.put("node", _outcome(node, rng))
+                    store.put(_outcome(node, rng))
             if rng.random() < 0.7:  # the API fails a few requests about one node while the report runs
                 port.inject(rng.choice(NODES), f"api-errors={rng.randint(1, 4)}")
             certify.report(plan.run)

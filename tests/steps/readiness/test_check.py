@@ -25,7 +25,7 @@ def _judge(result: Figure, evidence: list[str]) -> list[Verdict]:
     return [verdict(NODE, "echo", status, f"busbw {result.busbw}", measured=result.busbw, evidence=evidence)]
 
 
-def _run(text: str, tmp_path: Path) -> check.Checked[Figure]:
+def _run(text: str, tmp_path: Path) -> check.CheckOutcome[Figure]:
     program = RankProgram(module=ECHO, args=[text], outputs=[("--out", "figure.json")])
     echo = check.Check("echo", NODE, program, Figure, _judge, timeout_s=60)
     return check.run(echo, LocalLauncher(tmp_path, ranks=2, method="spawn"))

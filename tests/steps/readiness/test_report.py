@@ -9,16 +9,18 @@ import pytest
 from typer.testing import CliRunner
 
 from steps.errors import InputError
-from steps.readiness.checks import SmokeOutcome, SweepOutcome
+from steps.readiness.check import CheckOutcome
+from steps.readiness.checks import ALLREDUCE_SWEEP, SMOKE_TEST, SWEEP_TEST, TRAINING_SMOKE
 from steps.readiness.models import CollectiveRun, Measurement, RankStats, ResultTable, Row, Subject, Verdict
 from steps.readiness.ranks.smoke import RankTraining, SmokeResult
 from steps.readiness.report import ReportRequest, build_report, load_report, node_results
+from tests.cli import dsx_here
 from workflows.cli.main import app
 
 RACK = Subject(kind="group", name="rack-a", members=["node-1", "node-2", "node-3"])
 
 
-def _sweep(status: str = "pass", straggler: int | None = None) -> SweepOutcome:
+def _sweep(status: str = "pass", straggler: int | None = None) -> CheckOutcome[CollectiveRun]:
     rows = [
         Row(
             size=s,
@@ -53,12 +55,19 @@ def _sweep(status: str = "pass", straggler: int | None = None) -> SweepOutcome:
                 node=f"node-{straggler + 1}",
             )
         )
-    return SweepOutcome(
-        subject=RACK, status=status, run=run, verdicts=verdicts, evidence=[], out_dir="x", elapsed_s=1.0
+    return ALLREDUCE_SWEEP.outcome(
+        test=SWEEP_TEST,
+        subject=RACK,
+        status=status,
+        result=run,
+        verdicts=verdicts,
+        evidence=[],
+        out_dir="x",
+        elapsed_s=1.0,
     )  # type: ignore[arg-type]
 
 
-def _smoke() -> SmokeOutcome:
+def _smoke() -> CheckOutcome[SmokeResult]:
     ranks = [
         RankTraining(
             rank=r,
@@ -90,8 +99,15 @@ def _smoke() -> SmokeOutcome:
         mfu=None,
     )
     verdicts = [Verdict(subject=RACK, test="smoke-loss", status="pass", message="fell")]
-    return SmokeOutcome(
-        subject=RACK, status="pass", result=result, verdicts=verdicts, evidence=[], out_dir="y", elapsed_s=1.0
+    return TRAINING_SMOKE.outcome(
+        test=SMOKE_TEST,
+        subject=RACK,
+        status="pass",
+        result=result,
+        verdicts=verdicts,
+        evidence=[],
+        out_dir="y",
+        elapsed_s=1.0,
     )
 
 
@@ -122,8 +138,7 @@ def test_the_report_names_the_faulty_node_and_writes_json_markdown_and_plots(tmp
     request = ReportRequest(
         nodes=RACK.members,
         groups=[RACK],
-        sweeps=[_sweep("fail", straggler=1)],
-        smoke=[_smoke()],
+        outcomes=[_sweep("fail", straggler=1), _smoke()],
         recipe_digest="sha256:0123",
         started_at="2025-01-01T00:00:00+00:00",
         finished_at="2025-01-01T00:05:00+00:00",
@@ -155,7 +170,7 @@ def test_the_report_names_the_faulty_node_and_writes_json_markdown_and_plots(tmp
 
 def test_certify_report_shows_the_report_and_exits_1_on_failure(tmp_path: Path) -> None:
     build_report(
-        ReportRequest(nodes=RACK.members, sweeps=[_sweep("fail", straggler=2)], out_dir=str(tmp_path))
+        ReportRequest(nodes=RACK.members, outcomes=[_sweep("fail", straggler=2)], out_dir=str(tmp_path))
     )
     runner = CliRunner()
     for fmt, expected in (
@@ -166,7 +181,7 @@ def test_certify_report_shows_the_report_and_exits_1_on_failure(tmp_path: Path) 
         result = runner.invoke(app, ["certify", "report", str(tmp_path / "report.json"), "-o", fmt])
         assert result.exit_code == 1 and expected in result.output, result.output
     passed = tmp_path / "ok"
-    build_report(ReportRequest(nodes=RACK.members, sweeps=[_sweep()], out_dir=str(passed)))
+    build_report(ReportRequest(nodes=RACK.members, outcomes=[_sweep()], out_dir=str(passed)))
     assert runner.invoke(app, ["certify", "report", str(passed / "report.json")]).exit_code == 0
 
 
@@ -175,3 +190,16 @@ def test_a_file_that_is_not_a_report_is_bad_input(tmp_path: Path) -> None:
     bogus.write_text('{"status": "maybe"}')
     with pytest.raises(InputError, match=r"r\.json: not a certification report"):
         load_report(bogus)
+
+
+def test_a_report_whose_sweep_result_is_not_a_run_is_bad_input_naming_the_outcome(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_report(ReportRequest(nodes=RACK.members, outcomes=[_sweep()], out_dir=str(tmp_path)))
+    data = json.loads((tmp_path / "report.json").read_text())
+    data["outcomes"][0]["result"] = {"rows": "many"}
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"report\.json: outcomes\[0\]: not a valid allreduce-sweep outcome"):
+        load_report(tmp_path / "report.json")
+    code, _, err = dsx_here(capsys, "certify", "report", str(tmp_path / "report.json"))
+    assert code == 2 and "outcomes[0]: not a valid allreduce-sweep outcome: result.source" in err, err

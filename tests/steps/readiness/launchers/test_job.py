@@ -474,7 +474,9 @@ def test_a_sweep_job_runs_rank_pods_for_real_and_passes_leaving_nothing(
     watcher.start()
     outcome = run_sweep(request, JobLauncher.for_plan(Plan(gpus_per_node=1), cluster.port))
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
-    assert outcome.run is not None and outcome.run.status == "complete" and len(outcome.run.ranks) == 2
+    assert (
+        outcome.result is not None and outcome.result.status == "complete" and len(outcome.result.ranks) == 2
+    )
     assert _left(cluster.port) == NOTHING
     watcher.join(5)
     for kind in ("Job", "Service", "ConfigMap"):
@@ -498,7 +500,7 @@ def test_rank_zeros_address_is_its_pod_behind_the_headless_service(cluster: Clus
     )
     outcome = run_sweep(request, JobLauncher.for_plan(Plan(gpus_per_node=1), cluster.port))
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
-    assert outcome.run is not None and outcome.run.hosts == ["node-00", "node-01"]
+    assert outcome.result is not None and outcome.result.hosts == ["node-00", "node-01"]
     assert _left(cluster.port) == NOTHING
 
 
@@ -611,7 +613,7 @@ def test_pods_that_cannot_be_scheduled_are_unschedulable_not_a_node_failure(
     assert f"pod {name}-1-" in verdict.message and f"pod {name}-0-" not in verdict.message
     # node-00's GPUs went to index 0, node-01's are held by the other pod
     assert "Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu" in verdict.message
-    assert outcome.run is None
+    assert outcome.result is None
     assert _left(cluster.port) == NOTHING
 
 
@@ -626,7 +628,7 @@ def test_a_large_groups_result_reaches_the_step(cluster: Cluster) -> None:
     cluster.ranks(lambda index: Rank(publish=big))
     outcome = _sweep(cluster.port)
     assert outcome.status == "pass", [v.message for v in outcome.verdicts]
-    assert outcome.run is not None and len(outcome.run.ranks) == 8192
+    assert outcome.result is not None and len(outcome.result.ranks) == 8192
 
 
 def _flaky_port(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> KubeCluster:
