@@ -1,5 +1,6 @@
-"""Fixtures shared by every test package: the emulated Kubernetes API server, a port on it, whole
-emulated clusters with a kubelet double."""
+"""Fixtures shared by every test package, one family for clusters: a simulated fleet the steps find
+(``sim_fleet``), the emulated Kubernetes API server and a port on it (``k8s_emulator``, ``kubeconfig``),
+whole emulated clusters with a kubelet double (``k8s_cluster``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,27 @@ from typing import Any
 
 import pytest
 
+from steps.cluster import RetryPolicy, load_fleet, shareable
+from steps.cluster import vocabulary as vocab
+from steps.cluster.kube import KubeCluster, load_api_client
 from tests.emulator.apiserver import Emulator, write_kubeconfig
 from tests.emulator.kubelet import EmulatedCluster, emulated_cluster
+
+
+@pytest.fixture
+def sim_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], str]:
+    """Points dsx at a simulated fleet: ``sim_fleet(spec)`` builds it and keeps it in ``tmp_path/fleet.json``,
+    where every step run in this process, or in any process the test starts, finds it through
+    ``DSX_CLUSTER``; evidence goes under ``tmp_path/out`` (``DSX_OUTPUT_DIR``). Returns the spec naming the
+    file (``connect(spec)`` opens it). Called again, it starts the fleet over."""
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+
+    def use(spec: str) -> str:
+        shared = shareable(spec, tmp_path)
+        monkeypatch.setenv(vocab.ENV_CLUSTER, shared)
+        return shared
+
+    return use
 
 
 @pytest.fixture
@@ -26,6 +46,27 @@ def k8s_emulator() -> Iterator[Emulator]:
 def kubeconfig(k8s_emulator: Emulator, tmp_path: Path) -> Path:
     """A kubeconfig file pointing at the emulated API server."""
     return write_kubeconfig(tmp_path / "kubeconfig", k8s_emulator.url)
+
+
+@pytest.fixture
+def kube_fleet(
+    k8s_emulator: Emulator, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., KubeCluster]:
+    """Points dsx at the emulated API server, seeded with a simulated fleet's objects: the twin of
+    ``sim_fleet``. ``kube_fleet(spec, retry=None)`` seeds them (called again, it adds another fleet's, as
+    a cluster has GPU and system nodes); every step run in this process, or in any it starts, reaches the
+    server through ``DSX_CLUSTER=kube`` and ``KUBECONFIG``, its evidence under ``tmp_path/out``. Returns a
+    port on the server through the kubernetes client (with ``retry``, that policy)."""
+    monkeypatch.setenv(vocab.ENV_CLUSTER, "kube")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+
+    def use(spec: str, retry: RetryPolicy | None = None) -> KubeCluster:
+        k8s_emulator.seed(load_fleet(spec).manifests())
+        api_client, _ = load_api_client(str(kubeconfig))
+        return KubeCluster(api_client, retry=retry) if retry else KubeCluster(api_client)
+
+    return use
 
 
 @pytest.fixture

@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.sentinel import ledger
@@ -154,11 +155,8 @@ def test_the_compiled_sensor_delivers_at_least_once_with_retries() -> None:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    spec = shareable("sim:nodes=4,gpu=h100,racks=2,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
-    return spec
+def fleet(sim_fleet: Callable[[str], str]) -> str:
+    return sim_fleet("sim:nodes=4,gpu=h100,racks=2,workloads=false")
 
 
 def _proceed(tmp_path: Path) -> str:

@@ -2,12 +2,12 @@
 bisected group gets in the report, and the search of ``dsx bisect`` run over the certification's test."""
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError
 from steps.readiness import certify
@@ -23,10 +23,9 @@ RECIPE = {"digest": "sha256:feed", "thresholds": {"nccl": {"allReduce": [], "noi
 
 
 @pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunRef:
+def run(sim_fleet: Callable[[str], str]) -> RunRef:
     """A certification run planned on nine simulated nodes in three racks, its recipe kept."""
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
-    monkeypatch.setenv("DSX_CLUSTER", shareable("sim:nodes=9,gpu=h100,racks=3", tmp_path))
+    sim_fleet("sim:nodes=9,gpu=h100,racks=3")
     plan = certify.plan()
     certify.keep_recipe(plan.run, RECIPE)
     return plan.run
@@ -244,14 +243,13 @@ def test_an_unschedulable_test_gives_no_verdict_stops_the_search_names_and_clear
 
 
 def test_a_bisection_of_its_own_sizes_its_sweep_as_certification_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sim_fleet: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from steps.errors import InputError
     from steps.readiness.planning import SWEEP_SIZES
     from steps.readiness.sizes import parse_size
 
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
-    monkeypatch.setenv("DSX_CLUSTER", shareable("sim:nodes=4,gpu=h100,racks=2", tmp_path))
+    sim_fleet("sim:nodes=4,gpu=h100,racks=2")
     started = flow.prepare()
     plan, _ = certify.load_plan(started.run)
     assert (plan.min_bytes, plan.max_bytes) == tuple(parse_size(s, "") for s in SWEEP_SIZES["local"])

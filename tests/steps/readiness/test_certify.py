@@ -3,12 +3,13 @@ cluster: launchers/test_job.py)."""
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from steps.cluster import ClusterPort, connect, load_fleet, shareable
+from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
@@ -24,19 +25,8 @@ LOCAL_RECIPE = {
 }
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Point the steps at a shared simulated fleet built from a spec; returns a function to do so."""
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
-
-    def use(spec: str) -> None:
-        monkeypatch.setenv("DSX_CLUSTER", shareable(spec, tmp_path))
-
-    return use
-
-
-def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=6,gpu=h100,racks=2,faults=node-05:not-ready")
+def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(sim_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=6,gpu=h100,racks=2,faults=node-05:not-ready")
     port = connect()
     port.set_labels("node-04", {vocab.LABEL_MANAGED: "false", vocab.LABEL_CERTIFICATION: "passed"})
     port.set_labels("node-02", {vocab.LABEL_CERTIFICATION: "passed"})  # from an earlier run
@@ -74,15 +64,12 @@ def test_plan_groups_nodes_by_rack_and_fails_nodes_that_are_not_ready(fleet, tmp
 
 
 def test_the_default_selection_leaves_nodes_without_gpus_alone(
-    kubeconfig: Path, k8s_emulator, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+    kube_fleet: Callable[..., ClusterPort], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real cluster mixes GPU nodes with CPU system nodes; certifying "every node" means every GPU node."""
-    k8s_emulator.seed(load_fleet("sim:nodes=2,gpu=h100").manifests())
-    k8s_emulator.seed(load_fleet("sim:nodes=1,gpu=h100,gpus=0,prefix=system-").manifests())
-    monkeypatch.setenv("DSX_CLUSTER", "kube")
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    kube_fleet("sim:nodes=2,gpu=h100")
+    kube_fleet("sim:nodes=1,gpu=h100,gpus=0,prefix=system-")
     monkeypatch.setenv("DSX_NAMESPACE", "gpu-ops")
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(kubeconfig.parent / "out"))
     plan = certify.plan(launcher="job")
     assert plan.nodes == ["node-00", "node-01"] and plan.ignored == ["system-00"]
     assert plan.gpus_per_node == 8 and plan.criteria["accelerator"] == "h100"
@@ -93,16 +80,16 @@ def test_the_default_selection_leaves_nodes_without_gpus_alone(
         certify.plan(selector="kubernetes.io/hostname=system-00", launcher="job")
 
 
-def test_the_service_is_read_from_the_labels_eks_puts_on_its_nodes(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_the_service_is_read_from_the_labels_eks_puts_on_its_nodes(sim_fleet) -> None:  # type: ignore[no-untyped-def]
     """auto picks the recipe of the managed service, and with it the fabric its rank pods must ask for."""
-    fleet("sim:nodes=2,gpu=h100")
+    sim_fleet("sim:nodes=2,gpu=h100")
     for name in ("node-00", "node-01"):
         connect().set_labels(name, {"eks.amazonaws.com/nodegroup": "p5-train"})
     assert certify.plan(launcher="job", image="r/dsx-gpu:1").criteria["service"] == "eks"
 
 
-def test_two_certifications_of_one_node_exclude_each_other(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+def test_two_certifications_of_one_node_exclude_each_other(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100")
     first = certify.plan()
     with pytest.raises(InputError, match=r"node node-00 is held by dsx-certify/.*measure each other"):
         certify.plan()
@@ -129,8 +116,8 @@ def _held_by_workflow(name: str, status: dict[str, str] | None = None) -> Cluste
     return port
 
 
-def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100")
     port = _held_by_workflow("dsx-certify-old")
     with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-certify-old/"):
         certify.plan()  # the old run's Workflow still exists: it may be running
@@ -140,9 +127,9 @@ def test_a_killed_runs_hold_on_its_nodes_is_recognised_as_stale(fleet) -> None: 
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Error"])
-def test_a_finished_workflows_hold_on_its_nodes_is_stale(fleet, phase: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_workflows_hold_on_its_nodes_is_stale(sim_fleet, phase: str) -> None:  # type: ignore[no-untyped-def]
     # e.g. a remediation whose recertification failed: certify's onExit does not run under templateRef
-    fleet("sim:nodes=2,gpu=h100")
+    sim_fleet("sim:nodes=2,gpu=h100")
     port = _held_by_workflow("dsx-remediate-old", {"phase": "Running"})
     with pytest.raises(InputError, match=r"held by dsx-certify/.*/dsx-remediate-old/"):
         certify.plan()  # still running
@@ -152,16 +139,16 @@ def test_a_finished_workflows_hold_on_its_nodes_is_stale(fleet, phase: str) -> N
     assert certify.plan().nodes == ["node-00", "node-01"]  # it ended: its hold is stale, taken over
 
 
-def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h200")
+def test_plan_for_jobs_reads_the_accelerator_from_gpu_feature_discovery(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h200")
     plan = certify.plan(launcher="job", image="registry.example/dsx:1")
     assert plan.criteria["accelerator"] == "h200"
     assert plan.gpus_per_node == 8
     assert (plan.min_bytes, plan.max_bytes) == (1 << 20, 8 << 30)
 
 
-def test_plan_refuses_what_it_cannot_certify(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+def test_plan_refuses_what_it_cannot_certify(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100")
     with pytest.raises(InputError, match="selector 'pool=none' matches no managed node"):
         certify.plan(selector="pool=none")
     with pytest.raises(InputError, match="certify option: launcher"):
@@ -170,8 +157,8 @@ def test_plan_refuses_what_it_cannot_certify(fleet) -> None:  # type: ignore[no-
         certify.plan(min_bytes="8MiB", max_bytes="1KiB")
 
 
-def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet(
+def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet(
         "sim:nodes=5,gpu=h100,faults=node-01:slow-nic;node-02:failing-gpu;node-03:hang;node-04:flaky-nic=0.5"
     )
     port = connect()
@@ -186,8 +173,8 @@ def test_simulated_faults_become_injected_faults_of_the_rank_playing_the_node(fl
     assert local_injections(port, "node-04", 0, "node") == []
 
 
-def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_under_it(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet(
+def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_under_it(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet(
         "sim:nodes=6,gpu=h100,racks=3,switches=rack-01:slow=0.5;rack-02:flaky=0.2,"
         "faults=node-00:slow-gpu=0.5;node-01:slow-rail:mlx5_2=100"
     )
@@ -207,8 +194,10 @@ def test_a_slow_gpu_slows_the_training_rank_only_and_a_faulty_switch_every_node_
 
 
 @pytest.mark.story
-def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
+def test_local_certification_names_the_slow_node_labels_every_node_and_gates(
+    sim_fleet: Callable[[str], str], tmp_path: Path
+) -> None:
+    sim_fleet("sim:nodes=3,gpu=h100,faults=node-01:slow-nic")
     plan = certify.plan(max_bytes="256KiB", iters=8)
     assert plan.injected == {"node-01": ["delay=30ms"]}
     certify.keep_recipe(plan.run, LOCAL_RECIPE)
@@ -247,8 +236,8 @@ def test_local_certification_names_the_slow_node_labels_every_node_and_gates(fle
 
 
 @pytest.mark.story
-def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=3,gpu=h100")
+def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(sim_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=3,gpu=h100")
     plan = certify.plan(max_bytes="256KiB", iters=8, inject="node-02:delay=40ms")
     assert plan.injected == {"node-02": ["delay=40ms"]}
     assert certify.drill_injections(plan, ["node-02", "node-00", "node-02"]) == [
@@ -275,15 +264,15 @@ def test_a_drill_delays_every_rank_on_its_node_and_certification_names_it(fleet,
         ("node-01:nan", r"unknown fault 'nan'"),
     ],
 )
-def test_a_malformed_drill_is_refused_before_anything_is_marked(fleet, inject: str, message: str) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100,certified=none")
+def test_a_malformed_drill_is_refused_before_anything_is_marked(sim_fleet, inject: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100,certified=none")
     with pytest.raises(InputError, match=message):
         certify.plan(inject=inject)
     assert not any(vocab.LABEL_CERTIFICATION in n.labels for n in connect().list_nodes())
 
 
-def test_a_drill_names_only_nodes_the_run_certifies_and_none_the_fleet_already_plays(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100,faults=node-01:slow-nic,certified=none")
+def test_a_drill_names_only_nodes_the_run_certifies_and_none_the_fleet_already_plays(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100,faults=node-01:slow-nic,certified=none")
     with pytest.raises(
         InputError, match=r"node 'node-09' is not among the nodes to certify \(node-00, node-01\)"
     ):
@@ -293,8 +282,8 @@ def test_a_drill_names_only_nodes_the_run_certifies_and_none_the_fleet_already_p
     assert not any(vocab.LABEL_CERTIFICATION in n.labels for n in connect().list_nodes())
 
 
-def test_a_check_that_stored_no_outcome_leaves_its_node_pending(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+def test_a_check_that_stored_no_outcome_leaves_its_node_pending(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100")
     plan = certify.plan(max_bytes="64KiB", iters=2)
     certify.keep_recipe(plan.run, LOCAL_RECIPE)
     certify.node_check("node-00", plan.run)  # node-01's check never finished
@@ -308,8 +297,8 @@ def test_a_check_that_stored_no_outcome_leaves_its_node_pending(fleet) -> None: 
         certify.gate(summary)
 
 
-def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=2,gpu=h100")
+def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=2,gpu=h100")
     port = connect()
     workflow = port.create_object(
         {
@@ -350,8 +339,8 @@ def test_outcomes_are_kept_per_run_owned_by_the_workflow_and_replaced_on_retry(f
         certify.plan(workflow_name="w", workflow_uid="not a uid!")
 
 
-def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(fleet) -> None:  # type: ignore[no-untyped-def]
-    fleet("sim:nodes=1,gpu=h100")
+def test_an_outcome_too_big_for_a_configmap_is_an_error_naming_it(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet("sim:nodes=1,gpu=h100")
     subject = Subject(kind="node", name="node-00", members=["node-00"])
     noise = [os.urandom(64).hex() for _ in range(20_000)]  # does not compress
     outcome = ALLREDUCE_SWEEP.outcome(
@@ -418,7 +407,7 @@ def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path:
         ), task["name"]
 
 
-def test_a_local_runs_hold_lives_while_its_process_does(fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_local_runs_hold_lives_while_its_process_does(sim_fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A dsx run --local has no Workflow object: its holds name its process (DSX_LOCAL_RUN, HOST:PID).
     While that process lives, a second certification is refused naming it; once it is gone, its hold
     is stale and taken over. A local run's hold was once always taken over (no Workflow found)."""
@@ -426,7 +415,7 @@ def test_a_local_runs_hold_lives_while_its_process_does(fleet, monkeypatch) -> N
     import subprocess
     import sys
 
-    fleet("sim:nodes=2,gpu=h100")
+    sim_fleet("sim:nodes=2,gpu=h100")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         monkeypatch.setenv(vocab.ENV_LOCAL_RUN, f"{socket.gethostname()}:{sleeper.pid}")

@@ -16,12 +16,11 @@ import gzip
 import json
 import random
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from steps.cluster import ConflictError, CordonRefusedError, RetryPolicy, connect, shareable
+from steps.cluster import ConflictError, CordonRefusedError, RetryPolicy, connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
@@ -123,9 +122,8 @@ def _cordoner(seed: int, ops: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
-def test_labels_always_agree_with_the_last_finished_report(seed: int, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("DSX_CLUSTER", shareable(SPEC, tmp_path))
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
+def test_labels_always_agree_with_the_last_finished_report(seed: int, sim_fleet, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    sim_fleet(SPEC)
     monkeypatch.setenv("DSX_RETRY_BASE_DELAY", "0")
     monkeypatch.setenv("DSX_RETRY_ATTEMPTS", "2")
     log: list[tuple[str, Any]] = []

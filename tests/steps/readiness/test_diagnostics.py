@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from steps.cluster import connect, shareable
+from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import InputError
 from steps.readiness import certify
@@ -41,9 +42,8 @@ def test_a_policy_naming_an_unknown_check_or_run_is_refused_naming_the_file(tmp_
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
-    monkeypatch.setenv("DSX_CLUSTER", shareable("sim:nodes=3,gpu=h100", tmp_path))
+def fleet(sim_fleet: Callable[[str], str]) -> None:
+    sim_fleet("sim:nodes=3,gpu=h100")
 
 
 def _under_remediation(node: str, check: str, state: str = "recertifying") -> None:

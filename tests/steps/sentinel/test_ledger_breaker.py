@@ -9,12 +9,11 @@ window and open the breaker with no node quarantined (the review found a full le
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from steps.cluster import connect, shareable
-from steps.cluster import vocabulary as vocab
+from steps.cluster import connect
 from steps.cluster.errors import ClusterError, ForbiddenError
 from steps.cluster.sim import SimCluster
 from steps.sentinel import ledger, remediate
@@ -24,13 +23,10 @@ NODES = 20  # the breaker's default share (10%) lets 2 in at a time
 
 
 @pytest.fixture
-def refusing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimCluster:
+def refusing(sim_fleet: Callable[[str], str]) -> SimCluster:
     """A fleet whose API refuses to create ConfigMaps (RBAC), once the breaker's own exists: every
     ledger write of a node's first entry fails, every write of the breaker goes through."""
-    spec = shareable(f"sim:nodes={NODES},gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
-    port = connect(spec)
+    port = connect(sim_fleet(f"sim:nodes={NODES},gpu=h100,workloads=false"))
     assert isinstance(port, SimCluster)
     Breaker(port).reset("test")  # the breaker's ConfigMap exists: its writes are updates
     port.inject_api(forbid=["create configmaps"])

@@ -4,6 +4,7 @@ the reconciler for nodes whose agent is down with them and cleared by the agent 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,10 +109,9 @@ def _sim(tmp_path: Path, nodes: int = 4) -> str:
 
 
 def test_the_reconciler_marks_a_node_down_for_the_threshold_and_starts_its_remediation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sim_fleet: Callable[[str], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet = _sim(tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, fleet)
+    fleet = sim_fleet("sim:nodes=4,gpu=h100,racks=2,workloads=false")
     port = connect(fleet)
     port.inject("node-01", "not-ready")  # type: ignore[attr-defined]
     quick = load_catalogue(changes=_overrides(ready_false=0), source="test")
@@ -190,13 +190,15 @@ def test_the_agent_of_a_node_back_in_service_clears_the_reconcilers_condition() 
 
 @pytest.mark.story
 def test_reconcile_puts_a_node_that_was_down_back_in_service_on_the_simulated_fleet(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    sim_fleet: Callable[[str], str],
 ) -> None:
     """``dsx sentinel reconcile`` with the cluster's overrides (a threshold of 0): the node down is marked
     and its remediation runs to the end: drained, rebooted by the fleet's repair service, recertified,
     ``DsxNodeNotReady`` cleared and the node back in service."""
-    fleet = shareable("sim:nodes=4,gpu=h100,racks=2,workloads=false,repair-delay=1", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, fleet)
+    fleet = sim_fleet("sim:nodes=4,gpu=h100,racks=2,workloads=false,repair-delay=1")
     monkeypatch.setenv(
         vocab.ENV_FAULT_OVERRIDES,
         '{"entries": [{"check": "not-ready", "code": "ready-false", "threshold": 0}]}',

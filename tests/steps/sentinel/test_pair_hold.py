@@ -4,11 +4,12 @@ run that took it has ended."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from steps.cluster import ClusterPort, connect, holds, shareable
+from steps.cluster import ClusterPort, connect, holds
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.readiness import certify
@@ -16,18 +17,6 @@ from steps.sentinel import recertify as recert
 from steps.sentinel.remediate import OWNER, conclude
 
 NODE = "node-01"
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Point the steps at a shared simulated fleet built from a spec; returns its port."""
-    monkeypatch.setenv("DSX_OUTPUT_DIR", str(tmp_path / "out"))
-
-    def use(spec: str) -> ClusterPort:
-        monkeypatch.setenv("DSX_CLUSTER", shareable(spec, tmp_path))
-        return connect()
-
-    return use
 
 
 def _workflow(port: ClusterPort, name: str, phase: str = "Running") -> str:
@@ -47,8 +36,10 @@ def _partner(tmp_path: Path) -> str:
     return (tmp_path / "out" / "params" / "partner").read_text()
 
 
-def test_the_partner_is_held_while_the_test_runs_and_given_back_by_the_verdict(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=4,gpu=h100,faults=node-00:busy")
+def test_the_partner_is_held_while_the_test_runs_and_given_back_by_the_verdict(
+    sim_fleet: Callable[[str], str], tmp_path: Path
+) -> None:
+    port = connect(sim_fleet("sim:nodes=4,gpu=h100,faults=node-00:busy"))
     uid = _workflow(port, "dsx-remediate-a")
     note = recert.pair_partner(NODE, "dsx-remediate-a", uid)
     assert note == f"{NODE}: pair test running beside node-02 (passed over node-00: its GPUs are in use)"
@@ -70,8 +61,8 @@ def test_the_partner_is_held_while_the_test_runs_and_given_back_by_the_verdict(f
     assert not port.list_nodes(recert.PAIR_SELECTOR)
 
 
-def test_the_exit_handler_gives_the_hold_back_however_the_run_ended(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=3,gpu=h100")
+def test_the_exit_handler_gives_the_hold_back_however_the_run_ended(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=3,gpu=h100"))
     uid = _workflow(port, "dsx-remediate-b")
     recert.pair_partner(NODE, "dsx-remediate-b", uid)  # the run is stopped during the test
     assert port.get_node("node-00").unschedulable
@@ -82,8 +73,8 @@ def test_the_exit_handler_gives_the_hold_back_however_the_run_ended(fleet) -> No
     assert recert.release_pair("dsx-remediate-b", uid) == "no pair hold to give back"
 
 
-def test_a_partner_another_run_holds_is_passed_over(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=4,gpu=h100")
+def test_a_partner_another_run_holds_is_passed_over(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=4,gpu=h100"))
     certifying = _workflow(port, "dsx-certify-c")
     assert port.acquire_lock("node-00", holds.run_holder(port.namespace, "dsx-certify-c", certifying), 600)
     uid = _workflow(port, "dsx-remediate-c")
@@ -94,8 +85,8 @@ def test_a_partner_another_run_holds_is_passed_over(fleet) -> None:  # type: ign
     assert not port.get_node("node-00").unschedulable  # nothing of it was touched
 
 
-def test_a_hold_whose_run_ended_is_lifted_by_the_next_pair_test_and_a_live_one_is_not(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=6,gpu=h100")
+def test_a_hold_whose_run_ended_is_lifted_by_the_next_pair_test_and_a_live_one_is_not(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=6,gpu=h100"))
     old = _workflow(port, "dsx-remediate-old")
     recert.pair_partner(NODE, "dsx-remediate-old", old)  # node-00 held; the run is killed, no exit handler
     live = _workflow(port, "dsx-remediate-live")
@@ -118,8 +109,8 @@ def test_a_hold_whose_run_ended_is_lifted_by_the_next_pair_test_and_a_live_one_i
     assert port.get_node("node-03").cordon.reason == "pair test of node-02"  # type: ignore[union-attr]
 
 
-def test_every_partner_busy_is_no_verdict_in_one_write(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=3,gpu=h100,faults=node-00:busy;node-02:busy")
+def test_every_partner_busy_is_no_verdict_in_one_write(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=3,gpu=h100,faults=node-00:busy;node-02:busy"))
     uid = _workflow(port, "dsx-remediate-d")
     note = recert.pair_partner(NODE, "dsx-remediate-d", uid)
     assert (
@@ -141,8 +132,8 @@ def _recertifying(port: ClusterPort, workflow: str) -> None:
     )
 
 
-def test_a_certification_that_gave_no_verdict_keeps_the_node_recertifying(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=2,gpu=h100")
+def test_a_certification_that_gave_no_verdict_keeps_the_node_recertifying(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=2,gpu=h100"))
     _recertifying(port, "dsx-remediate-e")
     port.set_node_metadata(
         NODE, annotations={vocab.ANNOTATION_CERTIFICATION_REASON: "unschedulable: 0/2 nodes are available"}
@@ -154,8 +145,8 @@ def test_a_certification_that_gave_no_verdict_keeps_the_node_recertifying(fleet)
     assert vocab.LABEL_REPLACE not in node.labels
 
 
-def test_a_certification_that_failed_escalates(fleet) -> None:  # type: ignore[no-untyped-def]
-    port = fleet("sim:nodes=2,gpu=h100")
+def test_a_certification_that_failed_escalates(sim_fleet) -> None:  # type: ignore[no-untyped-def]
+    port = connect(sim_fleet("sim:nodes=2,gpu=h100"))
     _recertifying(port, "dsx-remediate-f")
     port.set_labels(NODE, {vocab.LABEL_CERTIFICATION: "failed"})
     with pytest.raises(DsxError, match="escalated: recertification failed"):

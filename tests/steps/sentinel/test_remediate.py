@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -189,12 +190,10 @@ def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster,
     return result.returncode, port, result.stdout + result.stderr
 
 
-def _three_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> SimCluster:
+def _three_attempts(tmp_path: Path, sim_fleet: Callable[[str], str], ending: str) -> SimCluster:
     """A fleet whose node-01 had three remediation attempts since it was last in service, each requested
     and then ``ending``; the step environment set for guard."""
-    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    sim_fleet("sim:nodes=2,gpu=h100,workloads=false")
     port = SimCluster(FileStore(tmp_path / "fleet.json"))
     for attempt in (1, 2, 3):
         ledger.record(port, "node-01", "requested", workflow=f"w{attempt}", attempt=attempt, check="xid")
@@ -203,14 +202,14 @@ def _three_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
 
 
 def test_a_node_past_its_attempts_is_escalated_out_of_service(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
 ) -> None:
     """An in-service node whose remediations kept being cut short (a person uncordoned it each time) is
     escalated at the limit, and an escalated node never takes new work: cordoned by dsx and tainted."""
     from steps.errors import DsxError
     from steps.sentinel import remediate
 
-    port = _three_attempts(tmp_path, monkeypatch, "cancelled")
+    port = _three_attempts(tmp_path, sim_fleet, "cancelled")
     with pytest.raises(DsxError, match="escalated: 3 remediation attempts"):
         remediate.guard("node-01", "xid", workflow_name="w4", max_attempts=3)
     node = port.get_node("node-01")
@@ -220,13 +219,13 @@ def test_a_node_past_its_attempts_is_escalated_out_of_service(
 
 
 def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
 ) -> None:
     """Three runs stopped before their quarantine (SIGTERM at guard, a lost pod) left only requested and
     ended entries: the node is remediated, not escalated; it once counted them towards max-attempts."""
     from steps.sentinel import remediate
 
-    port = _three_attempts(tmp_path, monkeypatch, "ended")
+    port = _three_attempts(tmp_path, sim_fleet, "ended")
     told = remediate.guard("node-01", "xid", workflow_name="w4", max_attempts="3")
     assert told.startswith("node-01: remediation attempt 4 (")
     assert (tmp_path / "out" / "params" / "proceed").read_text() == "true"
@@ -235,14 +234,14 @@ def test_attempts_stopped_before_they_changed_anything_do_not_count_towards_the_
 
 
 def test_a_node_remediated_three_times_in_thirty_days_is_escalated_for_replacement(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
 ) -> None:
     """The lemon rule of recipes/faults/history.yaml: three remediations that returned the node to
     service within 30 days, and the fourth fault asks for its replacement instead of another repair."""
     from steps.errors import DsxError
     from steps.sentinel import remediate
 
-    port = _three_attempts(tmp_path, monkeypatch, "in-service")
+    port = _three_attempts(tmp_path, sim_fleet, "in-service")
     with pytest.raises(DsxError, match=r"escalated: remediated 3 times within 30 days \(history rule lemon"):
         remediate.guard("node-01", "xid", workflow_name="w4")
     node = port.get_node("node-01")
@@ -253,7 +252,7 @@ def test_a_node_remediated_three_times_in_thirty_days_is_escalated_for_replaceme
 
 
 def test_the_clusters_lemon_rule_given_to_guard_replaces_the_shipped_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
 ) -> None:
     """The chart gives guard the history of the sentinel's overrides (DSX_FAULT_HISTORY): a fleet that
     allows four returns within 30 days repairs a node a fourth time; one whose rules say nothing of lemons
@@ -261,7 +260,7 @@ def test_the_clusters_lemon_rule_given_to_guard_replaces_the_shipped_one(
     from steps.errors import InputError
     from steps.sentinel import remediate
 
-    port = _three_attempts(tmp_path, monkeypatch, "in-service")
+    port = _three_attempts(tmp_path, sim_fleet, "in-service")
     monkeypatch.setenv(vocab.ENV_FAULT_HISTORY, '{"lemon": {"count": 4, "withinDays": 30}}')
     remediate.guard("node-01", "xid", workflow_name="w4", dry_run=True)
     assert (tmp_path / "out" / "params" / "proceed").read_text() == "false"  # a dry run: decided, not done
@@ -276,13 +275,11 @@ def test_the_clusters_lemon_rule_given_to_guard_replaces_the_shipped_one(
 
 
 def test_remediations_older_than_the_lemon_window_do_not_count(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
 ) -> None:
     from steps.sentinel import remediate
 
-    spec = shareable("sim:nodes=2,gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    sim_fleet("sim:nodes=2,gpu=h100,workloads=false")
     port = SimCluster(FileStore(tmp_path / "fleet.json"))
     now = dt.datetime.now(dt.UTC)
     for attempt, days in ((1, 45), (2, 31), (3, 2)):
@@ -473,14 +470,16 @@ BAD_PARAMETERS = [
 
 @pytest.mark.parametrize(("bad", "named"), BAD_PARAMETERS)
 def test_every_parameter_is_read_before_anything_changes(
-    bad: dict[str, str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bad: dict[str, str],
+    named: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sim_fleet: Callable[[str], str],
 ) -> None:
     """guard reads every parameter a later step reads: a malformed one fails the run at guard, naming it,
     before the breaker admits the node or the ledger records anything (a repair-timeout of 'abc' once
     escalated a healthy node and asked for its replacement)."""
-    spec = shareable("sim:nodes=4,gpu=h100,workloads=false", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    spec = sim_fleet("sim:nodes=4,gpu=h100,workloads=false")
     port = connect(spec)
     before = port.get_node("node-01")
     arguments = {"node": "node-01", "check": "xid", **bad}

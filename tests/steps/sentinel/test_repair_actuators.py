@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,6 @@ import pytest
 from steps.cluster import ClusterPort, load_fleet, shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.health import GpuResetError
-from steps.cluster.kube import KubeCluster, load_api_client
 from steps.cluster.pod import Pod
 from steps.cluster.sim import FileStore, MemoryStore, SimCluster
 from steps.cluster.sim import repair as sim_repair
@@ -35,7 +34,7 @@ from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.outcome import outcome_of
 from steps.sentinel.probes import NodeProbes
 from tests.cli import dsx
-from tests.emulator.apiserver import Emulator, write_kubeconfig
+from tests.emulator.apiserver import Emulator
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
 
@@ -79,35 +78,24 @@ Doubles = tuple[ClusterPort, SimCluster, Emulator | None]
 
 
 @pytest.fixture
-def file_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimCluster:
+def file_fleet(sim_fleet: Callable[[str], str], tmp_path: Path) -> SimCluster:
     """A simulated fleet shared through a file (XID 79 on GPU 3 of node-01; no provider repairs), the
     remediation steps pointed at it: both the cluster and the hardware."""
-    monkeypatch.setenv(vocab.ENV_CLUSTER, shareable(XID_79, tmp_path))
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    sim_fleet(XID_79)
     return SimCluster(FileStore(tmp_path / "fleet.json"))
 
 
 @pytest.fixture(params=["sim", "kube"])
-def doubles(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Doubles]:
+def doubles(request: pytest.FixtureRequest, tmp_path: Path) -> Doubles:
     """(the cluster, the hardware, the emulator): the simulated fleet as both, or, for ``kube``, the
     emulated API server (seeded with the fleet's objects, reached through the real client by the agent and
     by remediation's steps) with the fleet as the hardware only."""
     if request.param == "sim":
-        monkeypatch.setenv(vocab.ENV_CLUSTER, shareable(XID_79, tmp_path))
-        monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+        request.getfixturevalue("sim_fleet")(XID_79)
         fleet = SimCluster(FileStore(tmp_path / "fleet.json"))
-        yield fleet, fleet, None
-        return
-    with Emulator() as emulator:
-        emulator.seed(load_fleet(XID_79).manifests())
-        config = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
-        monkeypatch.setenv(vocab.ENV_CLUSTER, "kube")
-        monkeypatch.setenv("KUBECONFIG", str(config))
-        monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
-        api_client, _ = load_api_client(str(config))
-        yield KubeCluster(api_client, retry=FAST), SimCluster(MemoryStore(load_fleet(XID_79))), emulator
+        return fleet, fleet, None
+    port = request.getfixturevalue("kube_fleet")(XID_79, retry=FAST)
+    return port, SimCluster(MemoryStore(load_fleet(XID_79))), request.getfixturevalue("k8s_emulator")
 
 
 # ----------------------------------------------------------------------------- reset-gpu
@@ -557,14 +545,13 @@ GPU3_PCI = "0000:48:00"  # GPU 3 of the fake NVML (tests.steps.sentinel.fake_nvm
 
 
 @pytest.fixture
-def nvml_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Sentinel, FakeNvml, SimCluster, Path]:
+def nvml_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_fleet: Callable[[str], str]
+) -> tuple[Sentinel, FakeNvml, SimCluster, Path]:
     """The agent of node-01 as on a real node: a fake NVML, the kernel log a file with XID 79 on GPU 3,
     ``nvidia-smi`` a script on PATH that says what it was asked (``calls``) and exits as ``exit`` says;
     its condition written, the node quarantined and its reset-gpu repair requested."""
-    monkeypatch.setenv(
-        vocab.ENV_CLUSTER, shareable("sim:nodes=2,gpu=h100,workloads=false,repair=never", tmp_path)
-    )
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    sim_fleet("sim:nodes=2,gpu=h100,workloads=false,repair=never")
     port = SimCluster(FileStore(tmp_path / "fleet.json"))
     tools = tmp_path / "bin"
     tools.mkdir()

@@ -5,12 +5,12 @@ back in service or a person takes the node back, kept when it is escalated."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from steps.cluster import shareable
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import FileStore, SimCluster
 from steps.errors import DsxError
@@ -30,12 +30,10 @@ def _sentinel_pass(port: SimCluster) -> None:
 
 
 @pytest.fixture
-def faulty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimCluster:
+def faulty(tmp_path: Path, sim_fleet: Callable[[str], str]) -> SimCluster:
     """node-01 with XID 79 on GPU 3 and uncorrectable ECC errors on GPU 5, seen by its agent, and
     quarantined by remediation (cordoned as the sentinel's, drained): the step environment set."""
-    spec = shareable(f"sim:nodes=2,gpu=h100,workloads=false,faults={NODE}:xid=79@3;{NODE}:ecc=2@5", tmp_path)
-    monkeypatch.setenv(vocab.ENV_CLUSTER, spec)
-    monkeypatch.setenv(vocab.ENV_OUTPUT_DIR, str(tmp_path / "out"))
+    sim_fleet(f"sim:nodes=2,gpu=h100,workloads=false,faults={NODE}:xid=79@3;{NODE}:ecc=2@5")
     port = SimCluster(FileStore(tmp_path / "fleet.json"))
     _sentinel_pass(port)
     port.cordon(NODE, "remediation", by=remediate.OWNER)
