@@ -144,8 +144,21 @@ class SimDouble:
         on_sim._lost_nothing(self.fleet, set(cordoned_before), deleted=deleted)
 
 
+#: How a kube double recertifies a node whose repair leaves it failing: rank Jobs on the kubelet double,
+#: small sweeps, quick polls (the rank pods' account is made with the cluster).
+JOB_RECERTIFICATION = {
+    vocab.ENV_GPU_IMAGE: "registry.example/dsx-gpu:0.1.0",
+    vocab.ENV_JOB_POLL_S: "0.1",
+    vocab.ENV_SCHEDULE_BUDGET_S: "60",
+    vocab.ENV_STALE_WAIT_S: "30",
+}
+JOB_SIZES = {"launcher": "job", "min-bytes": "16KiB", "max-bytes": "64KiB", "iters": "2"}
+
+
 class KubeDouble:
-    """The emulated API server and kubelet double; a thread of the test plays the repair system."""
+    """The emulated API server and kubelet double; a thread of the test plays the repair system. A repair
+    that ``fails`` reboots the node, and from then on every pod on it exits 1: certification's rank Jobs
+    fail there."""
 
     def __init__(self, made: EmulatedCluster, repair: str, repair_delay: float) -> None:
         self.made, self.repair, self.repair_delay = made, repair, repair_delay
@@ -164,10 +177,21 @@ class KubeDouble:
         return {**env, vocab.ENV_NAMESPACE: on_kube.NAMESPACE}
 
     def run(self, out: Path, **extra: str) -> Phase:
-        return on_kube._remediate(self.made, out, **extra)
+        if self.repair != "fails":
+            return on_kube._remediate(self.made, out, **extra)
+        with _environment(JOB_RECERTIFICATION):
+            return on_kube._remediate(self.made, out, **{**JOB_SIZES, **extra})
 
     def repairs(self) -> contextlib.AbstractContextManager[Any]:
-        return on_kube.Repairer(self.made.emulator, mode=self.repair, delay=self.repair_delay)
+        if self.repair != "fails":
+            return on_kube.Repairer(self.made.emulator, mode=self.repair, delay=self.repair_delay)
+        kubelet = self.made.kubelet
+        assert kubelet is not None
+
+        def broken() -> None:
+            kubelet.behave(NODE, fail_exit_code=1, fail_after_s=0.2)
+
+        return on_kube.Repairer(self.made.emulator, delay=self.repair_delay, after=broken)
 
     def touched_nothing(self) -> bool:
         emulator = self.made.emulator
@@ -198,6 +222,21 @@ class KubeDouble:
         )
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment while inside (a run in this process reads them), as before after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def start(
     kind: str,
     tmp_path: Path,
@@ -208,15 +247,19 @@ def start(
     cordoned: tuple[str, ...] = (),
 ) -> Double:
     """A double of ``kind`` (``sim`` or ``kube``) on the simulated fleet ``spec``, node-01 faulty, its
-    repair (``ok`` or ``never``) coming ``repair_delay`` seconds after the request, the nodes ``cordoned``
-    cordoned by someone other than dsx. On ``kube`` no node passed a certification (the pair test has no
-    partner there; its hold is tested on the fleet and on the real control plane)."""
+    repair (``ok``; ``never``; ``fails``: the node comes back on a new boot, its condition cleared, and
+    still fails its certification) coming ``repair_delay`` seconds after the request, the nodes
+    ``cordoned`` cordoned by someone other than dsx. On ``kube`` no node passed a certification (the pair
+    test has no partner there; its hold is tested on the fleet and on the real control plane)."""
     faulty = f"{spec},faults={NODE}:xid=79"
     if kind == "sim":
-        extra = f",repair-delay={repair_delay:g}" + (",repair=never" if repair == "never" else "")
+        extra = f",repair-delay={repair_delay:g}" + {"never": ",repair=never", "fails": ",repair=fail"}.get(
+            repair, ""
+        )
         extra += "".join(f",cordoned={name}" for name in cordoned)
         return SimDouble(tmp_path, faulty + extra)
-    made = k8s_cluster(spec=f"{faulty},certified=none")
+    accounts = ("dsx-ranks",) if repair == "fails" else ()
+    made = k8s_cluster(spec=f"{faulty},certified=none", service_accounts=accounts)
     made.emulator.update("nodes", "", NODE, on_kube._faulty)
     for name in cordoned:
         on_kube._cordon_by_hand(made, name)

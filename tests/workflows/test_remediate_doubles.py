@@ -1,8 +1,9 @@
 """Remediation scenarios written once and run on both doubles (:mod:`tests.workflows.remediation_doubles`),
-the simulated fleet and the emulated API server with its kubelet double: a repair that never comes, the
-breaker open, two runs for one node, an operator's uncordon, a node gone mid-drain, API errors retried,
-and a run stopped part-way, picked up where it stopped when the workflow is submitted again. After each,
-the promises of :mod:`tests.workflows.test_remediate_faults` hold (``assert_lost_nothing``)."""
+the simulated fleet and the emulated API server with its kubelet double: a repair that never comes, one
+that leaves the node failing its recertification, the breaker open, two runs for one node, an operator's
+uncordon, a node gone mid-drain, API errors retried, and a run stopped part-way, picked up where it
+stopped when the workflow is submitted again. After each, the promises of
+:mod:`tests.workflows.test_remediate_faults` hold (``assert_lost_nothing``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,31 @@ def test_the_repair_never_comes(
     reasons = [e.get("reason") for e in double.port.list_objects("v1", "Event", "default")]
     assert "DsxRemediationEscalated" in reasons
     double.assert_lost_nothing(cordoned_before=frozenset({"node-03"}))
+
+
+@pytest.mark.story
+@pytest.mark.parametrize("kind", ["sim", "kube"])
+def test_recertification_fails_on_the_repaired_node(
+    kind: str, tmp_path: Path, k8s_cluster: Callable[..., EmulatedCluster]
+) -> None:
+    """The repair brings node-01 back on a new boot, its condition cleared, but it still fails: on the
+    fleet the repair leaves the fault, on the emulator every pod on the node exits 1 (certification's rank
+    Jobs there). The node stays out, escalated for replacement."""
+    double = start(kind, tmp_path, k8s_cluster, "sim:nodes=4,gpu=h100", repair="fails", cordoned=("node-02",))
+    with double.repairs():
+        assert double.run(tmp_path / "run") == Phase.Failed
+    node = double.port.get_node(NODE)
+    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
+    assert node.labels[vocab.LABEL_CERTIFICATION] == "failed"
+    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    assert vocab.LABEL_RECERTIFY not in node.labels
+    found = states(double)
+    assert "recertifying" in found and found[-2:] == ["escalated", "ended"]
+    escalated = [e for e in ledger.entries(double.port, NODE) if e.state == "escalated"][-1]
+    assert escalated.detail.startswith("recertification failed: allreduce-sweep error: "), escalated.detail
+    warnings = [e for e in double.port.list_objects("v1", "Event", "default") if e.get("type") == "Warning"]
+    assert "DsxRemediationEscalated" in [e.get("reason") for e in warnings]
+    double.assert_lost_nothing(cordoned_before=frozenset({"node-02"}))
 
 
 @pytest.mark.story

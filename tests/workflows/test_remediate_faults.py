@@ -236,17 +236,6 @@ def test_with_every_partner_busy_the_node_stays_recertifying_and_is_not_escalate
 
 
 @pytest.mark.story
-def test_recertification_fails(tmp_path: Path) -> None:
-    state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5")
-    assert _remediate(state, tmp_path / "run") == Phase.Failed
-    node = port.get_node(NODE)
-    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
-    assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
-    assert vocab.LABEL_RECERTIFY not in node.labels
-    _lost_nothing(port)
-
-
-@pytest.mark.story
 def test_a_node_that_passes_alone_but_fails_beside_a_known_good_node_escalates(tmp_path: Path) -> None:
     # The repair fixes the GPU (repair=ok), but the node's NIC is slow: certification of the node alone
     # cannot see it (no second node), the pair test beside a known-good node does.

@@ -285,47 +285,6 @@ def test_a_repaired_node_is_recertified_and_back_in_service(
     _lost_nothing(made, frozenset({"node-00"}))
 
 
-@pytest.mark.story
-def test_recertification_fails_on_the_repaired_node(
-    cluster: Callable[..., EmulatedCluster], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The repair brings node-01 back on a new boot, its condition cleared, but its GPUs still fail:
-    certification's rank pods, Jobs on the node run by the kubelet double, exit 1. The node stays out."""
-    made = cluster(service_accounts=("dsx-ranks",))  # the rank pods' account
-    kubelet = made.kubelet
-    assert kubelet is not None
-    for name, value in {
-        vocab.ENV_GPU_IMAGE: "registry.example/dsx-gpu:0.1.0",
-        vocab.ENV_JOB_POLL_S: "0.1",
-        vocab.ENV_SCHEDULE_BUDGET_S: "60",
-        vocab.ENV_STALE_WAIT_S: "30",
-    }.items():
-        monkeypatch.setenv(name, value)
-    _cordon_by_hand(made, "node-02")
-
-    def broken() -> None:  # from the repair on, every pod on node-01 exits 1
-        kubelet.behave(NODE, fail_exit_code=1, fail_after_s=0.2)
-
-    sizes = {"launcher": "job", "min-bytes": "16KiB", "max-bytes": "64KiB", "iters": "2"}
-    with Repairer(made.emulator, after=broken) as repairer:
-        assert _remediate(made, tmp_path / "run", **sizes) == Phase.Failed
-    assert repairer.repaired.is_set()
-    node = _node(made)
-    labels = _labels(node)
-    assert _cordoned(node) and labels[vocab.LABEL_STATE] == "escalated"
-    assert labels[vocab.LABEL_CERTIFICATION] == "failed"
-    assert labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
-    assert vocab.LABEL_RECERTIFY not in labels
-    states = _states(made)
-    assert "recertifying" in states and states[-2:] == ["escalated", "ended"]
-    assert _requests(made.emulator, "POST", f"/namespaces/{NAMESPACE}/jobs"), "no rank Job ran"
-    escalated = [e for e in ledger.entries(made.port(NAMESPACE), NODE) if e.state == "escalated"][-1]
-    assert "FailedIndexes" in escalated.detail, escalated.detail  # the Job's own verdict on its ranks
-    warnings = [e for e in made.emulator.objects("events", "default") if e.get("type") == "Warning"]
-    assert "DsxRemediationEscalated" in [e.get("reason") for e in warnings]
-    _lost_nothing(made, frozenset({"node-02"}))
-
-
 def _one_after_the_other(made: EmulatedCluster) -> None:
     """Two remediation runs of the node, the second begun after the first ended; the node in service."""
     assert_one_after_the_other(made.port(NAMESPACE))
