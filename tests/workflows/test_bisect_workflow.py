@@ -49,7 +49,7 @@ def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None
 @pytest.mark.story
 def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    spec = "sim:nodes=8,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"
+    spec = "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"
     cmd = [sys.executable, "-m", "workflows.cli", "run", "bisect", "--local", "--cluster", spec]
     cmd += ["-p", "p-min=0.9"]  # the nodes left in service screened with 2 passes each, not 21
     result = subprocess.run(
@@ -62,7 +62,7 @@ def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Pa
     assert phases["search-group"] == "Succeeded" and phases["finish"] == "Failed"
     port = connect(f"state:{out / 'fleet.json'}")
     labels = {n.name: n.labels.get(vocab.LABEL_CERTIFICATION) for n in port.list_nodes()}
-    assert labels == {f"node-{i:02d}": ("failed" if i == 2 else None) for i in range(8)}
+    assert labels == {f"node-{i:02d}": ("failed" if i == 2 else None) for i in range(4)}
     reason = port.get_node("node-02").annotations[vocab.ANNOTATION_CERTIFICATION_REASON]
     assert reason.startswith("node-02: slow in multi-node tests:")
     probability = re.search(r"probability (\d\.\d+)", reason)

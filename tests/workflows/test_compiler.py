@@ -11,7 +11,8 @@ from hera.workflows import DAG
 
 from steps.durations import parse_duration
 from steps.errors import InputError
-from tests.paths import CHART, REPO, shared_path
+from tests.cli import dsx_here
+from tests.paths import CHART, shared_path
 from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
 from workflows.templates._base import STARTUP_ALLOWANCE, step, workflow_template
@@ -136,12 +137,13 @@ def test_step_modules_with_postponed_annotations_are_refused() -> None:
 
 
 @pytest.mark.story
-def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None:
+def test_compile_check_cli_exits_1_naming_the_stale_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "files"
-    cli = [sys.executable, "-m", "workflows.cli", "compile", "--out", str(out)]
-    written = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, check=False)
-    assert written.returncode == 0, written.stderr
-    assert subprocess.run([*cli, "--check"], capture_output=True, cwd=REPO, check=False).returncode == 0
+    code, _, err = dsx_here(capsys, "compile", "--out", str(out))
+    assert code == 0, err
+    assert dsx_here(capsys, "compile", "--out", str(out), "--check")[0] == 0
     victims = sorted(out.glob("*.yaml"))
     if not victims:
         (out / "workflow-template-dsx-stray.yaml").write_text("kind: WorkflowTemplate\n")
@@ -149,9 +151,8 @@ def test_compile_check_cli_exits_1_naming_the_stale_file(tmp_path: Path) -> None
     else:
         victims[0].write_text(victims[0].read_text() + "# edited by hand\n")
         expected = victims[0].name
-    stale = subprocess.run([*cli, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
-    assert stale.returncode == 1
-    assert expected in stale.stderr
+    code, _, err = dsx_here(capsys, "compile", "--out", str(out), "--check")
+    assert code == 1 and expected in err, err
 
 
 def test_every_step_template_and_task_is_named_after_its_step_function() -> None:

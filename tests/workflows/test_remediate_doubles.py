@@ -51,6 +51,9 @@ def test_the_repair_never_comes(
     node = double.port.get_node(NODE)
     assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
     assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
+    # the repair it asked for stays asked, with its evidence: the case for the vendor
+    assert node.labels[vocab.LABEL_REPAIR] == "reboot"
+    assert double.port.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", double.port.namespace) is not None
     assert states(double)[-2:] == ["escalated", "ended"]
     reasons = [e.get("reason") for e in double.port.list_objects("v1", "Event", "default")]
     assert "DsxRemediationEscalated" in reasons

@@ -161,35 +161,6 @@ def test_bad_drain_policy_is_an_input_error() -> None:
         drain_step("node-01", "xid", "wf", policy="{not json")
 
 
-def _remediate(tmp_path: Path, spec: str, *extra: str) -> tuple[int, SimCluster, str]:
-    out = tmp_path / "run"
-    result = dsx(
-        "run",
-        "remediate",
-        "--local",
-        "--cluster",
-        spec,
-        "--out",
-        str(out),
-        "-p",
-        "node=node-01",
-        "-p",
-        "check=xid",
-        "-p",
-        f"drain-policy={json.dumps(FAST)}",
-        "-p",
-        "repair-timeout=4s",
-        "-p",
-        "iters=2",
-        "-p",
-        "p-min=0.9",
-        *extra,
-        timeout=600,
-    )
-    port = SimCluster(FileStore(out / "fleet.json"))
-    return result.returncode, port, result.stdout + result.stderr
-
-
 def _three_attempts(tmp_path: Path, sim_fleet: Callable[[str], str], ending: str) -> SimCluster:
     """A fleet whose node-01 had three remediation attempts since it was last in service, each requested
     and then ``ending``; the step environment set for guard."""
@@ -337,29 +308,6 @@ def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_p
     assert evictions and not any(c.args.get("pod", "").endswith("daemonset-1") for c in evictions)
     assert not [c for c in port.calls() if c.method == "delete_pod"]
     assert not [p for p in port.pods_on("node-01") if not p.daemonset]
-
-
-@pytest.mark.story
-def test_remediate_escalates_when_the_repair_never_comes(tmp_path: Path) -> None:
-    code, port, output = _remediate(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=never")
-    assert code == 1, output
-    node = port.get_node("node-01")
-    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
-    assert node.labels[vocab.LABEL_REPLACE] == vocab.REPLACE_REQUESTED
-    # the repair it asked for stays asked, with its evidence: the case for the vendor
-    assert node.labels[vocab.LABEL_REPAIR] == "reboot"
-    assert port.get_object("v1", "ConfigMap", "dsx-repair-node-01", port.namespace) is not None
-
-
-@pytest.mark.story
-def test_remediate_escalates_when_recertification_fails(tmp_path: Path) -> None:
-    code, port, output = _remediate(
-        tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair=fail,repair-delay=0.5"
-    )
-    assert code == 1, output
-    node = port.get_node("node-01")
-    assert node.unschedulable and node.labels[vocab.LABEL_STATE] == "escalated"
-    assert node.labels[vocab.LABEL_CERTIFICATION] != "passed"
 
 
 def test_breaker_cli_shows_a_trip_and_a_person_resets_it(tmp_path: Path) -> None:
