@@ -115,10 +115,14 @@ def _e2e_selected(config: pytest.Config) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The e2e tier runs only when a marker expression names it (``pytest -m e2e tests/e2e``, as
-    ``.ci/run`` runs it): any other selection, ``pytest -m "not story"`` included, leaves it out."""
+    ``.ci/run`` runs it): any other selection, ``pytest -m "not story"`` included, leaves it out.
+
+    The long stories run first: the workers then share out the many short tests at the end, instead of
+    three waiting while the fourth finishes a story begun last."""
     if _e2e_selected(config):
         return
     dropped = [item for item in items if item.get_closest_marker("e2e") is not None]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item.get_closest_marker("e2e") is None]
+    items.sort(key=lambda item: item.get_closest_marker("story") is None)
