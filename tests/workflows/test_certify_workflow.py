@@ -15,6 +15,7 @@ import yaml
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import PLAN_OUTPUTS
+from tests.cli import dsx_here
 from tests.paths import REPO
 
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
@@ -131,9 +132,11 @@ def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_g
         assert verdict["name"] == "verdict" and verdict["valueFrom"]["default"] == ""
 
 
-@pytest.mark.story
-def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path: Path) -> None:
-    """The plan step would refuse them; dsx run refuses them first, exit 2, and starts nothing."""
+def test_malformed_certify_parameters_are_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plan step would refuse them; dsx run refuses them first, exit 2, and starts nothing (in this
+    process: a refusal needs no run)."""
     for bad, message in (
         (["-p", "nodes=a b ==c"], "label selector 'a b ==c'"),
         (["-p", "min-bytes=8MiB", "-p", "max-bytes=1KiB"], "min-bytes 8388608 is larger than max-bytes 1024"),
@@ -141,10 +144,9 @@ def test_malformed_certify_parameters_are_refused_before_anything_runs(tmp_path:
         (["-p", "group-label=not a label"], "is not a node label key"),
     ):
         out = tmp_path / "never"
-        cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", *bad, "--out", str(out)]
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
-        assert result.returncode == 2, result.stderr
-        assert message in result.stderr and not out.exists()
+        code, _, err = dsx_here(capsys, "run", "certify", "--local", *bad, "--out", str(out))
+        assert code == 2, err
+        assert message in err and not out.exists()
 
 
 @pytest.mark.story
@@ -239,7 +241,7 @@ def test_two_local_certifications_of_one_fleet_at_once_the_second_is_refused_nam
     def start(name: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", *target,
-             "--out", str(tmp_path / name), *SMALL],
+             "--out", str(tmp_path / name), "-p", "max-bytes=64KiB", "-p", "iters=2"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
