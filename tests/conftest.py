@@ -1,6 +1,7 @@
 """Fixtures shared by every test package, one family for clusters: a simulated fleet the steps find
-(``sim_fleet``), the emulated Kubernetes API server and a port on it (``k8s_emulator``, ``kubeconfig``),
-whole emulated clusters with a kubelet double (``k8s_cluster``)."""
+(``sim_fleet``) or the emulated API server seeded with one (``kube_fleet``), the emulated Kubernetes API
+server and a kubeconfig for it (``k8s_emulator``, ``kubeconfig``), whole emulated clusters with a kubelet
+double (``k8s_cluster``)."""
 
 from __future__ import annotations
 

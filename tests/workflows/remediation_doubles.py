@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
+from unittest import mock
 
 from steps.cluster import ClusterPort
 from steps.cluster import vocabulary as vocab
@@ -179,7 +180,7 @@ class KubeDouble:
     def run(self, out: Path, **extra: str) -> Phase:
         if self.repair != "fails":
             return on_kube._remediate(self.made, out, **extra)
-        with _environment(JOB_RECERTIFICATION):
+        with mock.patch.dict(os.environ, JOB_RECERTIFICATION):
             return on_kube._remediate(self.made, out, **{**JOB_SIZES, **extra})
 
     def repairs(self) -> contextlib.AbstractContextManager[Any]:
@@ -222,19 +223,8 @@ class KubeDouble:
         )
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in the environment while inside (a run in this process reads them), as before after."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+#: The fleet's spec for a repair that never comes, or that leaves the fault (``ok``: none).
+_SIM_REPAIRS = {"never": ",repair=never", "fails": ",repair=fail"}
 
 
 def start(
@@ -253,9 +243,7 @@ def start(
     test has no partner there; its hold is tested on the fleet and on the real control plane)."""
     faulty = f"{spec},faults={NODE}:xid=79"
     if kind == "sim":
-        extra = f",repair-delay={repair_delay:g}" + {"never": ",repair=never", "fails": ",repair=fail"}.get(
-            repair, ""
-        )
+        extra = f",repair-delay={repair_delay:g}" + _SIM_REPAIRS.get(repair, "")
         extra += "".join(f",cordoned={name}" for name in cordoned)
         return SimDouble(tmp_path, faulty + extra)
     accounts = ("dsx-ranks",) if repair == "fails" else ()
