@@ -43,9 +43,9 @@ The part in five kinds of module, each kind knowing only the kinds above it::
                       for a node under remediation (recipes/faults/diagnostics.yaml)
       node_marks      what a run writes on its nodes: the Lease that holds each, its verdict label
       outcomes        where checks leave their outcomes for later steps, by test and subject:
-                    ConfigMaps of the run
+                      ConfigMaps of the run
       report          the certification report (JSON, Markdown, plots): every outcome by its test, and
-                    each node's result from every verdict
+                      each node's result from every verdict
       sections        each check's section of the report's Markdown
       plots           bus bandwidth and step-time plots
       evidence        the folder a step writes its evidence to
@@ -64,10 +64,10 @@ A new check (an NVLink bandwidth test, say) touches six files: its rank program 
 its result model), its judge (``judge.py``), its registration (``checks.py``: the request, the
 :class:`~steps.readiness.check.Check` and one :class:`~steps.readiness.check.CheckKind` in ``KINDS``),
 the stage that runs it (``certify.py``: ``node_check`` for a node's own test), its thresholds
-(``thresholds.py``, read from the recipe with defaults) and its tests. The outcome store, the step's one-line
-result, the report (its section, plot and injected faults; trimming when too big to keep) and the node
-labels follow from the outcome's test and verdicts: ``tests/steps/readiness/test_check_kinds.py`` runs a
-check registered only there through all of them.
+(``thresholds.py``, read from the recipe with defaults) and its tests. The outcome store, the step's
+one-line result, the report (its section, plot and injected faults; trimming when too big to keep) and
+the node labels follow from the outcome's test and verdicts:
+``tests/steps/readiness/test_check_kinds.py`` runs a check registered only there through all of them.
 
 Why flat for judgement, data and pipeline: they are what the workflows, the CLI and the tests import,
 and the compiled templates name the pipeline's steps by module path; a subpackage would only lengthen
