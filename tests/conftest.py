@@ -65,7 +65,7 @@ def kube_fleet(
     def use(spec: str, retry: RetryPolicy | None = None) -> KubeCluster:
         k8s_emulator.seed(load_fleet(spec).manifests())
         api_client, _ = load_api_client(str(kubeconfig))
-        return KubeCluster(api_client, retry=retry) if retry else KubeCluster(api_client)
+        return KubeCluster(api_client, retry=retry)
 
     return use
 

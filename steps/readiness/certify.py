@@ -470,7 +470,7 @@ def smoke_nodes(plan: CertifyPlan, store: OutcomeStore) -> list[str]:
     """The nodes the smoke run takes: the planned nodes that no sweep, and no other test of a node of its
     own (DCGM's diagnostics, any check of a node), failed or left in doubt."""
     nodes, groups = _stored_sweeps(store, plan)
-    own = [o for o in store.every_outcome() if o.subject.kind == "node" and o.test != SWEEP_TEST]
+    own = [o for o in store.every_outcome(but=SWEEP_TEST) if o.subject.kind == "node"]
     verdicts = [v for o in [*nodes, *groups, *own] for v in o.verdicts]
     results = {r.name: r.status for r in node_results(plan.nodes, verdicts)}
     return [n for n in plan.nodes if results.get(n) == "passed"]
@@ -551,9 +551,7 @@ def report(run: RunRef) -> CertifySummary:
     plan, recipe = load_plan(run, port)
     store = OutcomeStore(port, plan.run)
     nodes, groups = _stored_sweeps(store, plan)
-    others = [
-        o for o in store.every_outcome() if o.test != SWEEP_TEST
-    ]  # every other check's, whatever its test
+    others = store.every_outcome(but=SWEEP_TEST)  # every other test's, whatever it is
     digest = recipe.digest
     excluded = [
         verdict(

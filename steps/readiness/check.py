@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -103,7 +103,7 @@ class CheckKind(Generic[Result]):
     title: str
     section: Callable[[Sequence[CheckOutcome[Result]]], list[str]] | None = None
     plot: Plot[Result] | None = None
-    injected: Callable[[Result], Sequence[str]] = field(default=_no_faults)
+    injected: Callable[[Result], Sequence[str]] = _no_faults
 
     def __post_init__(self) -> None:
         if not _LABEL_VALUE.fullmatch(self.test):

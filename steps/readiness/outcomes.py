@@ -160,9 +160,11 @@ class OutcomeStore:
         found = [kind.outcome.model_validate_json(text) for text in texts]
         return sorted((o for o in found if subjects in (None, o.subject.kind)), key=_by_subject)
 
-    def every_outcome(self) -> list[CheckOutcome[Any]]:
-        """Every stored check outcome, whatever its test, by test and subject."""
-        found = [CheckOutcome[Any].model_validate_json(t) for t in self._read(self._selector(CHECK_OUTCOME))]
+    def every_outcome(self, but: str | None = None) -> list[CheckOutcome[Any]]:
+        """Every stored check outcome, whatever its test (``but`` one test's, left out by the label
+        selector, so the API server does not send them), by test and subject."""
+        selector = self._selector(CHECK_OUTCOME) + (f",{vocab.LABEL_OUTCOME_TEST}!={but}" if but else "")
+        found = [CheckOutcome[Any].model_validate_json(text) for text in self._read(selector)]
         return sorted(found, key=lambda o: (o.test, *_by_subject(o)))
 
     def delete(self) -> int:

@@ -86,6 +86,7 @@ def test_a_registered_check_is_stored_summed_up_reported_and_labelled(
         Links(slowest_gbps=450),
     ]
     assert [o.test for o in store.every_outcome()] == [TEST, TEST]
+    assert store.every_outcome(but=TEST) == []
     line = check_result(slow)
     assert (line.test, line.subject, line.status) == (TEST, "node-00", "fail")
     assert line.message == "node node-00: slowest NVLink 120 GB/s"
