@@ -1,7 +1,8 @@
 """Fixtures shared by every test package, one family for clusters: a simulated fleet the steps find
 (``sim_fleet``) or the emulated API server seeded with one (``kube_fleet``), the emulated Kubernetes API
 server and a kubeconfig for it (``k8s_emulator``, ``kubeconfig``), whole emulated clusters with a kubelet
-double (``k8s_cluster``)."""
+double (``k8s_cluster``); and the e2e tier's real control plane (``real_cluster``), which the contract suite
+of ``tests/steps/cluster`` shares with ``tests/e2e``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def sim_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str]
         return shared
 
     return use
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The e2e tier's control plane, one per session (``tests.e2e.conftest.RealCluster``); only tests
+    marked ``e2e`` ask for it."""
+    from tests.e2e.conftest import open_real_cluster
+
+    yield from open_real_cluster(tmp_path_factory)
 
 
 @pytest.fixture
@@ -115,8 +125,9 @@ def _e2e_selected(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The e2e tier runs only when a marker expression names it (``pytest -m e2e tests/e2e``, as
-    ``.ci/run`` runs it): any other selection, ``pytest -m "not story"`` included, leaves it out.
+    """The e2e tier runs only when a marker expression names it (``pytest -m e2e tests/e2e
+    tests/steps/cluster``, as ``.ci/run`` runs it): any other selection, ``pytest -m "not story"``
+    included, leaves it out.
 
     The long stories run first: the workers then share out the many short tests at the end, instead of
     three waiting while the fourth finishes a story begun last."""

@@ -213,15 +213,18 @@ class Cluster:
         subprocess.run(["ip", "addr", "add", f"{self.gateway}/24", "dev", bridge], check=True)
         subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
 
-    def _kubeconfig(self, stem: str, namespace: str = "default") -> Path:
-        path = self.dir / f"{stem}.kubeconfig"
+    def _kubeconfig(self, stem: str, namespace: str = "default", server: str = "", name: str = "") -> Path:
+        path = self.dir / f"{name or stem}.kubeconfig"
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {
                     "name": "e2e",
-                    "cluster": {"server": self.server, "certificate-authority": str(self.pki / "ca.crt")},
+                    "cluster": {
+                        "server": server or self.server,
+                        "certificate-authority": str(self.pki / "ca.crt"),
+                    },
                 }
             ],
             "users": [
@@ -240,6 +243,11 @@ class Cluster:
         }
         path.write_text(json.dumps(config, indent=2))
         return path
+
+    def kubeconfig_for(self, server: str, user: str, name: str) -> Path:
+        """A kubeconfig ``NAME.kubeconfig`` for the API server at ``server`` as the client certificate
+        ``pki/USER.crt`` (:data:`tests.e2e.pki.CLIENTS`, or one :func:`tests.e2e.pki.sign_client` made)."""
+        return self._kubeconfig(user, server=server, name=name)
 
     def _kubeconfigs(self) -> None:
         self._kubeconfig("admin", NAMESPACE).replace(self.kubeconfig)
@@ -351,13 +359,21 @@ class Cluster:
     @contextlib.contextmanager
     def apiserver(self, name: str, *flags: str) -> Iterator[str]:
         """A second API server on the same etcd, as an HA control plane has, with ``flags`` added (a short
-        ``--event-ttl``, say): its URL while the block runs; stopped when it ends. It keeps no audit log."""
+        ``--event-ttl``, or ``--etcd-prefix`` for a cluster of its own): its URL while the block runs;
+        stopped when it ends. It keeps no audit log."""
         port = _free_port()
-        self._start(name, [*self._apiserver_argv(port, f"{name}-certs"), *flags])
-        try:
+        with self.running(name, [*self._apiserver_argv(port, f"{name}-certs"), *flags]):
             url = f"https://{self.gateway}:{port}"
             self._wait(name, lambda: self._https_ok(f"{url}/readyz"), timeout=180)
             yield url
+
+    @contextlib.contextmanager
+    def running(self, name: str, argv: list[str]) -> Iterator[None]:
+        """``argv`` running as the process ``name`` (logged in ``logs/NAME.log``, stopped by :meth:`down`
+        too) while the block runs."""
+        self._start(name, argv)
+        try:
+            yield
         finally:
             self._stop(self.state.processes.pop(name), grace=10)
             self.state.save(self.state_path)

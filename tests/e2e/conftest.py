@@ -1,4 +1,5 @@
-"""The e2e tier's session: one real control plane for every test (``pytest -m e2e tests/e2e``).
+"""The e2e tier's session: one real control plane for every test (``pytest -m e2e tests/e2e
+tests/steps/cluster``: the cluster port's contract suite has it as its third target).
 
 By default the session brings up its own (:class:`tests.e2e.cluster.Cluster`: built from the Go module
 proxy, cached, torn down at the end so no process outlives the session). With ``DSX_E2E_KUBECONFIG``
@@ -154,6 +155,22 @@ def audit_events(own: Cluster) -> list[dict[str, Any]]:
 E2E_TIMEOUT_S = 1800
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each failed e2e test's first lines last, where a CI log's tail shows them: an assertion's first
+    line names what failed (a workflow's failed steps and their messages), and the control plane's logs
+    after it would push it out of view."""
+    failed = [r for r in terminalreporter.stats.get("failed", []) if "e2e" in r.keywords]
+    if not failed:
+        return
+    terminalreporter.section("e2e failures, first lines")
+    for report in failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        lines = (crash.message if crash is not None else str(report.longrepr)).splitlines()[:3]
+        terminalreporter.write_line(f"{report.nodeid}:")
+        for line in lines:
+            terminalreporter.write_line(f"    {line[:1500]}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that read what the others did (the audit log) run after them; e2e tests get their bound."""
     items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
@@ -162,8 +179,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
 
 
-@pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+def open_real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """The session's cluster (the ``real_cluster`` fixture, in ``tests/conftest.py`` so that the contract
+    suite of ``tests/steps/cluster`` shares it): its own, or the one ``DSX_E2E_KUBECONFIG`` names."""
     existing = os.environ.get("DSX_E2E_KUBECONFIG")
     if existing:
         yield RealCluster(Path(existing), {"KUBECONFIG": existing}, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ["Client", "make_pki", "sign_server"]
+__all__ = ["Client", "make_pki", "sign_client", "sign_server"]
 
 #: (file stem, common name, organisation) of each client certificate.
 Client = tuple[str, str, str]
@@ -121,4 +121,18 @@ def sign_server(pki: Path, stem: str, common_name: str, addresses: list[str]) ->
         _subject(common_name, ""),
         f"basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
         f"extendedKeyUsage=serverAuth\nsubjectAltName={san}\n",
+    )
+
+
+def sign_client(pki: Path, stem: str, common_name: str, org: str = "") -> None:
+    """A client certificate ``STEM.crt``/``STEM.key`` for the user ``common_name`` (in group ``org``),
+    signed by the CA of :func:`make_pki`. Kept when present."""
+    if (pki / f"{stem}.crt").exists():
+        return
+    _sign(
+        pki,
+        stem,
+        _subject(common_name, org),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n",
     )

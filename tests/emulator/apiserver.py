@@ -69,10 +69,11 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   pod whose controller has no scale (a Job's) failing safe with no disruption allowed;
   disruptionsAllowed, never while no pod is expected): ``pkg/controller/disruption/disruption.go``.
   Eviction: pending, finished and terminating pods go without a check; a budget with an empty selector
-  matches nothing; an unready pod goes while the budget is met; else the stored status must allow a
-  disruption (429 while its observedGeneration lags), which the eviction decrements and records in
-  disruptedPods: ``pkg/registry/core/pod/storage/eviction.go``. With the controllers running, the
-  status is brought up to date before each eviction (a controller that has seen every change).
+  guards every pod of its namespace (policy/v1; the real API server refuses the eviction so); an unready
+  pod goes while the budget is met; else the stored status must allow a disruption (429 while its
+  observedGeneration lags), which the eviction decrements and records in disruptedPods:
+  ``pkg/registry/core/pod/storage/eviction.go``. With the controllers running, the status is brought up
+  to date before each eviction (a controller that has seen every change).
   Seeded outside controllers have the scale of their seeded pods.
 - Events live ``event_ttl`` seconds (1 h, the API server's default ``--event-ttl``) from their last
   write, as each write leases them in etcd: ``pkg/registry/core/event/storage/storage.go`` (TTLFunc), the
@@ -1962,7 +1963,7 @@ class Emulator:
     def _evict(self, route: _Route, body: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
         """The eviction subresource as the API server's EvictionREST.Create (kubernetes
         ``pkg/registry/core/pod/storage/eviction.go``): a pod that is pending, finished or already being
-        deleted goes without a budget check; otherwise its one budget (an empty selector matches nothing)
+        deleted goes without a budget check; otherwise its one budget (an empty selector matches every pod)
         must allow a disruption by its stored status, which the eviction decrements, naming the pod in
         ``disruptedPods`` so the controller counts it unhealthy until it is deleted or two minutes pass."""
         from tests.emulator.kubelet import _label_selector
@@ -1976,9 +1977,7 @@ class Emulator:
         budgets = [
             (key, pdb)
             for key, pdb in self._budgets(route.namespace)
-            if (selector := (pdb.get("spec") or {}).get("selector"))
-            and (selector.get("matchLabels") or selector.get("matchExpressions"))
-            and _label_selector(selector, labels)
+            if _label_selector((pdb.get("spec") or {}).get("selector"), labels)
         ]
         if budgets and not ignore:
             if len(budgets) > 1:

@@ -153,7 +153,7 @@ def disruption_refusal(fleet: Fleet, pod: Pod) -> tuple[int, str] | None:
     """Why the eviction API would refuse ``pod`` now, as ``(status, message)``; ``None`` if it allows it.
 
     A pod that is not running (pending or finished) is removed without a budget check (``canIgnorePDB``);
-    a budget with an empty selector guards nothing.
+    a budget with an empty selector guards every pod of its namespace.
     """
     budgets = [b for _, b in sorted(fleet.pdbs.items()) if b.guards(pod)]
     if not budgets or pod.phase != "Running":

@@ -76,9 +76,9 @@ class Pdb(_Model):
         )
 
     def guards(self, pod: Pod) -> bool:
-        """Whether the eviction API checks this budget for the pod: an empty selector guards nothing
-        (the API server's eviction skips a budget whose selector is empty)."""
-        return bool(self.match_labels) and self.selects(pod)
+        """Whether the eviction API checks this budget for the pod: whenever it selects it, an empty
+        selector included (policy/v1: the real API server refuses an eviction so)."""
+        return self.selects(pod)
 
     @property
     def by_scale(self) -> bool:

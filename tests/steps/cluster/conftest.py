@@ -1,11 +1,14 @@
-"""The two adapters side by side, built on the same simulated fleet, with the same fault controls."""
+"""The two adapters side by side, built on the same simulated fleet, with the same fault controls; and,
+in the e2e tier (``pytest -m e2e tests/steps/cluster``), the kube adapter against the real API server
+(:mod:`tests.e2e.contract`) as a third target."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +53,9 @@ class Backend:
     forbid: Callable[[str, str], None]
     injected: Callable[[], int]
     conflicts: Callable[[], int]
+    settle: Callable[[], None] = field(default=lambda: None)
+    """Wait for what the last call set going to end (a real cluster's kubelets and controllers finish a
+    moment after the API answered; the doubles, before)."""
 
 
 def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Backend:
@@ -95,9 +101,47 @@ def _sim(fleet: Fleet, clock: Clock) -> Backend:
     )
 
 
-@pytest.fixture(params=["kube", "sim"])
+def _real(fleet: Fleet, tmp_path: Path, plane: Any, clock: Clock) -> Backend:
+    plane.reset()
+    plane.seed(fleet.manifests())
+    config = write_kubeconfig(tmp_path / "kubeconfig", plane.proxy.url, token=None)
+
+    def new_port(field_manager: str = "dsx") -> PortBase:
+        api_client, _ = load_api_client(str(config))
+        return KubeCluster(api_client, retry=FAST, clock=clock, field_manager=field_manager)
+
+    answers = plane.proxy.answers
+    return Backend(
+        kind="real",
+        port=new_port(),
+        clock=clock,
+        new_port=new_port,
+        kubectl=lambda: new_port(KUBECTL),
+        inject_errors=plane.proxy.fail,
+        inject_conflicts=plane.proxy.conflict,
+        forbid=plane.forbid,
+        injected=lambda: sum(1 for status in answers if status in (409, 500)),
+        conflicts=lambda: answers.count(409),
+        settle=plane.settle,
+    )
+
+
+@pytest.fixture(scope="session")
+def contract_plane(real_cluster: Any) -> Iterator[Any]:
+    """A cluster of its own in the e2e tier's control plane for the contract suite
+    (:class:`tests.e2e.contract.Plane`)."""
+    if real_cluster.own is None:
+        pytest.skip("DSX_E2E_KUBECONFIG names an existing cluster: no second API server for the contract")
+    from tests.e2e.contract import plane
+
+    with plane(real_cluster.own) as made:
+        yield made
+
+
+@pytest.fixture(params=["kube", "sim", pytest.param("real", marks=pytest.mark.e2e)])
 def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Backend]]:
-    """Builds backends of the parametrized kind on a fresh copy of a fleet (default :data:`FLEET`)."""
+    """Builds backends of the parametrized kind on a fresh copy of a fleet (default :data:`FLEET`). The
+    real API server holds one fleet at a time: a second call starts it over."""
     emulators: list[Emulator] = []
 
     def make(spec: str = FLEET) -> Backend:
@@ -105,6 +149,10 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
         clock = Clock()
         if request.param == "sim":
             return _sim(fleet, clock)
+        if request.param == "real":
+            folder = tmp_path / f"real{len(emulators)}"
+            folder.mkdir(exist_ok=True)
+            return _real(fleet, folder, request.getfixturevalue("contract_plane"), clock)
         emulator = Emulator()
         emulator.start()
         emulators.append(emulator)

@@ -292,4 +292,4 @@ def test_contract_status_cannot_be_changed_through_the_main_resource(backend: Ba
 
 def test_contract_a_port_says_whether_its_checks_run_as_pods(backend: Backend) -> None:
     # an API server's kubelets run a check's Jobs; a simulated fleet's checks run as local ranks
-    assert backend.port.runs_pods is (backend.kind == "kube")
+    assert backend.port.runs_pods is (backend.kind != "sim")
