@@ -289,8 +289,9 @@ class Kubelets:
     def _loop(self) -> None:
         while not self._stop.wait(0.05):
             with contextlib.suppress(ApiError, OSError):
-                for pod in self.unfinished(self.pods()):
-                    self._act(pod)
+                for pod in self.pods():
+                    if pod["metadata"].get("deletionTimestamp") or self._to_start(pod):
+                        self._act(pod)
 
     def _act(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -440,7 +441,7 @@ class Plane:
             self.admin.call("PATCH", path, {"status": status}, "application/merge-patch+json")
 
     def settle(self) -> None:
-        """Wait for what a call set going to end: no pod left for a kubelet to act on, every controller
+        """Wait for what a call set going to end: no pod left for the scheduler or a kubelet, every controller
         caught up with its object (a ReplicaSet's replicas, a DaemonSet's pods, a Job's active pods) and
         the disruption controller with every budget's healthy pods."""
         self._until(
@@ -454,7 +455,7 @@ class Plane:
         for kind in ("ReplicaSet", "DaemonSet", "Job", "PodDisruptionBudget"):
             for item in self.admin.call("GET", self.admin.path(kind))["items"]:
                 status = item.get("status") or {}
-                if any(c["reason"] == "SyncFailed" for c in status.get("conditions") or []):
+                if any(c.get("reason") == "SyncFailed" for c in status.get("conditions") or []):
                     continue  # a budget the disruption controller failed safe on (a Job's pods: no scale)
                 if status.get("observedGeneration", 1) < item["metadata"].get("generation", 1):
                     return False
