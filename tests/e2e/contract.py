@@ -366,18 +366,20 @@ class Plane:
 
     def reset(self) -> None:
         """Empty the plane: every object a fleet or a test made, faults and refusals gone. The owners go
-        first, so that no controller replaces a pod deleted here."""
+        first, so that no controller replaces a pod deleted here; each kind is deleted in the namespaces
+        that hold one."""
         self.proxy.clear()
         if self.forbidden:
             self.forbidden.clear()
             self._write_role()
             self._wait_allowed("get", "nodes", True)
-        owners_first = sorted(KINDS, key=lambda kind: kind not in OWNER_API)
-        for namespace in NAMESPACES:
-            for kind in owners_first:
-                if KINDS[kind][2]:
-                    body = {"gracePeriodSeconds": 0} if kind == "Pod" else {"propagationPolicy": "Background"}
-                    self.admin.call("DELETE", self.admin.path(kind, namespace), body, allow=(404,))
+        owners_first = sorted((k for k in KINDS if KINDS[k][2]), key=lambda kind: kind not in OWNER_API)
+        for kind in owners_first:
+            items = self.admin.call("GET", self.admin.path(kind))["items"]
+            held = {item["metadata"]["namespace"] for item in items}
+            body = {"gracePeriodSeconds": 0} if kind == "Pod" else {"propagationPolicy": "Background"}
+            for namespace in sorted(held):
+                self.admin.call("DELETE", self.admin.path(kind, namespace), body, allow=(404,))
         self.admin.call("DELETE", "/api/v1/nodes")
         self._until(lambda: not self.kubelets.pods(), "the pods deleted")
         self.kubelets.seeded.clear()
