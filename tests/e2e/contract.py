@@ -97,25 +97,32 @@ class Api:
         content_type: str = "application/json",
         allow: tuple[int, ...] = (),
     ) -> Any:
-        """The answer's JSON; ``None`` for a status in ``allow``.
+        """The answer's JSON; ``None`` for a status in ``allow``. A 429 is asked again after the time it
+        names, as a client does (the API server answers one while a new resource's cache fills: "storage
+        is (re)initializing").
 
         Raises:
-            ApiError: any other status of 400 or more.
+            ApiError: any other status of 400 or more, or a 429 still after 30 s.
         """
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": content_type, "Accept": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=60) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            if exc.code in allow:
-                return None
-            raise ApiError(exc.code, exc.read().decode(errors="replace")) from None
+        deadline = time.monotonic() + 30
+        while True:
+            request = urllib.request.Request(
+                self.url + path,
+                data=data,
+                method=method,
+                headers={"Content-Type": content_type, "Accept": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, context=self.context, timeout=60) as response:
+                    return json.loads(response.read() or b"{}")
+            except urllib.error.HTTPError as exc:
+                if exc.code in allow:
+                    return None
+                text = exc.read().decode(errors="replace")
+                if exc.code != 429 or time.monotonic() > deadline:
+                    raise ApiError(exc.code, text) from None
+                time.sleep(min(1.0, float(exc.headers.get("Retry-After") or 1)))
 
     def path(self, kind: str, namespace: str = "", name: str = "") -> str:
         group, plural, namespaced = KINDS[kind]
