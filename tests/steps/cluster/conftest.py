@@ -58,14 +58,20 @@ class Backend:
     moment after the API answered; the doubles, before)."""
 
 
-def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Backend:
-    emulator.seed(fleet.manifests())
-    config = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
+def _kube_ports(config: Path, clock: Clock) -> Callable[..., PortBase]:
+    """Makes ports through the kubernetes client on the server ``config`` names (``field_manager``:
+    whose writes they are, ``dsx`` unless told)."""
 
     def new_port(field_manager: str = "dsx") -> PortBase:
         api_client, _ = load_api_client(str(config))
         return KubeCluster(api_client, retry=FAST, clock=clock, field_manager=field_manager)
 
+    return new_port
+
+
+def _kube(fleet: Fleet, tmp_path: Path, emulator: Emulator, clock: Clock) -> Backend:
+    emulator.seed(fleet.manifests())
+    new_port = _kube_ports(write_kubeconfig(tmp_path / "kubeconfig", emulator.url), clock)
     return Backend(
         kind="kube",
         port=new_port(),
@@ -104,12 +110,7 @@ def _sim(fleet: Fleet, clock: Clock) -> Backend:
 def _real(fleet: Fleet, tmp_path: Path, plane: Any, clock: Clock) -> Backend:
     plane.reset()
     plane.seed(fleet.manifests())
-    config = write_kubeconfig(tmp_path / "kubeconfig", plane.proxy.url, token=None)
-
-    def new_port(field_manager: str = "dsx") -> PortBase:
-        api_client, _ = load_api_client(str(config))
-        return KubeCluster(api_client, retry=FAST, clock=clock, field_manager=field_manager)
-
+    new_port = _kube_ports(write_kubeconfig(tmp_path / "kubeconfig", plane.proxy.url, token=None), clock)
     answers = plane.proxy.answers
     return Backend(
         kind="real",
