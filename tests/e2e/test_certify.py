@@ -33,9 +33,9 @@ CPU_RUN = [
 #: The drill: every rank on node-02 arrives this late to each collective (a node that drags its groups).
 DRILL = "node-02:delay=50ms"
 #: A drill's fault is hard (every collective), so the nodes bisection leaves in service are screened for
-#: faults failing half their tests or more: 7 passes beside a partner, not the 21 that a fault failing one
-#: test in five needs (each a group test of half a minute on this machine).
-DRILL_P_MIN = "0.5"
+#: faults failing nine tests in ten or more: 2 passes beside a partner, not the 21 that a fault failing one
+#: test in five needs (each a group test of 15 to 30 s on 2 cores); the unit tier runs the longer screenings.
+DRILL_P_MIN = "0.9"
 
 
 def test_argo_lint_accepts_every_compiled_template(real_cluster: RealCluster) -> None:
@@ -162,5 +162,5 @@ def test_a_drill_delaying_one_nodes_ranks_is_bisected_to_that_node_alone(real_cl
     report = real_cluster.get("configmap", f"dsx-report-{name}", "-n", NAMESPACE)["data"]["report.md"]
     assert "Faults were injected on purpose" in report
     (screened,) = [line.split("|") for line in report.splitlines() if line.startswith("| rack-01 |")]
-    assert int(screened[2]) >= int(screened[3]) == 7, screened  # passes, needed, at p-min 0.5
+    assert int(screened[2]) >= int(screened[3]) == 2, screened  # passes, needed, at p-min 0.9
     _left_behind(real_cluster, workflow)

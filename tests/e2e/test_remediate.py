@@ -17,7 +17,7 @@ import pytest
 from steps.cluster import vocabulary as vocab
 from tests.e2e.cluster import NAMESPACE, Cluster
 from tests.e2e.conftest import RealCluster, audit_events, pinned_workload
-from tests.e2e.test_certify import CPU_RUN, held_leases
+from tests.e2e.test_certify import CPU_RUN, DRILL_P_MIN, held_leases
 
 pytestmark = pytest.mark.e2e
 
@@ -122,9 +122,9 @@ def test_a_marked_node_is_repaired_recertified_and_back_in_service(
         # dsx-remediate Workflow, as it does for a missed edge.
         parameters = {k: v for k, _, v in (p.partition("=") for p in CPU_RUN[1::2])}
         parameters["repair-timeout"] = "5m"
-        # The pair test screens the node 7 times (p-min 0.5), as the drill does, not the default 21 (p-min
-        # 0.2): about 10 s a sweep on 2 cores, the flow is the same.
-        parameters["p-min"] = "0.5"
+        # The pair test screens the node twice (p-min 0.9), as the drill does, not the default 21 (p-min
+        # 0.2): 10 to 20 s a sweep on 2 cores, the flow is the same.
+        parameters["p-min"] = DRILL_P_MIN
         reconciled = real_cluster.argo(
             "submit", "-n", NAMESPACE, "--from", "cronwf/dsx-reconcile", "--wait", "-o", "name",
             "-p", f"remediate-parameters={json.dumps(parameters)}", "-p", "remediate=true",
