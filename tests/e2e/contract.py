@@ -530,8 +530,12 @@ class Plane:
 
 
 def _selected(owner: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pods in ``owner``'s namespace its selector's labels match (an empty selector: all of them)."""
-    wanted = ((owner["spec"].get("selector") or {}).get("matchLabels")) or {}
+    """The pods in ``owner``'s namespace its selector's labels match (an empty selector: all of them; a
+    budget without one: none)."""
+    selector = owner["spec"].get("selector")
+    if selector is None:
+        return []
+    wanted = selector.get("matchLabels") or {}
     namespace = owner["metadata"]["namespace"]
     return [
         p

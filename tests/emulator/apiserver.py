@@ -69,7 +69,8 @@ Each rule, with where Kubernetes defines it (paths in kubernetes/kubernetes):
   pod whose controller has no scale (a Job's) failing safe with no disruption allowed;
   disruptionsAllowed, never while no pod is expected): ``pkg/controller/disruption/disruption.go``.
   Eviction: pending, finished and terminating pods go without a check; a budget with an empty selector
-  guards every pod of its namespace (policy/v1; the real API server refuses the eviction so); an unready
+  guards every pod of its namespace (policy/v1; the real API server refuses the eviction so), one without
+  a selector none; an unready
   pod goes while the budget is met; else the stored status must allow a disruption (429 while its
   observedGeneration lags), which the eviction decrements and records in disruptedPods:
   ``pkg/registry/core/pod/storage/eviction.go``. With the controllers running, the status is brought up

@@ -153,9 +153,9 @@ def disruption_refusal(fleet: Fleet, pod: Pod) -> tuple[int, str] | None:
     """Why the eviction API would refuse ``pod`` now, as ``(status, message)``; ``None`` if it allows it.
 
     A pod that is not running (pending or finished) is removed without a budget check (``canIgnorePDB``);
-    a budget with an empty selector guards every pod of its namespace.
+    a budget with an empty selector guards every pod of its namespace, one without a selector none.
     """
-    budgets = [b for _, b in sorted(fleet.pdbs.items()) if b.guards(pod)]
+    budgets = [b for _, b in sorted(fleet.pdbs.items()) if b.selects(pod)]
     if not budgets or pod.phase != "Running":
         return None
     if len(budgets) > 1:

@@ -60,25 +60,21 @@ class NodeHealth(_Model):
 
 
 class Pdb(_Model):
-    """A PodDisruptionBudget (``matchLabels`` selectors only)."""
+    """A PodDisruptionBudget (``matchLabels`` selectors only; ``None``: no selector at all)."""
 
     name: str
     namespace: str
-    match_labels: dict[str, str]
+    match_labels: dict[str, str] | None
     min_available: int | str | None = None
     max_unavailable: int | str | None = None
 
     def selects(self, pod: Pod) -> bool:
-        """Whether the budget's selector matches the pod (an empty selector matches every pod of the
-        namespace, as the disruption controller lists them)."""
-        return pod.namespace == self.namespace and all(
-            pod.labels.get(k) == v for k, v in self.match_labels.items()
-        )
-
-    def guards(self, pod: Pod) -> bool:
-        """Whether the eviction API checks this budget for the pod: whenever it selects it, an empty
-        selector included (policy/v1: the real API server refuses an eviction so)."""
-        return self.selects(pod)
+        """Whether the budget's selector matches the pod, for the disruption controller's count and the
+        eviction API's check alike (policy/v1): an empty selector matches every pod of the namespace, a
+        budget without one matches none."""
+        if self.match_labels is None or pod.namespace != self.namespace:
+            return False
+        return all(pod.labels.get(k) == v for k, v in self.match_labels.items())
 
     @property
     def by_scale(self) -> bool:
@@ -106,17 +102,20 @@ class Pdb(_Model):
     def from_manifest(cls, data: dict[str, Any]) -> Pdb:
         """Read a policy/v1 PodDisruptionBudget."""
         meta, spec = data.get("metadata") or {}, data.get("spec") or {}
+        selector = spec.get("selector")
         return cls(
             name=meta["name"],
             namespace=meta.get("namespace") or "default",
-            match_labels=dict((spec.get("selector") or {}).get("matchLabels") or {}),
+            match_labels=None if selector is None else dict(selector.get("matchLabels") or {}),
             min_available=spec.get("minAvailable"),
             max_unavailable=spec.get("maxUnavailable"),
         )
 
     def to_manifest(self) -> dict[str, Any]:
         """The budget as the API writes it."""
-        spec: dict[str, Any] = {"selector": {"matchLabels": dict(self.match_labels)}}
+        spec: dict[str, Any] = {}
+        if self.match_labels is not None:
+            spec["selector"] = {"matchLabels": dict(self.match_labels)}
         if self.min_available is not None:
             spec["minAvailable"] = self.min_available
         if self.max_unavailable is not None:

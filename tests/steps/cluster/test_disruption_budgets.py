@@ -21,12 +21,13 @@ from tests.steps.cluster.conftest import Backend
 FAST = RetryPolicy(attempts=6, base_delay=0.0, max_delay=0.0, jitter=0.0)
 
 
-def _budget(name: str, namespace: str, selector: dict[str, Any], **rule: Any) -> dict[str, Any]:
+def _budget(name: str, namespace: str, selector: dict[str, Any] | None, **rule: Any) -> dict[str, Any]:
+    """A policy/v1 budget (``selector`` ``None``: none at all)."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"selector": selector, **rule},
+        "spec": {**({} if selector is None else {"selector": selector}), **rule},
     }
 
 
@@ -39,6 +40,13 @@ def test_contract_a_budget_with_an_empty_selector_guards_every_pod_of_its_namesp
     assert result.message.endswith(
         "The disruption budget everything needs 1 healthy pods and has 1 currently"
     )
+
+
+def test_contract_a_budget_without_a_selector_guards_no_pod(backend: Backend) -> None:
+    port = backend.port
+    port.create_object(_budget("nothing", "default", None, minAvailable=1))
+    backend.settle()
+    assert port.evict("default/debug-shell").outcome == "evicted"
 
 
 def test_contract_a_budget_over_job_pods_by_max_unavailable_allows_nothing(backend: Backend) -> None:
