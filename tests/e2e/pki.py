@@ -97,13 +97,7 @@ def make_pki(pki: Path, addresses: list[str]) -> None:
         f"extendedKeyUsage=serverAuth\nsubjectAltName={san}\n",
     )
     for stem, cn, org in CLIENTS:
-        _sign(
-            pki,
-            stem,
-            _subject(cn, org),
-            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n",
-        )
+        _sign_client(pki, stem, cn, org)
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
     (pki / "complete").write_text("")
@@ -127,8 +121,11 @@ def sign_server(pki: Path, stem: str, common_name: str, addresses: list[str]) ->
 def sign_client(pki: Path, stem: str, common_name: str, org: str = "") -> None:
     """A client certificate ``STEM.crt``/``STEM.key`` for the user ``common_name`` (in group ``org``),
     signed by the CA of :func:`make_pki`. Kept when present."""
-    if (pki / f"{stem}.crt").exists():
-        return
+    if not (pki / f"{stem}.crt").exists():
+        _sign_client(pki, stem, common_name, org)
+
+
+def _sign_client(pki: Path, stem: str, common_name: str, org: str) -> None:
     _sign(
         pki,
         stem,
