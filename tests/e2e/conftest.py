@@ -172,11 +172,58 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read what the others did (the audit log) run after them; e2e tests get their bound."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
+    """The certifications run after the other tests, and tests that read what the others did (the audit
+    log) after them all; e2e tests get their bound."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("e2e_last") is not None,
+            item.get_closest_marker("e2e_heavy") is not None,
+        )
+    )
     for item in items:
         if item.get_closest_marker("e2e") is not None:
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+
+
+#: A file the first ``e2e_heavy`` test waits for, when set: ``.ci/run`` starts the tier beside the unit
+#: tier, whose CPUs its other tests (mostly waiting on the control plane's clocks) barely touch, and
+#: creates the file once the unit tier is done, so that the certifications' rank pods (minutes of both
+#: CPUs) do not run beside it.
+ENV_HEAVY_AFTER = "DSX_E2E_HEAVY_AFTER"
+
+#: How long the first certification waits for that file at most before it goes on, saying so.
+HEAVY_WAIT_S = 2400.0
+
+_gate_passed: list[bool] = []
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Before the first ``e2e_heavy`` test, wait for the file ``DSX_E2E_HEAVY_AFTER`` names (outside
+    the test's timeout, which starts inside this wrapper)."""
+    if item.get_closest_marker("e2e_heavy") is not None and not _gate_passed:
+        _gate_passed.append(True)
+        gate = os.environ.get(ENV_HEAVY_AFTER)
+        if gate:
+            _wait_for(Path(gate), item.config)
+    yield
+
+
+def _wait_for(gate: Path, config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    say(f"waiting for {gate} ({ENV_HEAVY_AFTER}) before the certifications")
+    start = time.monotonic()
+    while not gate.exists():
+        if time.monotonic() - start > HEAVY_WAIT_S:
+            say(f"{gate} is not there after {HEAVY_WAIT_S:.0f} s: the certifications start without it")
+            return
+        time.sleep(1.0)
+    say(f"{gate} is there after {time.monotonic() - start:.0f} s: the certifications start")
 
 
 def open_real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:

@@ -105,6 +105,7 @@ def _left_behind(real_cluster: RealCluster, workflow: dict[str, Any]) -> None:
     assert rank_pods == [], "rank pods left behind"
 
 
+@pytest.mark.e2e_heavy
 def test_certify_on_four_nodes_succeeds_and_leaves_nothing_behind(real_cluster: RealCluster) -> None:
     name, workflow, failed = _certify(real_cluster)
     phase = workflow["status"].get("phase")
@@ -141,6 +142,7 @@ def _explained(real_cluster: RealCluster, name: str, failed: dict[str, str]) -> 
     return f"--- report\n{report}\n--- failed steps\n{steps}\n{real_cluster.debug()}"
 
 
+@pytest.mark.e2e_heavy
 def test_a_drill_delaying_one_nodes_ranks_is_bisected_to_that_node_alone(real_cluster: RealCluster) -> None:
     """node-02's ranks arrive late to every collective: it passes alone (its ranks are late together),
     its rack fails on a straggler, bisection tests each member beside a good partner, and node-02 alone

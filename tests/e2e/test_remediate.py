@@ -91,6 +91,7 @@ def _condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in node["status"]["conditions"] if c["type"] == kind)
 
 
+@pytest.mark.e2e_heavy
 def test_a_marked_node_is_repaired_recertified_and_back_in_service(
     real_cluster: RealCluster, own_cluster: Cluster
 ) -> None:
