@@ -288,11 +288,15 @@ def _mark(port: ClusterPort, node: Node, event: HealthEvent, dry_run: bool, enfo
     if written and not taint:
         return ""
     if not dry_run:
+        # The taint first, then the condition, as the agent writes them: the Sensor starts a remediation on
+        # a condition turning fatal on a node already tainted. Written the other way round, it saw the
+        # condition on an untainted node, then a taint with no condition turning fatal, and started one only
+        # when its informer happened to merge the two updates.
+        if taint:
+            port.add_taint(node.name, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
         if not written:
             port.set_condition(node.name, name, True, condition_reason(event.severity, event.action), message)
             port.record_event(node.name, name, message, "Warning")
-        if taint:
-            port.add_taint(node.name, vocab.TAINT_UNHEALTHY, "", vocab.TAINT_UNHEALTHY_EFFECT)
     return f"{node.name}: {'would mark' if dry_run else 'marked'} {name} ({event.code}: {event.message})"
 
 
