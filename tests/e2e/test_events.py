@@ -163,6 +163,21 @@ def _hold(real: RealCluster, node: str) -> str:
     return name
 
 
+def _superseded(real: RealCluster, node: str) -> list[str]:
+    """Wait for each Workflow the Sensor submitted for ``node`` to end, and check it ended Succeeded with
+    its guard saying not to proceed (the fault gone before it began); their names."""
+    names = []
+    for workflow in _submitted(real, node):
+        name = workflow["metadata"]["name"]
+        real.argo("wait", "-n", NAMESPACE, name, timeout=600)
+        status = real.workflow(name)["status"]
+        guard = next(n for n in status["nodes"].values() if n.get("displayName") == "guard")
+        proceed = {p["name"]: p.get("value") for p in guard["outputs"]["parameters"]}["proceed"]
+        assert status["phase"] == "Succeeded" and proceed == "false", (name, status.get("message"), guard)
+        names.append(name)
+    return names
+
+
 # ------------------------------------------------------------------ the double
 
 
@@ -285,13 +300,7 @@ def test_a_fatal_condition_starts_one_remediation_per_node_on_the_real_sensor_an
 
     # The faults are gone before any run began: each run is superseded and changes nothing.
     for node in expected:
-        for workflow in _submitted(real, node):
-            name = workflow["metadata"]["name"]
-            real.argo("wait", "-n", NAMESPACE, name, timeout=600)
-            status = real.workflow(name)["status"]
-            guard = next(n for n in status["nodes"].values() if n.get("displayName") == "guard")
-            proceed = {p["name"]: p.get("value") for p in guard["outputs"]["parameters"]}["proceed"]
-            assert status["phase"] == "Succeeded" and proceed == "false", (name, status.get("message"), guard)
+        _superseded(real, node)
         state = real.get("node", node)
         assert not state["spec"].get("unschedulable"), f"{node} left cordoned"
         assert vocab.LABEL_STATE not in (state["metadata"].get("labels") or {})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +18,10 @@ from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
 from steps.sentinel import ledger
-from steps.sentinel.catalogue import load_catalogue
+from steps.sentinel.catalogue import FaultOverrides, load_catalogue
 from steps.sentinel.node import build_sentinel
 from steps.sentinel.policy import Breaker, BreakerSettings
-from steps.sentinel.reconcile import plan, remediations
+from steps.sentinel.reconcile import mark_not_ready, plan, remediations
 from steps.sentinel.remediate import guard
 from tests.cli import dsx_here
 from workflows.compiler import compiled_documents
@@ -75,6 +76,53 @@ def test_a_degraded_reading_then_a_fatal_one_on_the_same_check_starts_a_remediat
     again = copy.deepcopy(fatal)
     again["status"]["conditions"][1]["message"] = "FatalReboot: GPU 0; GPU 1"
     assert not sensor.handle("dsx-nodes", "node-health", _update(fatal, again)).submissions
+
+
+def test_the_reconcilers_marking_of_a_node_that_is_down_starts_one_remediation_on_the_sensor(
+    sim_fleet: Callable[[str], str],
+) -> None:
+    """The reconciler writes the taint, then the condition, as the agent does: the Sensor, handed each
+    write as an update of its own (an informer that merges none), starts one remediation for the not-ready
+    check. Written the other way round it started none: the condition on an untainted node, which the
+    EventSource passes over, then the taint with no condition turning fatal in it."""
+    port = connect(sim_fleet("sim:nodes=4,gpu=h100,racks=2,workloads=false"))
+    port.inject("node-01", "not-ready")  # type: ignore[attr-defined]
+    sources, (sensor,) = load(list(compiled_documents().values()))
+    seen = [port.get_node("node-01").to_manifest()]
+
+    class Watched:
+        """dsx's port, each node write read back as the EventSource's informer would see it."""
+
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(port, name)
+            if name not in ("add_taint", "set_condition"):
+                return call
+
+            def written(node: str, *args: Any, **kwargs: Any) -> Any:
+                result = call(node, *args, **kwargs)
+                seen.append(port.get_node(node).to_manifest())
+                return result
+
+            return written
+
+    quick = load_catalogue(
+        changes=FaultOverrides.model_validate(
+            {
+                "apiVersion": "dsx.dev/v1alpha1",
+                "kind": "FaultOverrides",
+                "entries": [{"check": "not-ready", "code": "ready-false", "threshold": 0}],
+            }
+        ),
+        source="test",
+    )
+    (line,) = mark_not_ready(Watched(), quick)  # type: ignore[arg-type]
+    assert line.startswith("node-01: marked DsxNodeNotReady")
+    assert len(seen) == 3, "one write of the taint, one of the condition"
+    fired: list[Submission] = []
+    for before, after in itertools.pairwise(seen):
+        if all(source.passes(after) for source in sources):
+            fired += sensor.handle("dsx-nodes", "node-health", _update(before, after)).submissions
+    assert [(s.parameters["node"], s.parameters["check"]) for s in fired] == [("node-01", "not-ready")]
 
 
 def test_one_event_passing_two_dependencies_fires_the_trigger_once_for_each() -> None:
