@@ -131,7 +131,7 @@ def _real(fleet: Fleet, tmp_path: Path, plane: Any, clock: Clock) -> Backend:
 def contract_plane(real_cluster: Any) -> Iterator[Any]:
     """A cluster of its own in the e2e tier's control plane for the contract suite
     (:class:`tests.e2e.contract.Plane`); its processes stop once the suite is done, so they take no CPU
-    from the e2e tests after it (its API server alone took a tenth of one idle)."""
+    from the e2e tests after it (idle, its API server alone took a tenth of one CPU)."""
     if real_cluster.own is None:
         pytest.skip("DSX_E2E_KUBECONFIG names an existing cluster: no second API server for the contract")
     from tests.e2e.contract import plane

@@ -168,7 +168,10 @@ def test_contract_the_api_refuses_a_node_event_outside_default(backend: Backend)
     }
     with pytest.raises(ClusterError, match=r"rejected \(422\): .*does not match event.namespace"):
         backend.port.create_object(event)
-    assert backend.port.list_objects("v1", "Event") == []
+    # A real cluster's controllers record Events of their own (the disruption controller, about a budget,
+    # met here once under load): none about a node was made.
+    about = [e for e in backend.port.list_objects("v1", "Event") if e["involvedObject"].get("kind") == "Node"]
+    assert about == []
 
 
 def test_contract_recording_an_event_never_fails_the_caller(
