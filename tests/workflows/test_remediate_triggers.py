@@ -120,8 +120,9 @@ def test_the_reconcilers_marking_of_a_node_that_is_down_starts_one_remediation_o
     assert len(seen) == 3, "one write of the taint, one of the condition"
     fired: list[Submission] = []
     for before, after in itertools.pairwise(seen):
-        if all(source.passes(after) for source in sources):
-            fired += sensor.handle("dsx-nodes", "node-health", _update(before, after)).submissions
+        for source in sources:  # as the EventSource passes an update on: an UPDATE of a node it watches
+            if "UPDATE" in source.event_types and source.passes(after):
+                fired += sensor.handle(source.source, source.event, _update(before, after)).submissions
     assert [(s.parameters["node"], s.parameters["check"]) for s in fired] == [("node-01", "not-ready")]
 
 
