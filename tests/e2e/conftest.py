@@ -194,15 +194,16 @@ ENV_HEAVY_AFTER = "DSX_E2E_HEAVY_AFTER"
 #: How long the first certification waits for that file at most before it goes on, saying so.
 HEAVY_WAIT_S = 2400.0
 
-_gate_passed: list[bool] = []
+#: Set in the session's stash once the first ``e2e_heavy`` test has passed the wait.
+_WAITED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Before the first ``e2e_heavy`` test, wait for the file ``DSX_E2E_HEAVY_AFTER`` names (outside
     the test's timeout, which starts inside this wrapper)."""
-    if item.get_closest_marker("e2e_heavy") is not None and not _gate_passed:
-        _gate_passed.append(True)
+    if item.get_closest_marker("e2e_heavy") is not None and not item.config.stash.get(_WAITED, False):
+        item.config.stash[_WAITED] = True
         gate = os.environ.get(ENV_HEAVY_AFTER)
         if gate:
             _wait_for(Path(gate), item.config)
