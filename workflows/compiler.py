@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import importlib
+import json
+import os
 import pkgutil
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import metadata, util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CompiledFile",
+    "cache_folder",
+    "cached_compile",
     "check",
     "compile_objects",
     "compiled_documents",
     "lint",
     "render",
+    "source_digest",
     "template_modules",
     "trusted_steps",
     "write",
@@ -239,7 +247,91 @@ def compiled_documents() -> dict[str, dict[str, Any]]:
 
 @functools.cache
 def _compiled_once() -> tuple[tuple[str, dict[str, Any]], ...]:
-    return tuple((f.filename, f.manifest) for f in compile_objects())
+    return cached_compile(cache_folder())
+
+
+_CACHE_KEPT = 8
+"""How many compilations the cache keeps (one per state of the source: the newest)."""
+
+
+def cache_folder() -> Path | None:
+    """Where compiled documents are kept between processes: ``$XDG_CACHE_HOME/dsx/compiled`` (by default
+    ``~/.cache/dsx/compiled``); ``None`` when no home folder is known."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:
+            return None
+    return Path(base) / "dsx" / "compiled"
+
+
+def _package_roots() -> list[Path]:
+    """The folders of dsx's two packages, ``steps`` and ``workflows``."""
+    roots: list[Path] = []
+    for package in ("steps", "workflows"):
+        spec = util.find_spec(package)
+        roots += [Path(p) for p in ((spec.submodule_search_locations or []) if spec is not None else [])]
+    return roots
+
+
+def source_digest(roots: Iterable[Path] | None = None) -> str:
+    """What dsx's compiled documents are made of: every module under ``roots`` (by default its two
+    packages: the templates and what they import from ``steps``), and the versions of Python, Hera and
+    pydantic that render them."""
+    digest = hashlib.sha256()
+    versions = (sys.version, metadata.version("hera"), metadata.version("pydantic"))
+    digest.update("\0".join(versions).encode())
+    for root in _package_roots() if roots is None else roots:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(b"\0" + path.relative_to(root.parent).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def _read_kept(path: Path) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    """The documents a file of the cache holds (``None``: absent, unreadable or not what it should be)."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entries, list) or not entries:
+        return None
+    found = tuple(
+        (entry[0], entry[1])
+        for entry in entries
+        if isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], dict)
+    )
+    return found if len(found) == len(entries) else None
+
+
+def cached_compile(folder: Path | None) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """Every dsx manifest by file name, as :func:`compile_objects` makes them, read from ``folder`` when it
+    holds a compilation of the same source (:func:`source_digest`), else compiled and kept there.
+
+    Compiling imports Hera and every template module (seconds); each ``dsx run`` of dsx's own workflows
+    needs the documents, so a process reads them (milliseconds) once one has compiled them. A kept file
+    that cannot be read, or a folder that cannot be written, only means compiling again; ``dsx compile``
+    always compiles.
+    """
+    if folder is None:
+        return tuple((f.filename, f.manifest) for f in compile_objects())
+    kept = folder / f"{source_digest()}.json"
+    found = _read_kept(kept)
+    if found is not None:
+        return found
+    compiled = tuple((f.filename, f.manifest) for f in compile_objects())
+    try:
+        write_text(kept, json.dumps([list(entry) for entry in compiled]))
+        newest = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in newest[_CACHE_KEPT:]:
+            stale.unlink(missing_ok=True)
+    except (InputError, OSError):
+        pass  # a read-only home, or another process pruning at once: the next process compiles again
+    return compiled
 
 
 @functools.cache

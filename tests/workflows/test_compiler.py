@@ -1,5 +1,7 @@
 """The compiler: one YAML file per object, deterministic, checked, linted for the Argo UI."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,93 @@ def test_compile_writes_one_kebab_case_file_per_object_byte_identical(tmp_path: 
     assert list(first) == ["workflow-template-dsx-demo.yaml"]
     assert compiler.write(compiler.compile_objects([DEMO]), tmp_path) == []
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == first
+
+
+def _fresh() -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple((f.filename, f.manifest) for f in compiler.compile_objects())
+
+
+def test_a_process_reads_the_documents_an_earlier_one_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = _fresh()
+    assert compiler.cached_compile(tmp_path) == fresh
+    (kept,) = tmp_path.glob("*.json")
+    assert kept.stem == compiler.source_digest()
+
+    def compile_again(*_: Any) -> None:
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(compiler, "compile_objects", compile_again)
+    again = compiler.cached_compile(tmp_path)
+    assert again == fresh
+    assert json.dumps(again) == json.dumps(fresh)  # every mapping's keys in the same order
+
+
+@pytest.mark.parametrize("text", ["{", "", "[]", "{}", '[["a.yaml"]]', '[["a.yaml", {}], [1, {}]]'])
+def test_a_kept_compilation_that_is_not_one_is_compiled_again_and_replaced(tmp_path: Path, text: str) -> None:
+    fresh = _fresh()
+    kept = tmp_path / f"{compiler.source_digest()}.json"
+    kept.write_text(text)
+    assert compiler.cached_compile(tmp_path) == fresh
+    assert [name for name, _ in json.loads(kept.read_text())] == [name for name, _ in fresh]
+
+
+def test_the_cache_key_follows_every_module_and_the_versions(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("X = 1\n")
+    first = compiler.source_digest([package])
+    assert compiler.source_digest([package]) == first
+    (package / "a.py").write_text("X = 2\n")
+    second = compiler.source_digest([package])
+    (package / "sub" / "b.py").write_text("")
+    third = compiler.source_digest([package])
+    (package / "sub" / "b.py").rename(package / "sub" / "c.py")
+    fourth = compiler.source_digest([package])
+    (package / "notes.txt").write_text("not a module")
+    assert len({first, second, third, fourth}) == 4
+    assert compiler.source_digest([package]) == fourth
+    assert compiler.source_digest() != fourth  # dsx's own packages, and the versions rendering them
+
+
+def test_the_cache_keeps_the_newest_compilations_and_a_folder_it_cannot_write_only_costs_time(
+    tmp_path: Path,
+) -> None:
+    fresh = _fresh()
+    for number in range(12):
+        old = tmp_path / f"old-{number:02d}.json"
+        old.write_text("[]")
+        os.utime(old, (1_000_000 + number, 1_000_000 + number))
+    assert compiler.cached_compile(tmp_path) == fresh
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(
+        [f"{compiler.source_digest()}.json", *(f"old-{n:02d}.json" for n in range(5, 12))]
+    )
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert compiler.cached_compile(blocked / "compiled") == fresh
+    assert compiler.cached_compile(None) == fresh
+
+
+def test_a_run_of_dsx_workflows_compiles_them_in_the_first_process_only(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "workflows.cli", "run", "certify", "--dry-run", "-o", "json"]
+    first = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert first.returncode == 0, first.stderr
+    (kept,) = (tmp_path / "dsx" / "compiled").glob("*.json")
+    said = "Label selector of the nodes to certify"
+    assert said in kept.read_text()
+    kept.write_text(kept.read_text().replace(said, "As kept: the nodes to certify"))
+    second = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    # the second process read the kept compilation (the change made there shows) and wrote nothing new
+    assert second.returncode == 0, second.stderr
+
+    def described(out: str) -> str:
+        return next(p["description"] for p in json.loads(out)["parameters"] if p["name"] == "nodes")
+
+    assert described(first.stdout).startswith(said)
+    assert described(second.stdout).startswith("As kept: the nodes to certify")
+    assert len(list((tmp_path / "dsx" / "compiled").glob("*.json"))) == 1
 
 
 def test_script_steps_run_through_heras_runner_with_the_default_image(tmp_path: Path) -> None:
