@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import yaml
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
+from tests.cli import dsx_here
 from tests.paths import REPO
 
 FILES = REPO / "charts/dsx/files"
@@ -47,15 +46,16 @@ def test_certify_calls_bisect_for_failed_groups_through_a_template_ref() -> None
 
 
 @pytest.mark.story
-def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(tmp_path: Path) -> None:
+def test_a_local_bisection_recurses_and_labels_the_slow_node_failed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``dsx run bisect --local``, in this process (its steps and ranks forked from this process's fork
+    server, torch imported there once for the tests of this worker)."""
     out = tmp_path / "run"
     spec = "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic,certified=none"
-    cmd = [sys.executable, "-m", "workflows.cli", "run", "bisect", "--local", "--cluster", spec]
-    cmd += ["-p", "p-min=0.9"]  # the nodes left in service screened with 2 passes each, not 21
-    result = subprocess.run(
-        [*cmd, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
-    )
-    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    args = ["run", "bisect", "--local", "--cluster", spec, "-p", "p-min=0.9"]  # 2 screening passes, not 21
+    code, stdout, stderr = dsx_here(capsys, *args, "--out", str(out), "-o", "json")
+    assert code == 1, stdout[-3000:] + stderr[-3000:]
     nodes = json.loads((out / "workflow.json").read_text())["status"]["nodes"].values()
     phases = {n["name"].split(".", 1)[-1]: n["phase"] for n in nodes}
     # one search step: it names node-02 and screens the others

@@ -21,18 +21,20 @@ from tests.paths import REPO
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
 
 
-def _certify(tmp_path: Path, spec: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """``dsx run certify --local`` on ``spec`` with small sweeps. A bisection screens the nodes it leaves in
-    service for faults failing 90% of tests (2 passes, not 21) unless ``extra`` sets ``p-min``: the
-    screening's depth is the subject of the tests that set it."""
+def _certify(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``dsx run certify --local`` on ``spec`` with small sweeps, in this process (its steps and ranks forked
+    from this process's fork server, whose torch the stories here share; the README's own command runs as
+    a new process in :func:`test_a_healthy_local_fleet_is_certified`). A bisection screens the nodes it
+    leaves in service for faults failing 90% of tests (2 passes, not 21) unless ``extra`` sets ``p-min``:
+    the screening's depth is the subject of the tests that set it."""
     if not any(arg.startswith("p-min=") for arg in extra):
         extra = (*extra, "-p", "p-min=0.9")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster", spec, *extra]
-    result = subprocess.run(
-        [*cmd, *SMALL, "--out", str(out), "-o", "json"], capture_output=True, text=True, cwd=REPO, check=False
-    )
-    return result, out
+    args = ["run", "certify", "--local", "--cluster", spec, *extra, *SMALL, "--out", str(out), "-o", "json"]
+    code, stdout, stderr = dsx_here(capsys, *args)
+    return subprocess.CompletedProcess(args, code, stdout, stderr), out
 
 
 def _labels(out: Path) -> dict[str, str]:
@@ -42,7 +44,11 @@ def _labels(out: Path) -> dict[str, str]:
 
 @pytest.mark.story
 def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
-    result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1")
+    """As the README runs it: ``dsx run certify --local``, a process of its own."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster"]
+    cmd += ["sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert json.loads(result.stdout)["phase"] == "Succeeded"
     assert _labels(out) == {"node-00": "passed", "node-01": "passed", "node-02": "passed"}
@@ -52,8 +58,10 @@ def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
 
 
 @pytest.mark.story
-def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
-    result, out = _certify(tmp_path, "sim:nodes=3,gpu=h100,racks=1,faults=node-01:slow-nic")
+def test_a_slow_node_fails_the_workflow_and_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    result, out = _certify(capsys, tmp_path, "sim:nodes=3,gpu=h100,racks=1,faults=node-01:slow-nic")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     status = json.loads(result.stdout)
     assert status["phase"] == "Failed"
@@ -68,7 +76,9 @@ def test_a_slow_node_fails_the_workflow_and_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.story
-def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(tmp_path: Path) -> None:
+def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A failed check omits nothing after it: the stages run on, the report labels every node."""
     doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (template,) = [t for t in doc["spec"]["templates"] if t["name"] == "node-check"]
@@ -77,11 +87,11 @@ def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(t
     broken = tmp_path / "certify.yaml"
     broken.write_text(yaml.safe_dump(doc))
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "workflows.cli", "run", "dsx-certify", "--file", str(broken), "--local"]
-    cmd += ["--allow-host-commands"]  # the crashing check is a test's function, not one of dsx's steps
-    cmd += ["--cluster", "sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
-    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    args = ["run", "dsx-certify", "--file", str(broken), "--local"]
+    args += ["--allow-host-commands"]  # the crashing check is a test's function, not one of dsx's steps
+    args += ["--cluster", "sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
+    code, stdout, stderr = dsx_here(capsys, *args)
+    assert code == 1, stdout[-3000:] + stderr[-3000:]
     workflow = json.loads((out / "workflow.json").read_text())
     phases = {n["displayName"]: n["phase"] for n in workflow["status"]["nodes"].values()}
     assert phases["node-check(1:node-01)"] == "Failed"
@@ -150,10 +160,12 @@ def test_malformed_certify_parameters_are_refused_before_anything_runs(
 
 
 @pytest.mark.story
-def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_path: Path) -> None:
+def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """Issue 12's story: the node checks pass; rack-01 fails together; dsx-bisect names node-02."""
     result, out = _certify(
-        tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic", "-p", "p-min=0.2"
+        capsys, tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic", "-p", "p-min=0.2"
     )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     workflow = json.loads((out / "workflow.json").read_text())
@@ -179,12 +191,14 @@ def test_a_slow_nic_passes_every_node_check_and_bisection_names_the_node(tmp_pat
 
 
 @pytest.mark.story
-def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(tmp_path: Path) -> None:
+def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A compute straggler: no sweep sees it (an all-reduce does no arithmetic worth timing), the smoke
     run's step time does, and its rank names the node. A GPU at a quarter of its speed is played as
     90 ms more per step, clear of the skew limit however busy the machine (at half speed, 30 ms fell
     under it once, when load stretched every step)."""
-    result, out = _certify(tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-gpu=0.25")
+    result, out = _certify(capsys, tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-gpu=0.25")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     nodes = list(json.loads((out / "workflow.json").read_text())["status"]["nodes"].values())
     sweeps = [n for n in nodes if n["displayName"].startswith(("node-check(", "group-check("))]
@@ -197,11 +211,13 @@ def test_a_slow_gpu_passes_every_all_reduce_and_the_training_run_names_its_node(
 
 
 @pytest.mark.story
-def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(tmp_path: Path) -> None:
+def test_p_min_sets_how_long_bisection_screens_the_nodes_it_leaves_in_service(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """``-p p-min=0.5``: the operator screens for faults failing half their tests or more, so node-03 is
     cleared after 7 passes beside its partner (not 21), and the report says what that screening catches."""
     result, out = _certify(
-        tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic", "-p", "p-min=0.5"
+        capsys, tmp_path, "sim:nodes=4,gpu=h100,racks=2,faults=node-02:slow-nic", "-p", "p-min=0.5"
     )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert _labels(out) == {
