@@ -278,7 +278,8 @@ def _package_roots() -> list[Path]:
 def source_digest(roots: Iterable[Path] | None = None) -> str:
     """What dsx's compiled documents are made of: every module under ``roots`` (by default its two
     packages: the templates and what they import from ``steps``), and the versions of Python, Hera and
-    pydantic that render them."""
+    pydantic that render them. Compiling reads no other file: the templates take every value from
+    modules (a recipe's YAML is read by the steps at run time, not by the templates)."""
     digest = hashlib.sha256()
     versions = (sys.version, metadata.version("hera"), metadata.version("pydantic"))
     digest.update("\0".join(versions).encode())
