@@ -230,6 +230,7 @@ def _rank_job(name: str, members: list[str], *extra: str) -> dict[str, Any]:
     return group_job(name, members, command=command, deadline=240)
 
 
+@pytest.mark.story
 def test_rank_pods_play_their_group_and_rank_zero_publishes_the_result(k8s_cluster: MakeCluster) -> None:
     cluster = k8s_cluster(nodes=4, racks=2)
     port = cluster.port()

@@ -112,6 +112,7 @@ def test_the_cache_keeps_the_newest_compilations_and_a_folder_it_cannot_write_on
     assert compiler.cached_compile(None) == fresh
 
 
+@pytest.mark.story
 def test_a_run_of_dsx_workflows_compiles_them_in_the_first_process_only(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     command = [sys.executable, "-m", "workflows.cli", "run", "certify", "--dry-run", "-o", "json"]

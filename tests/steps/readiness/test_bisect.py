@@ -73,6 +73,7 @@ def test_random_hard_faults_are_named_with_their_kind_and_a_probability_of_at_le
         assert all(s.probability >= 0.99 and s.confirmed_with not in faults for s in result.suspects)
 
 
+@pytest.mark.story
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_narrowing_hard_faults_stays_within_twice_the_lower_bound_on_1024_nodes(k: int) -> None:
     """The tests that narrow (all but the screens of the nodes left in service) stay within 2x

@@ -133,6 +133,7 @@ def test_the_smoke_run_learns_and_names_the_straggler(tmp_path: Path) -> None:
     assert outcome.result.mfu is None  # no GPU, no MFU
 
 
+@pytest.mark.story
 def test_the_train_cli_reports_nan_on_the_rank_that_produced_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,

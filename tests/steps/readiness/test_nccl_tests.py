@@ -166,6 +166,7 @@ def test_rows_of_several_tables_and_layouts_join_one_table() -> None:
     assert table.line == [12, 13, 14, 18, 19, 20] and run.status == "complete"
 
 
+@pytest.mark.story
 def test_the_cli_exit_codes_gate_ci() -> None:
     clean = _dsx("nccl", "parse", str(LOGS / "new_layout_clean.txt"), "-o", "json")
     assert clean.returncode == 0, clean.stderr
@@ -371,6 +372,7 @@ def test_an_average_that_is_not_finite_makes_the_run_corrupted() -> None:
     assert run.status == "corrupted" and run.footer is not None and run.footer.avg_busbw_gbps is None
 
 
+@pytest.mark.story
 def test_a_log_cut_anywhere_in_its_last_row_is_incomplete_through_the_cli(tmp_path: Path) -> None:
     text = (LOGS / "new_layout_clean.txt").read_text()
     start = text.index(_ROW_LAST)

@@ -66,6 +66,7 @@ def test_component_drift_on_the_simulated_fleet_names_the_release() -> None:
     assert len(found) == len(absent) + 2
 
 
+@pytest.mark.story
 def test_drift_against_the_fleet_names_nodes_and_exits_by_result(tmp_path: Path) -> None:
     fleet = "sim:nodes=8,gpu=h100"
     clean = _dsx("drift", "--cluster", fleet, *H100, "--scope", "nodes", cwd=tmp_path)

@@ -45,6 +45,7 @@ def test_a_failed_requested_entry_leaves_the_node_out_of_the_window(refusing: Si
     assert ledger.entries(refusing, "node-00") == []  # nothing was written: nothing to count as an attempt
 
 
+@pytest.mark.story
 def test_guards_failing_on_every_node_never_open_the_breaker(refusing: SimCluster) -> None:
     for index in range(NODES):
         with pytest.raises(ClusterError):

@@ -355,6 +355,7 @@ def _state_configmap(port: KubeCluster, name: str = "state") -> None:
     port.create_object({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
 
 
+@pytest.mark.story
 def test_rank_zero_publishes_its_result_and_torchruns_exit_code_into_the_existing_state(
     port: KubeCluster, kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -409,6 +410,7 @@ def test_a_large_groups_result_travels_compressed_and_one_too_large_is_an_error(
     assert state["error"].endswith(f"bytes compressed, more than the state ConfigMap holds ({MAX_PACKED})")
 
 
+@pytest.mark.story
 def test_rankpod_passes_sigterm_to_torchrun_and_publishes_nothing(
     port: KubeCluster, kubeconfig: Path, tmp_path: Path
 ) -> None:
