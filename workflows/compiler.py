@@ -318,9 +318,13 @@ def cached_compile(folder: Path | None) -> tuple[tuple[str, dict[str, Any]], ...
     that cannot be read, or a folder that cannot be written, only means compiling again; ``dsx compile``
     always compiles.
     """
-    if folder is None:
+    try:
+        digest = source_digest() if folder is not None else None
+    except (ImportError, OSError):
+        digest = None  # Hera's or pydantic's metadata missing, a module unreadable: nothing to key on
+    if folder is None or digest is None:
         return tuple((f.filename, f.manifest) for f in compile_objects())
-    kept = folder / f"{source_digest()}.json"
+    kept = folder / f"{digest}.json"
     found = _read_kept(kept)
     if found is not None:
         return found

@@ -112,6 +112,17 @@ def test_the_cache_keeps_the_newest_compilations_and_a_folder_it_cannot_write_on
     assert compiler.cached_compile(None) == fresh
 
 
+def test_without_the_versions_to_key_on_the_workflows_are_compiled_and_nothing_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(name: str) -> str:
+        raise compiler.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(compiler.metadata, "version", missing)
+    assert compiler.cached_compile(tmp_path) == _fresh()
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.story
 def test_a_run_of_dsx_workflows_compiles_them_in_the_first_process_only(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
