@@ -14,7 +14,7 @@ from hera.workflows import DAG
 from steps.durations import parse_duration
 from steps.errors import InputError
 from tests.cli import dsx_here
-from tests.paths import CHART, shared_path
+from tests.paths import CHART, REPO, shared_path
 from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
 from workflows.templates._base import STARTUP_ALLOWANCE, step, workflow_template
@@ -121,6 +121,44 @@ def test_without_the_versions_to_key_on_the_workflows_are_compiled_and_nothing_i
     monkeypatch.setattr(compiler.metadata, "version", missing)
     assert compiler.cached_compile(tmp_path) == _fresh()
     assert list(tmp_path.iterdir()) == []
+
+
+_OPENED = """
+import builtins, io, json, os, sys
+opened = []
+def spy(open_):
+    def wrapped(file, *args, **kwargs):
+        opened.append(os.fspath(file) if not isinstance(file, int) else "")
+        return open_(file, *args, **kwargs)
+    return wrapped
+io.open = builtins.open = spy(io.open)
+from workflows.compiler import compile_objects
+compile_objects()
+print(json.dumps(opened))
+"""
+
+
+@pytest.mark.story
+def test_compiling_reads_no_file_but_modules_so_the_cache_key_covers_all_it_reads() -> None:
+    """The cache's key is the modules of ``steps`` and ``workflows`` (:func:`compiler.source_digest`): a
+    template that read a data file of the checkout (a recipe's YAML, say) as it compiles would need the
+    key to cover it, or a kept compilation would outlive a change to that file. Every file a new process
+    opens while it imports the templates and compiles them is a module or package metadata."""
+    result = subprocess.run(
+        [sys.executable, "-c", _OPENED], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    opened = [Path(p).resolve() for p in json.loads(result.stdout.splitlines()[-1]) if p]
+    installed = Path(sys.prefix).resolve()  # the environment's packages (a checkout may hold its venv)
+    read = [
+        p
+        for p in opened
+        if p.is_file()
+        and p.is_relative_to(REPO)
+        and not p.is_relative_to(installed)
+        and p.suffix not in (".py", ".pyc")
+    ]
+    assert [p for p in read if not p.parent.name.endswith(".egg-info")] == []  # but dsx's own metadata
 
 
 @pytest.mark.story
