@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def test_a_kept_compilation_that_is_not_one_is_compiled_again_and_replaced(tmp_p
     assert [name for name, _ in json.loads(kept.read_text())] == [name for name, _ in fresh]
 
 
-def test_the_cache_key_follows_every_module_and_the_versions(tmp_path: Path) -> None:
+def test_the_cache_key_follows_every_module_and_the_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
     (package / "a.py").write_text("X = 1\n")
@@ -91,7 +94,13 @@ def test_the_cache_key_follows_every_module_and_the_versions(tmp_path: Path) -> 
     (package / "notes.txt").write_text("not a module")
     assert len({first, second, third, fourth}) == 4
     assert compiler.source_digest([package]) == fourth
-    assert compiler.source_digest() != fourth  # dsx's own packages, and the versions rendering them
+    assert compiler.source_digest() != fourth  # dsx's own packages
+    versions = {"hera": metadata.version("hera"), "pydantic": metadata.version("pydantic")}
+    for name in versions:
+        monkeypatch.setattr(
+            metadata, "version", lambda n, bumped=name: versions[n] + ("1" if n == bumped else "")
+        )
+        assert compiler.source_digest([package]) != fourth, name
 
 
 def test_the_cache_keeps_the_newest_compilations_and_a_folder_it_cannot_write_only_costs_time(
@@ -116,9 +125,9 @@ def test_without_the_versions_to_key_on_the_workflows_are_compiled_and_nothing_i
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def missing(name: str) -> str:
-        raise compiler.metadata.PackageNotFoundError(name)
+        raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(compiler.metadata, "version", missing)
+    monkeypatch.setattr(metadata, "version", missing)
     assert compiler.cached_compile(tmp_path) == _fresh()
     assert list(tmp_path.iterdir()) == []
 
@@ -176,7 +185,7 @@ def test_a_run_of_dsx_workflows_compiles_them_in_the_first_process_only(tmp_path
     assert second.returncode == 0, second.stderr
 
     def described(out: str) -> str:
-        return next(p["description"] for p in json.loads(out)["parameters"] if p["name"] == "nodes")
+        return str(next(p["description"] for p in json.loads(out)["parameters"] if p["name"] == "nodes"))
 
     assert described(first.stdout).startswith(said)
     assert described(second.stdout).startswith("As kept: the nodes to certify")
