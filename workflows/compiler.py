@@ -322,16 +322,16 @@ def cached_compile(folder: Path | None) -> tuple[tuple[str, dict[str, Any]], ...
         digest = source_digest() if folder is not None else None
     except (ImportError, OSError):
         digest = None  # Hera's or pydantic's metadata missing, a module unreadable: nothing to key on
-    if folder is None or digest is None:
-        return tuple((f.filename, f.manifest) for f in compile_objects())
-    kept = folder / f"{digest}.json"
-    found = _read_kept(kept)
+    kept = folder / f"{digest}.json" if folder is not None and digest is not None else None
+    found = _read_kept(kept) if kept is not None else None
     if found is not None:
         return found
     compiled = tuple((f.filename, f.manifest) for f in compile_objects())
+    if kept is None:
+        return compiled
     try:
         write_text(kept, json.dumps([list(entry) for entry in compiled]))
-        newest = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        newest = sorted(kept.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for stale in newest[_CACHE_KEPT:]:
             stale.unlink(missing_ok=True)
     except (InputError, OSError):
