@@ -109,6 +109,7 @@ __all__ = [
     "ENV_PHASE_FILE",
     "ENV_RANK_POD",
     "ENV_RANK_SERVICE_ACCOUNT",
+    "ENV_RENDEZVOUS_FILE",
     "ENV_REPORTS_KEPT",
     "ENV_RETRY_ATTEMPTS",
     "ENV_RETRY_BASE_DELAY",
@@ -364,6 +365,9 @@ ENV_PHASE_FILE: Final = "DSX_PHASE_FILE"
 """In a rank: the file it records its phase in, so that a hung rank can be told apart."""
 ENV_FAIL_FILE: Final = "DSX_FAIL_FILE"
 """In a rank: the file a failing rank writes its error to."""
+ENV_RENDEZVOUS_FILE: Final = "DSX_RENDEZVOUS_FILE"
+"""In a local rank: the file where rank 0 writes the port its store listens on, for the other ranks
+(set instead of ``MASTER_PORT``)."""
 ENV_REPORTS_KEPT: Final = "DSX_REPORTS_KEPT"
 """How many certification reports are kept in the cluster."""
 

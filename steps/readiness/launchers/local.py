@@ -65,6 +65,7 @@ Method = Literal["forkserver", "spawn"]
 _STACK_DUMP_WAIT_S = 0.5
 _SERVER_START_S = 300.0
 _FORK_ANSWER_S = 30.0
+_RENDEZVOUS = "rendezvous"  # in the work folder: the port rank 0's store listens on
 RANK_SERVER_PRELOAD = ("torch", "torch.distributed")
 """What every rank imports: the rank fork server imports it before it forks the first."""
 
@@ -100,12 +101,6 @@ class LaunchResult(BaseModel):
     def ok(self) -> bool:
         """Every rank exited with status 0."""
         return all(rank.state == "ok" for rank in self.ranks)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _package_root() -> str:
@@ -244,8 +239,9 @@ def _rank_specs(
 ) -> tuple[dict[str, str], list[dict[str, Path]], list[dict[str, Any]]]:
     """The environment shared by every rank, each rank's files, and what starts each rank.
 
-    Each rank gets torchrun's variables, its phase and failure files (cleared) and, when given, the node
-    it stands for; it inherits this process's environment with ``env`` on top.
+    Each rank gets torchrun's variables but the port, which rank 0 picks and writes to the rendezvous
+    file (cleared), its phase and failure files (cleared) and, when given, the node it stands for; it
+    inherits this process's environment with ``env`` on top.
     """
     base = dict(os.environ)
     base.update(env or {})
@@ -257,9 +253,10 @@ def _rank_specs(
             "WORLD_SIZE": str(world_size),
             "LOCAL_WORLD_SIZE": str(world_size),
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(_free_port()),
+            vocab.ENV_RENDEZVOUS_FILE: str(work_dir / _RENDEZVOUS),  # rank 0 picks the port
         }
     )
+    (work_dir / _RENDEZVOUS).unlink(missing_ok=True)
     files = [
         {kind: work_dir / f"rank-{rank}.{kind}" for kind in ("stdout", "stderr", "phase", "failed")}
         for rank in range(world_size)
@@ -426,6 +423,7 @@ def launch_local(
     for entry in files:
         entry["phase"].unlink(missing_ok=True)
         entry["failed"].unlink(missing_ok=True)
+    (work_dir / _RENDEZVOUS).unlink(missing_ok=True)
     return result
 
 

@@ -2,7 +2,8 @@
 
 Both launchers set the same variables: torchrun on a cluster (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and the local launcher of
-:mod:`steps.readiness.launchers.local`, which adds ``DSX_NODE_NAME`` (the node a rank stands for),
+:mod:`steps.readiness.launchers.local`, which leaves the port to rank 0 (``DSX_RENDEZVOUS_FILE`` instead
+of ``MASTER_PORT``, see :func:`joined`) and adds ``DSX_NODE_NAME`` (the node a rank stands for),
 ``DSX_PHASE_FILE`` (a one-byte file where the rank marks whether it is inside a collective, read by
 the launcher to name the rank that hangs) and ``DSX_FAIL_FILE`` (where the rank notes the time and text
 of its first error, read by the launcher to name the rank whose error came first).
@@ -76,7 +77,8 @@ class RankEnv(BaseModel):
             raise InputError(f"{exc.args[0]} is not set: start this program with torchrun or dsx") from None
         except ValueError as exc:
             raise InputError(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
-        for name in ("MASTER_ADDR", "MASTER_PORT"):
+        port = "MASTER_PORT" if vocab.ENV_RENDEZVOUS_FILE not in os.environ else vocab.ENV_RENDEZVOUS_FILE
+        for name in ("MASTER_ADDR", port):
             if name not in os.environ:
                 raise InputError(f"{name} is not set: start this program with torchrun or dsx")
         if not 0 <= rank < world:
@@ -170,7 +172,11 @@ def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, 
     else:
         device = torch.device("cpu")
     dist.init_process_group(
-        backend=backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s)
+        backend=backend,
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=timeout_s),
+        store=_store(dist, env, timeout_s),
     )
     try:
         yield torch, dist, device
@@ -179,6 +185,39 @@ def joined(backend: str, env: RankEnv, timeout_s: float) -> Iterator[tuple[Any, 
         raise
     finally:
         dist.destroy_process_group()
+
+
+def _store(dist: Any, env: RankEnv, timeout_s: float) -> Any | None:
+    """The run's store, its port chosen by rank 0, when the launcher asks for that (``DSX_RENDEZVOUS_FILE``);
+    else ``None``, for torch's ``env://`` rendezvous at ``MASTER_ADDR:MASTER_PORT``.
+
+    On a machine shared by many runs, a port a launcher finds free can be taken by any other process before
+    rank 0 listens on it: rank 0 then fails (``EADDRINUSE``), or the other ranks join another run's store.
+    Rank 0 listening on port 0 and writing the port it got (whole, by a rename) leaves nothing to race.
+
+    Raises:
+        TimeoutError: rank 0 wrote no port within ``timeout_s``.
+    """
+    path = os.environ.get(vocab.ENV_RENDEZVOUS_FILE)
+    if not path:
+        return None
+    host, timeout = os.environ["MASTER_ADDR"], timedelta(seconds=timeout_s)
+    if env.rank == 0:
+        store = dist.TCPStore(host, 0, env.world_size, True, timeout, wait_for_workers=False)
+        written = Path(f"{path}.{os.getpid()}")
+        written.write_text(str(store.port), encoding="ascii")
+        written.replace(path)
+        return store
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            port = int(Path(path).read_text(encoding="ascii"))
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank 0 wrote no store port to {path} within {timeout_s:g} s") from None
+            time.sleep(0.01)
+            continue
+        return dist.TCPStore(host, port, env.world_size, False, timeout)
 
 
 def stacks_on_signals() -> None:
