@@ -294,19 +294,6 @@ def running(double: Double, out: Path, **extra: str) -> Iterator[subprocess.Pope
         process.wait()
 
 
-def run_to_end(double: Double, out: Path, timeout: float, **extra: str) -> subprocess.CompletedProcess[str]:
-    """``dsx run remediate --local`` run to its end."""
-    return subprocess.run(
-        double.command(out, **extra),
-        cwd=REPO,
-        env=double.env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def in_background(double: Double, out: Path, **extra: str) -> tuple[threading.Thread, list[Phase]]:
     """:meth:`Double.run` in a thread; its phase lands in the list when it ends."""
     phases: list[Phase] = []

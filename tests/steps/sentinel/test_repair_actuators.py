@@ -33,7 +33,7 @@ from steps.sentinel.kernel_log import Boot
 from steps.sentinel.node import Sentinel, build_sentinel
 from steps.sentinel.outcome import outcome_of
 from steps.sentinel.probes import NodeProbes
-from tests.cli import dsx
+from tests.cli import dsx_here
 from tests.emulator.apiserver import Emulator
 from tests.steps.sentinel.conftest import FAST
 from tests.steps.sentinel.fake_nvml import FakeNvml, gpus
@@ -708,9 +708,10 @@ def test_the_webhook_template_posts_the_whole_request_and_fails_on_a_refusal(
 
 @pytest.mark.story
 def test_a_whole_remediation_resets_the_gpu_and_returns_the_node_to_service_on_its_boot(
-    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """``dsx run remediate --local`` as a person runs it, the node's agent carrying out reset-gpu requests
+    """``dsx run remediate --local`` as a person runs it (in this process: its steps and ranks forked from
+    this worker's fork server), the node's agent carrying out reset-gpu requests
     meanwhile (a thread here, the DaemonSet on a cluster), over one shared fleet whose provider repairs
     nothing: the GPU is reset, the node recertified and back in service on the boot it had."""
     spec = shareable(f"sim:nodes=4,gpu=h100,repair=never,faults={NODE}:xid=79@3", tmp_path)
@@ -727,16 +728,15 @@ def test_a_whole_remediation_resets_the_gpu_and_returns_the_node_to_service_on_i
     thread = threading.Thread(target=agent, daemon=True)
     thread.start()
     try:
-        result = dsx(
-            "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
+        code, out, err = dsx_here(
+            capsys, "run", "remediate", "--local", "--cluster", spec, "--out", str(tmp_path / "run"),
             "-p", f"node={NODE}", "-p", "check=xid", "-p", "repair-timeout=2m", "-p", "iters=2",
             "-p", "p-min=0.9", "-p", 'drain-policy={"deadline_s": 2, "force": true, "poll_s": 0.1}',
-            timeout=600,
         )  # fmt: skip
     finally:
         stop.set()
         thread.join(10)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert code == 0, out[-3000:] + err[-3000:]
     node = port.get_node(NODE)
     assert node.node_info.boot_id == boot and not node.unschedulable
     assert node.labels[vocab.LABEL_CERTIFICATION] == "passed" and vocab.LABEL_STATE not in node.labels
