@@ -77,8 +77,8 @@ class RankEnv(BaseModel):
             raise InputError(f"{exc.args[0]} is not set: start this program with torchrun or dsx") from None
         except ValueError as exc:
             raise InputError(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
-        port = "MASTER_PORT" if vocab.ENV_RENDEZVOUS_FILE not in os.environ else vocab.ENV_RENDEZVOUS_FILE
-        for name in ("MASTER_ADDR", port):
+        port = () if vocab.ENV_RENDEZVOUS_FILE in os.environ else ("MASTER_PORT",)  # else rank 0 picks it
+        for name in ("MASTER_ADDR", *port):
             if name not in os.environ:
                 raise InputError(f"{name} is not set: start this program with torchrun or dsx")
         if not 0 <= rank < world:
