@@ -32,6 +32,18 @@ MODULES = {
     "fs_sleep": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n",
     "fs_raise": "raise RuntimeError('boom from the child')\n",
     "fs_message": "import sys\nsys.exit('a message, not a number')\n",
+    # an object whose finalizer, run at exit, appends the pid of the process running it to $FS_FINAL
+    "fs_final": """
+        import os, weakref
+        class Held:
+            pass
+        def mark():
+            with open(os.environ["FS_FINAL"], "a") as out:
+                out.write(f"{os.getpid()}\\n")
+        HELD = Held()
+        weakref.finalize(HELD, mark)
+    """,
+    "fs_own_final": "import weakref, fs_final\nOWN = fs_final.Held()\nweakref.finalize(OWN, fs_final.mark)\n",
     # a step module whose processes fork children of their own, which import fs_warm
     "fs_host": "FORK_SERVER_PRELOAD = ('fs_warm',)\n",
     "fs_warm": "import os\nLOADED_IN = os.getpid()\n",
@@ -150,6 +162,18 @@ def test_sys_path_entries_come_first_and_failures_are_named(server: ForkServer, 
     missing = server.start("fs_extra", [], _env(), tmp_path / "out.txt", tmp_path / "err.txt")
     assert missing.wait(10) == 1  # not on this child's sys.path
     assert "No module named fs_extra" in (tmp_path / "err.txt").read_text()
+
+
+def test_the_servers_finalizers_never_run_at_a_childs_exit_the_childs_own_do(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    assert server.preload(["fs_final"], timeout=30) == {}
+    marks = tmp_path / "finalized.txt"
+    child = server.start(
+        "fs_own_final", [], _env(FS_FINAL=str(marks)), tmp_path / "out.txt", tmp_path / "err.txt"
+    )
+    assert child.wait(10) == 0, (tmp_path / "err.txt").read_text()
+    assert marks.read_text().splitlines() == [str(child.pid)]  # the child's object only, once
 
 
 def test_end_of_stdin_kills_the_children_and_stops_the_server(modules: Path, tmp_path: Path) -> None:
