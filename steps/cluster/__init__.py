@@ -6,7 +6,7 @@ NICs report comes through the health seam, :mod:`steps.cluster.health`. The simu
 (:mod:`steps.cluster.sim`) is imported only when a ``sim:`` or ``state:`` spec asks for it.
 """
 
-from steps.cluster.connect import connect, load_fleet, shareable
+from steps.cluster.connect import connect, load_fleet, port_modules, shareable
 from steps.cluster.errors import (
     ApiUnavailableError,
     ClusterConfigError,
@@ -56,5 +56,6 @@ __all__ = [
     "connect",
     "health_source",
     "load_fleet",
+    "port_modules",
     "shareable",
 ]

@@ -63,15 +63,18 @@ __all__ = [
 ]
 
 
-def preload(library: Library, entrypoint: str) -> list[str]:
-    """The step modules the run can reach, for the zygote to import once."""
-    modules: list[str] = []
+def preload(library: Library, entrypoint: str, cluster_spec: str | None = None) -> list[str]:
+    """The step modules the run can reach, then those opening its cluster's port, for the fork server
+    to import once; nothing when no step runs in Hera's runner."""
+    from steps.cluster import port_modules
+
+    modules: set[str] = set()
     for scope, name in library.reachable(entrypoint):
         script = scope.templates[name].get("script") or {}
         entry = hera_entrypoint(script.get("command") or [], script.get("args") or [])
         if entry and ":" in entry:
-            modules.append(entry.split(":", 1)[0])
-    return sorted(set(modules))
+            modules.add(entry.split(":", 1)[0])
+    return [*sorted(modules), *port_modules(cluster_spec)] if modules else []
 
 
 class Engine:
@@ -95,7 +98,7 @@ class Engine:
             workflow=workflow_name,
             parameters=dict(parameters),
             cluster_spec=cluster_spec,
-            launcher=Launcher(preload(library, start)),
+            launcher=Launcher(preload(library, start, cluster_spec)),
             execute=execute,
             spec=spec,
         )

@@ -41,3 +41,40 @@ def test_missing_fleet_state_is_named(tmp_path: Path) -> None:
     broken.write_text("{not json")
     with pytest.raises(ClusterConfigError, match="is unreadable"):
         connect(f"state:{broken}").list_nodes()
+
+
+#: In a fresh interpreter: import what port_modules names, then open the port; print what connect imported
+#: beyond that, of dsx's cluster modules and the Kubernetes client.
+_IMPORTS_AFTER = """
+import importlib, sys
+from steps.cluster import connect, port_modules
+spec = sys.argv[1]
+for module in port_modules(spec):
+    importlib.import_module(module)
+before = set(sys.modules)
+port = connect(spec, sys.argv[2] if len(sys.argv) > 2 else None)
+if spec.startswith(("sim:", "state:")):
+    port.list_nodes()
+print(sorted(m for m in set(sys.modules) - before if m.startswith(("steps.cluster", "kubernetes"))))
+"""
+
+
+@pytest.mark.parametrize("kind", ["sim", "state", "kube"])
+def test_port_modules_name_everything_connect_imports_to_open_the_port(kind: str, tmp_path: Path) -> None:
+    """A fork server imports these once for every step of a run (workflows.runner.engine.preload)."""
+    import subprocess
+    import sys
+
+    from steps.cluster import shareable
+    from tests.emulator.apiserver import write_kubeconfig
+
+    args = {
+        "sim": ["sim:nodes=2"],
+        "state": [shareable("sim:nodes=2", tmp_path)],
+        "kube": ["kube", str(write_kubeconfig(tmp_path / "config", "https://127.0.0.1:1"))],
+    }[kind]
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AFTER, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

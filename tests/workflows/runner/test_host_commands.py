@@ -208,3 +208,15 @@ def test_the_runner_trusts_only_the_steps_it_is_handed(tmp_path: Path) -> None:
     assert alone.label == "step" and alone.reason.endswith("is not a function dsx's templates run")
     assert host_templates(library, "step", trusted_steps()) == []
     assert "steps.runtime.tasks:resolve_recipe" in trusted_steps().entries
+
+
+def test_the_fork_server_imports_the_step_modules_and_the_port_of_the_runs_cluster(tmp_path: Path) -> None:
+    from workflows.runner.engine import preload
+
+    entry = yaml.safe_load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
+    library = Library(entry, [])
+    assert preload(library, "step", "sim:nodes=2") == ["steps.runtime.tasks", "steps.cluster.sim"]
+    assert preload(library, "step", "kube") == ["steps.runtime.tasks", "steps.cluster.kube", "kubernetes"]
+    container = {"name": "echo", "container": {"image": "busybox", "command": ["true"]}}
+    plain = yaml.safe_load(_file(tmp_path, container).read_text())
+    assert preload(Library(plain, []), "echo", "sim:") == []  # no step runs in Hera's runner: no server
