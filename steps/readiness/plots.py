@@ -1,16 +1,15 @@
 """PNG plots of the evidence: busbw against message size per group, step time per rank.
 
-matplotlib with the Agg backend, no timestamps or version in the files: the same data gives the same
-bytes.
+Drawn with :mod:`steps.figures`: matplotlib's Agg canvas, no timestamps or version in the files (the same
+data gives the same bytes).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from steps.files import write_bytes
+from steps.figures import new_figure, save_png
 from steps.readiness.models import CollectiveRun, Subject
 from steps.readiness.ranks.smoke import SmokeResult
 from steps.readiness.sizes import format_size
@@ -19,34 +18,19 @@ from steps.readiness.thresholds import Thresholds
 __all__ = ["plot_busbw", "plot_step_times"]
 
 
-def _save(figure: object, path: Path) -> Path:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})  # type: ignore[attr-defined]
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)  # type: ignore[arg-type]
-    return write_bytes(path, buffer.getvalue())
-
-
 def plot_busbw(runs: Sequence[tuple[Subject, CollectiveRun]], limits: Thresholds, path: Path) -> Path:
     """busbw against message size, one line per group, with each all-reduce threshold as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    records = [
-        {"group": subject.name, "size": row.size, "busbw": row.busbw()}
-        for subject, run in runs
-        for row in run.rows
-        if row.busbw() is not None
-    ]
-    frame = pd.DataFrame(records, columns=["group", "size", "busbw"])
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    for group, part in frame.groupby("group", sort=True):
-        part = part.sort_values("size")
-        axes.plot(part["size"], part["busbw"], marker="o", label=str(group))
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for subject, run in runs:
+        for row in run.rows:
+            busbw = row.busbw()
+            if busbw is not None:
+                lines.setdefault(subject.name, []).append((row.size, busbw))
+    figure = new_figure(figsize=(8, 4.5))
+    axes = figure.subplots()
+    for group, points in sorted(lines.items()):
+        sizes, values = zip(*sorted(points), strict=True)
+        axes.plot(sizes, values, marker="o", label=group)
     for threshold in limits.all_reduce("node") + limits.all_reduce("multi-node"):
         axes.axhline(threshold.bus_bw_gbps, linestyle="--", color="grey", linewidth=1)
         axes.annotate(
@@ -61,39 +45,28 @@ def plot_busbw(runs: Sequence[tuple[Subject, CollectiveRun]], limits: Thresholds
     axes.set_ylabel("bus bandwidth (GB/s)")
     axes.set_title("all-reduce bus bandwidth")
     axes.grid(True, which="major", alpha=0.3)
-    if not frame.empty:
+    if lines:
         axes.legend(fontsize=8)
-    figure.tight_layout()
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_step_times(runs: Sequence[tuple[Subject, SmokeResult]], path: Path) -> Path:
     """Step time per rank over the training smoke run(s), stragglers' injected faults in the legend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    records = [
-        {
-            "line": f"{subject.name} rank {rank.rank} ({rank.host})" + (" injected" if rank.injected else ""),
-            "step": step,
-            "ms": seconds * 1000,
-        }
-        for subject, result in runs
-        for rank in result.ranks
-        for step, seconds in enumerate(rank.step_s)
-    ]
-    frame = pd.DataFrame(records, columns=["line", "step", "ms"])
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    for line, part in frame.groupby("line", sort=True):
-        axes.plot(part["step"], part["ms"], marker=".", label=str(line))
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for subject, result in runs:
+        for rank in result.ranks:
+            label = f"{subject.name} rank {rank.rank} ({rank.host})" + (" injected" if rank.injected else "")
+            lines.setdefault(label, []).extend((step, s * 1000) for step, s in enumerate(rank.step_s))
+    figure = new_figure(figsize=(8, 4.5))
+    axes = figure.subplots()
+    for label, points in sorted(lines.items()):
+        if points:
+            steps, milliseconds = zip(*points, strict=True)
+            axes.plot(steps, milliseconds, marker=".", label=label)
     axes.set_xlabel("step")
     axes.set_ylabel("step time (ms)")
     axes.set_title("training smoke run: step time per rank")
     axes.grid(True, alpha=0.3)
-    if not frame.empty:
+    if any(lines.values()):
         axes.legend(fontsize=7)
-    figure.tight_layout()
-    return _save(figure, path)
+    return save_png(figure, path)

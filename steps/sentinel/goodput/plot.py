@@ -2,17 +2,16 @@
 GPU-hours lost by cause.
 
 A stretch out of service is drawn at least :data:`MIN_WIDTH` of the period wide, so that a remediation of
-minutes still shows on a week. matplotlib with the Agg backend, no timestamps or version in the file:
-the same report gives the same bytes.
+minutes still shows on a week. Drawn with :mod:`steps.figures` (matplotlib's Agg canvas), no timestamps or
+version in the file: the same report gives the same bytes.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from steps.cluster import changes
-from steps.files import write_bytes
+from steps.figures import new_figure, save_png
 from steps.sentinel.goodput.ledger_report import STATES, GoodputReport
 
 __all__ = ["MAX_ROWS", "MIN_WIDTH", "plot_report"]
@@ -37,18 +36,13 @@ _COLOURS = {
 
 def plot_report(report: GoodputReport, path: Path) -> Path:
     """Draw ``report`` to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     nodes = report.nodes[:MAX_ROWS]
     start = changes.parse_time(report.since).timestamp()
     rows = max(len(nodes), 1)
-    figure, (timeline, causes) = plt.subplots(
-        2, 1, figsize=(10, 2.5 + 0.22 * rows + 3), gridspec_kw={"height_ratios": [2 + 0.22 * rows, 3]}
-    )
+    figure = new_figure(figsize=(10, 2.5 + 0.22 * rows + 3))
+    timeline, causes = figure.subplots(2, 1, gridspec_kw={"height_ratios": [2 + 0.22 * rows, 3]})
     for row, node in enumerate(nodes):
         for state in STATES:
             least = 0.0 if state == "in-service" else report.period_hours * MIN_WIDTH
@@ -89,8 +83,4 @@ def plot_report(report: GoodputReport, path: Path) -> Path:
     )
     if not names:
         causes.text(0.5, 0.5, "nothing lost", ha="center", va="center", transform=causes.transAxes)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    plt.close(figure)
-    return write_bytes(path, buffer.getvalue())
+    return save_png(figure, path)

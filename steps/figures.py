@@ -1,0 +1,35 @@
+"""PNG figures drawn on matplotlib's Agg canvas, without :mod:`matplotlib.pyplot`.
+
+A figure made here belongs to its caller alone: pyplot's registry of open figures, its backend
+selection and its interactive machinery are never loaded, so nothing needs closing and a process that
+only writes files does not pay for them. The PNG carries no timestamp or version: the same figure gives
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from steps.files import write_bytes
+
+__all__ = ["new_figure", "save_png"]
+
+
+def new_figure(**options: Any) -> Any:
+    """A :class:`matplotlib.figure.Figure` on an Agg canvas; ``options`` go to its constructor."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(**options)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_png(figure: Any, path: Path) -> Path:
+    """Lay ``figure`` out tightly and write it to ``path`` as a PNG at 100 dpi, atomically; ``path``."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    return write_bytes(path, buffer.getvalue())
