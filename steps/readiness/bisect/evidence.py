@@ -234,13 +234,13 @@ class Evidence:
         known_p = np.array([self.intermittence[int(i)] for i in known])
         chance[known], shown[known] = 1.0, known_p
         prior_odds = math.log(prior / (1.0 - prior))
-        log_pass = np.log(np.maximum(1.0 - p, _TINY))
+        # What the passes say does not change from round to round: a faulty node passed each of them.
+        from_passes = self.passes[:, None] * self._pass[None, :]
         for _ in range(_ROUNDS):
-            ratio = np.zeros((size, len(p)))
+            ratio = from_passes.copy()
             quiet = np.log(np.maximum(1.0 - chance * shown, _TINY))  # log P(this node fails no test)
             for held, failed in self.tests:
                 if not failed:
-                    ratio[held] += log_pass
                     continue
                 others = np.exp(np.sum(quiet[held]) - quiet[held])  # P(the others in it fail nothing)
                 healthy = 1.0 - (1.0 - self.q) * others
