@@ -42,8 +42,9 @@ them.
 
 **Nested servers.** A child that forks children of its own (a local runner's step that launches the
 ranks of a test) would start a server of its own and pay the imports again. A module whose code does
-that names what its children import, ``FORK_SERVER_PRELOAD = ("torch", ...)``; a server preloading
-the module imports those as well (before the first child that nests, see ``preload``). A start request
+that names what its children import, ``FORK_SERVER_PRELOAD = ("torch", ...)``, with what its own
+functions import only when called (a report's plotting library); a server preloading the module imports
+those as well (before the first child that nests, see ``preload``). A start request
 whose ``nest_for`` names such a module gives the child a nested server: forked from the child before
 its module runs (the child has one thread then, and everything the server imported), in the child's
 process group, its own child, and gone when the child's end of its pipes closes. The child takes it

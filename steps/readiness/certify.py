@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from steps import figures
 from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
 from steps.errors import DsxError, InputError
@@ -121,9 +122,9 @@ __all__ = [
     "sweep_group",
 ]
 
-#: The steps here launch ranks: a local runner's fork server imports what they import once for every
-#: step (:mod:`steps.forkserver`).
-FORK_SERVER_PRELOAD = RANK_PRELOAD
+#: The steps here launch ranks, and the report draws its plots: a local runner's fork server imports what
+#: they import once for every step (:mod:`steps.forkserver`).
+FORK_SERVER_PRELOAD = (*RANK_PRELOAD, *figures.IMPORTS)
 #: Launch and rendezvous time counted into every healthy-run estimate, seconds.
 LAUNCH_OVERHEAD_S = 20.0
 #: Bus bandwidth assumed for a healthy run when the recipe has no absolute figure (gloo on CPU), GB/s.

@@ -32,7 +32,7 @@ from steps.readiness.bisect.models import BisectResult, GroupResult, Suspect, Te
 from steps.readiness.bisect.records import Record, Records, suspect_reason
 from steps.readiness.bisect.strategies import bisect
 from steps.readiness.check import CheckOutcome
-from steps.readiness.checks import ALLREDUCE_SWEEP
+from steps.readiness.checks import ALLREDUCE_SWEEP, RANK_PRELOAD
 from steps.readiness.judge import only_slow
 from steps.readiness.models import CollectiveRun, Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
@@ -49,7 +49,7 @@ __all__ = [
     "search_group",
 ]
 
-FORK_SERVER_PRELOAD = certify.FORK_SERVER_PRELOAD
+FORK_SERVER_PRELOAD = RANK_PRELOAD
 """The group search launches ranks as certification's checks do (:mod:`steps.forkserver`)."""
 
 STANDALONE = "bisect"

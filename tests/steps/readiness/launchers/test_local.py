@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from steps.readiness.launchers.base import RankProgram
@@ -52,9 +54,28 @@ def test_the_smoke_run_preloads_what_its_ranks_import() -> None:
 
 def test_the_step_modules_that_launch_ranks_name_what_every_rank_imports() -> None:
     # A local runner's fork server imports these once for all of the module's steps (steps.forkserver).
+    from steps import figures
     from steps.readiness import certify, checks
     from steps.readiness.bisect import flow
     from steps.readiness.launchers.local import RANK_SERVER_PRELOAD
 
     for module in (certify, flow):
         assert {*RANK_SERVER_PRELOAD, *checks.SMOKE_PRELOAD} <= set(module.FORK_SERVER_PRELOAD)
+    assert set(figures.IMPORTS) <= set(certify.FORK_SERVER_PRELOAD)  # the report's plots
+
+
+def test_figures_imports_name_what_drawing_a_figure_imports(tmp_path: Path) -> None:
+    code = (
+        "import importlib, sys\n"
+        "from steps import figures\n"
+        "for module in figures.IMPORTS: importlib.import_module(module)\n"
+        "before = set(sys.modules)\n"
+        "figure = figures.new_figure(figsize=(2, 1))\n"
+        "figure.subplots().plot([0, 1], [1, 0], label='a')\n"
+        "figures.save_png(figure, sys.argv[1])\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith('matplotlib')))\n"
+    )
+    png = tmp_path / "figure.png"
+    done = subprocess.run([sys.executable, "-c", code, str(png)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]" and png.read_bytes()[:4] == b"\x89PNG"
