@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from steps.cluster import ClusterConfigError, ClusterPort, connect
+from steps.cluster import ClusterConfigError, ClusterPort, connect, shareable
 from steps.cluster.sim import SimCluster
+from tests.emulator.apiserver import write_kubeconfig
 
 
 def test_environment_names_the_cluster_when_no_spec_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,12 +65,6 @@ print(sorted(m for m in set(sys.modules) - before if m.startswith(("steps.cluste
 @pytest.mark.parametrize("kind", ["sim", "state", "kube"])
 def test_port_modules_name_everything_connect_imports_to_open_the_port(kind: str, tmp_path: Path) -> None:
     """A fork server imports these once for every step of a run (workflows.runner.engine.preload)."""
-    import subprocess
-    import sys
-
-    from steps.cluster import shareable
-    from tests.emulator.apiserver import write_kubeconfig
-
     args = {
         "sim": ["sim:nodes=2"],
         "state": [shareable("sim:nodes=2", tmp_path)],

@@ -66,13 +66,13 @@ def test_the_step_modules_that_launch_ranks_name_what_every_rank_imports() -> No
 
 def test_figures_imports_name_what_drawing_a_figure_imports(tmp_path: Path) -> None:
     code = (
-        "import importlib, sys\n"
+        "import importlib, pathlib, sys\n"
         "from steps import figures\n"
         "for module in figures.IMPORTS: importlib.import_module(module)\n"
         "before = set(sys.modules)\n"
         "figure = figures.new_figure(figsize=(2, 1))\n"
         "figure.subplots().plot([0, 1], [1, 0], label='a')\n"
-        "figures.save_png(figure, sys.argv[1])\n"
+        "figures.save_png(figure, pathlib.Path(sys.argv[1]))\n"
         "print(sorted(m for m in set(sys.modules) - before if m.startswith('matplotlib')))\n"
     )
     png = tmp_path / "figure.png"
