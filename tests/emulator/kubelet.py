@@ -1048,6 +1048,7 @@ def torchrun_refusal(args: RankPodArgs) -> str:
 
 def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[int, str]:
     """Run the group's module on this machine: ``(exit code, rank 0's result file text)``."""
+    from steps.readiness.checks import RANK_PRELOAD
     from steps.readiness.launchers.local import launch_local
 
     problem = torchrun_refusal(args) or _rendezvous_error(process, args)
@@ -1065,6 +1066,9 @@ def _play_group(process: PodProcess, group: _Group, args: RankPodArgs) -> tuple[
             work_dir=folder / "ranks",
             timeout_s=_time_left(process),
             rank_hosts=hosts,
+            # what every rank program imports, once for all the pods this process plays (a torchrun
+            # rank imports it for itself: the smoke run's DDP loads torch._dynamo, 2 s of CPU a rank)
+            preload=list(RANK_PRELOAD),
         )
         code = 0 if result.ok else 1
     try:
