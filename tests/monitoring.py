@@ -7,8 +7,7 @@ import json
 import re
 from typing import Any
 
-import yaml
-
+from tests import yamltext
 from tests.paths import CHART
 
 MONITORING = CHART / "monitoring"
@@ -76,7 +75,7 @@ PROMETHEUS_OWN = {"up"}
 
 
 def rules() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    data: dict[str, Any] = yamltext.load(RULES.read_text())
     return data
 
 

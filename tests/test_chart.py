@@ -13,6 +13,7 @@ import yaml
 from hera.workflows import DAG, Artifact, CronWorkflow
 
 from steps.cluster import connect
+from tests import yamltext
 from tests.paths import CHART, helm_binary, shared_path
 from tests.workflows.fixtures.demo_steps import greet
 from workflows import compiler
@@ -47,7 +48,7 @@ def _run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProces
 
 
 def _docs(rendered: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(rendered) if d]
+    return [d for d in yamltext.load_all(rendered) if d]
 
 
 def _template(chart: Path, *values: str, release: str = "dsx", namespace: str = "gpu-ops") -> str:
@@ -352,7 +353,7 @@ def test_image_pull_secrets_reach_every_workflow_and_the_rank_pods(fixture_chart
 
 
 def test_output_artifacts_are_removed_without_an_artifact_repository() -> None:
-    compiled = [yaml.safe_load(p.read_text()) for p in (CHART / "files").glob("*.yaml")]
+    compiled = [yamltext.load(p.read_text()) for p in (CHART / "files").glob("*.yaml")]
     assert any(t.get("outputs", {}).get("artifacts") for d in compiled for t in _spec(d)["templates"])
     for name, doc in _workflows(_render(CHART)).items():
         spec = _spec(doc)
@@ -480,7 +481,7 @@ def test_chart_applies_values_and_keeps_argo_expressions(fixture_chart: Path) ->
 
 
 def test_rank_pod_defaults_follow_the_chart_version(fixture_chart: Path) -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    chart = yamltext.load((CHART / "Chart.yaml").read_text())
     ((_, launch),) = _pod_templates(_workflows(_render(fixture_chart))["dsx-certify"])
     env = _env(launch)
     assert env["DSX_GPU_IMAGE"] == f"ghcr.io/dsx-dev/dsx-gpu:{chart['appVersion']}"
@@ -648,7 +649,7 @@ def test_the_sentinel_runs_the_agent_with_the_environment_it_reads() -> None:
     assert path == "/etc/dsx/sentinel/overrides.yaml"
     from steps.sentinel.catalogue import FaultOverrides  # the file the agent loads, as it reads it
 
-    overrides = FaultOverrides.model_validate(yaml.safe_load(config["data"]["overrides.yaml"]))
+    overrides = FaultOverrides.model_validate(yamltext.load(config["data"]["overrides.yaml"]))
     assert overrides.modes == {"thermal": "observe"}
 
 

@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from steps.readiness.launchers.jobspec import JobSettings, render_group_job
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import RunRef
-from tests import dockerfile
+from tests import dockerfile, yamltext
 from tests.paths import CHART, REPO, helm_binary
 from workflows.templates import _base
 
@@ -191,7 +190,7 @@ def _compiled_containers() -> list[tuple[str, dict[str, Any]]]:
     """(where, container) for every container of every template in the compiled files."""
     found = []
     for path in sorted((CHART / "files").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for doc in yamltext.load_all(path.read_text(encoding="utf-8")):
             spec = doc["spec"].get("workflowSpec", doc["spec"])
             for template in spec.get("templates", []):
                 for container in _containers(template):
@@ -284,7 +283,7 @@ def _runner_entry(words: list[str]) -> str | None:
 
 
 def _release() -> dict[str, Any]:
-    return dict(yaml.safe_load(RELEASE.read_text(encoding="utf-8")))
+    return dict(yamltext.load(RELEASE.read_text(encoding="utf-8")))
 
 
 def _release_images() -> dict[str, str]:
@@ -431,7 +430,7 @@ def _chart_pods() -> tuple[tuple[str, str, str], ...]:
     )
     assert done.returncode == 0, done.stderr
     found = []
-    for doc in yaml.safe_load_all(done.stdout):
+    for doc in yamltext.load_all(done.stdout):
         if not doc or doc["kind"] not in ("DaemonSet", "Deployment", "StatefulSet"):
             continue
         for container in doc["spec"]["template"]["spec"]["containers"]:
@@ -747,8 +746,8 @@ def test_a_rank_command_naming_a_missing_program_or_module_is_found() -> None:
 
 def test_image_names_and_version_agree_across_the_repository() -> None:
     version = _pyproject()["project"]["version"]
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
-    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    chart = yamltext.load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    values = yamltext.load((CHART / "values.yaml").read_text(encoding="utf-8"))
     images = _release_images()
     assert chart["appVersion"] == version
     assert images == {CONTROL: "ghcr.io/dsx-dev/dsx", GPU: "ghcr.io/dsx-dev/dsx-gpu"}

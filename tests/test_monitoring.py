@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from tests import yamltext
 from tests.monitoring import (
     PROMETHEUS_OWN,
     RULES,
@@ -243,7 +244,7 @@ def test_each_alert_fires_on_its_fault_and_stays_silent_on_a_healthy_fleet(tmp_p
 def test_a_test_that_expects_the_wrong_thing_fails(tmp_path: Path) -> None:
     """The harness can fail: the healthy series of the tainted-node alert made to expect it."""
     path = _unit_tests(tmp_path)
-    data = yaml.safe_load(path.read_text())
+    data = yamltext.load(path.read_text())
     silent = next(t for t in data["tests"] if t["name"] == "DsxNodeTaintedWithoutRemediation fires")
     silent["input_series"] = CASES["DsxNodeTaintedWithoutRemediation"].healthy
     path.write_text(yaml.safe_dump(data))

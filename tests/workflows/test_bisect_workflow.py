@@ -5,10 +5,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
+from tests import yamltext
 from tests.cli import dsx_here
 from tests.paths import REPO
 
@@ -16,7 +16,7 @@ FILES = REPO / "charts/dsx/files"
 
 
 def _templates(name: str) -> dict[str, dict[str, object]]:
-    doc = yaml.safe_load((FILES / f"workflow-template-{name}.yaml").read_text())
+    doc = yamltext.load((FILES / f"workflow-template-{name}.yaml").read_text())
     return {t["name"]: t for t in doc["spec"]["templates"]}
 
 

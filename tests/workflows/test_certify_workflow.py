@@ -15,6 +15,7 @@ import yaml
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import PLAN_OUTPUTS
+from tests import yamltext
 from tests.cli import dsx_here
 from tests.paths import REPO
 
@@ -80,7 +81,7 @@ def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """A failed check omits nothing after it: the stages run on, the report labels every node."""
-    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    doc = yamltext.load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (template,) = [t for t in doc["spec"]["templates"] if t["name"] == "node-check"]
     args = template["script"]["args"]
     args[args.index("steps.readiness.certify:node_check")] = "tests.workflows.certify_faults:crash_on_node_01"
@@ -102,7 +103,7 @@ def test_a_crashed_check_step_still_ends_with_a_report_and_every_node_labelled(
 
 
 def test_certify_template_explains_itself_in_the_argo_ui() -> None:
-    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    doc = yamltext.load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     params = {p["name"]: p for p in doc["spec"]["arguments"]["parameters"]}
     assert set(params) >= {"nodes", "launcher", "accelerator", "min-bytes", "max-bytes"}
     assert params["launcher"]["enum"] == ["auto", "job", "local"]
@@ -118,7 +119,7 @@ def test_stages_never_share_a_nodes_gpus_and_each_runs_whatever_the_one_before_g
     """Node checks, then racks (and their bisection), then the whole set (and its bisection), then the
     smoke run: no two stages at once, and a stage that failed (or was skipped: no racks; or omitted: nothing
     to bisect) never omits those after it."""
-    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    doc = yamltext.load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (dag,) = [t["dag"] for t in doc["spec"]["templates"] if t["name"] == "certify"]
     depends = {t["name"]: t.get("depends", "") for t in dag["tasks"]}
     ended = "({0}.Succeeded || {0}.Failed || {0}.Errored || {0}.Skipped)"

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hera.workflows import DAG
 
 from steps.durations import parse_duration
 from steps.errors import InputError
+from tests import yamltext
 from tests.cli import dsx_here
 from tests.paths import CHART, REPO, shared_path
 from tests.workflows.fixtures.demo_steps import greet
@@ -194,7 +194,7 @@ def test_a_run_of_dsx_workflows_compiles_them_in_the_first_process_only(tmp_path
 
 def test_script_steps_run_through_heras_runner_with_the_default_image(tmp_path: Path) -> None:
     (compiled,) = compiler.compile_objects([DEMO])
-    doc = yaml.safe_load(compiled.text)
+    doc = yamltext.load(compiled.text)
     greet = next(t for t in doc["spec"]["templates"] if t["name"] == "greet")
     assert greet["script"]["args"] == [
         "-m",
@@ -270,7 +270,7 @@ def test_a_parameter_whose_default_is_not_in_its_enum_is_refused() -> None:
 def test_a_parameter_without_a_default_has_no_value_so_argo_asks_for_one() -> None:
     """Hera writes a value of None as the text 'null': a submission without -p node would remediate a
     node named "null". Without a value, Argo refuses the submission until one is given."""
-    remediate = yaml.safe_load((CHART / "files" / "workflow-template-dsx-remediate.yaml").read_text())
+    remediate = yamltext.load((CHART / "files" / "workflow-template-dsx-remediate.yaml").read_text())
     node = next(p for p in remediate["spec"]["arguments"]["parameters"] if p["name"] == "node")
     assert "value" not in node
     for path in sorted((CHART / "files").glob("*.yaml")):

@@ -5,10 +5,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from steps.runtime.criteria import ALLOWED, ANY, FIELDS
 from steps.runtime.drift import SCOPES
+from tests import yamltext
 from workflows import compiler
 from workflows.compiler import trusted_steps
 from workflows.runner import RunOptions, run
@@ -50,7 +49,7 @@ def test_recipe_and_bundle_workflows_leave_their_artifacts(tmp_path: Path) -> No
     assert recipe.phase == "Succeeded", recipe.message
     folder = _artifacts(tmp_path / "recipe", "resolve-recipe", "recipe")
     assert sorted(p.name for p in folder.iterdir()) == ["graph.dot", "graph.json", "graph.mmd", "recipe.yaml"]
-    assert yaml.safe_load((folder / "recipe.yaml").read_text())["kind"] == "RecipeResult"
+    assert yamltext.load((folder / "recipe.yaml").read_text())["kind"] == "RecipeResult"
 
     parameters = {**CRITERIA, "format": "argocd", "repo-url": "https://git.example.org/gitops.git"}
     bundle = run(

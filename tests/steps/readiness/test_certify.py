@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from steps.cluster import ClusterPort, connect
 from steps.cluster import vocabulary as vocab
@@ -17,6 +16,7 @@ from steps.readiness.checks import ALLREDUCE_SWEEP, SWEEP_TEST, TRAINING_SMOKE
 from steps.readiness.launchers.local import local_injections
 from steps.readiness.models import Subject
 from steps.readiness.outcomes import OutcomeStore, RunRef
+from tests import yamltext
 from tests.paths import REPO
 
 LOCAL_RECIPE = {
@@ -390,7 +390,7 @@ def test_the_workflow_stays_small_however_large_the_fleet(monkeypatch, tmp_path:
     assert len(json.loads(params["groups"])) == 200 and params["whole"] == "all"
     stored = OutcomeStore(connect(), plan.run)  # a fresh fleet: the store is per process here
     assert stored.run == plan.run
-    doc = yaml.safe_load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
+    doc = yamltext.load((REPO / "charts/dsx/files/workflow-template-dsx-certify.yaml").read_text())
     (dag,) = [t["dag"] for t in doc["spec"]["templates"] if t["name"] == "certify"]
     fleet_sized = {"{{tasks.plan.outputs.parameters.nodes}}", "{{tasks.plan.outputs.parameters.groups}}"}
     for task in dag["tasks"]:

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from steps.errors import InputError
 from steps.runtime.bundle import CHECKSUMS, render_bundle, write_bundle
 from steps.runtime.catalogue import load_catalogue
 from steps.runtime.criteria import parse_criteria
 from steps.runtime.resolve import RecipeResult, resolve
+from tests import yamltext
 from tests.paths import REPO
 
 REPO_URL = "https://git.example.org/platform/gitops.git"
@@ -61,7 +61,7 @@ def test_bundles_verify_and_are_byte_identical(result: RecipeResult, fmt: str, t
     assert files == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
     for name in files:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
-    recipe = yaml.safe_load((first / "recipe.yaml").read_text())
+    recipe = yamltext.load((first / "recipe.yaml").read_text())
     assert recipe["kind"] == "RecipeResult" and recipe["digest"] == result.digest
     text = "\n".join((first / name).read_text() for name in files)
     for placeholder in ("<REPO", "TODO", "CHANGEME", "REPLACE", "example.com"):
@@ -83,7 +83,7 @@ def test_helm_install_script_follows_the_order_with_pinned_versions(
         assert f"--version {item.version}" in line
         assert f"--values {item.name}/values.yaml" in line
         positions.append(script.index(line))
-        assert yaml.safe_load((folder / item.name / "values.yaml").read_text()) == item.values
+        assert yamltext.load((folder / item.name / "values.yaml").read_text()) == item.values
     assert positions == sorted(positions)
     assert (folder / "install.sh").stat().st_mode & 0o111
     assert "oci://ghcr.io/nvidia/kai-scheduler/kai-scheduler --version" in script
@@ -95,7 +95,7 @@ def test_argocd_sync_waves_exceed_those_of_dependencies(result: RecipeResult, tm
     folder = _write(result, "argocd", tmp_path / "argocd")
     apps = {}
     for path in (folder / "applications").glob("*.yaml"):
-        doc = yaml.safe_load(path.read_text())
+        doc = yamltext.load(path.read_text())
         apps[doc["metadata"]["name"]] = doc
     assert set(apps) == set(result.deploymentOrder)
     wave = {
@@ -109,7 +109,7 @@ def test_argocd_sync_waves_exceed_those_of_dependencies(result: RecipeResult, tm
         assert sources[0]["targetRevision"] == item.version
         assert sources[0]["helm"]["valueFiles"] == [f"$values/{item.name}/values.yaml"]
         assert sources[1] == {"repoURL": REPO_URL, "targetRevision": "main", "ref": "values"}
-    root = yaml.safe_load((folder / "app-of-apps.yaml").read_text())
+    root = yamltext.load((folder / "app-of-apps.yaml").read_text())
     assert root["spec"]["source"] == {"repoURL": REPO_URL, "targetRevision": "main", "path": "applications"}
     assert apps["kai-scheduler"]["spec"]["sources"][0]["repoURL"] == "ghcr.io/nvidia/kai-scheduler"
     with pytest.raises(InputError, match="--repo-url"):
@@ -120,11 +120,11 @@ def test_flux_depends_on_mirrors_the_graph(result: RecipeResult, tmp_path: Path)
     folder = _write(result, "flux", tmp_path / "flux")
     releases = {}
     for path in (folder / "releases").glob("*.yaml"):
-        doc = yaml.safe_load(path.read_text())
+        doc = yamltext.load(path.read_text())
         releases[doc["metadata"]["name"]] = doc
     assert set(releases) == set(result.deploymentOrder)
     sources = {
-        yaml.safe_load(p.read_text())["metadata"]["name"]: yaml.safe_load(p.read_text())
+        yamltext.load(p.read_text())["metadata"]["name"]: yamltext.load(p.read_text())
         for p in (folder / "sources").glob("*.yaml")
     }
     for item in result.components:
@@ -135,7 +135,7 @@ def test_flux_depends_on_mirrors_the_graph(result: RecipeResult, tmp_path: Path)
         source = sources[spec["chart"]["spec"]["sourceRef"]["name"]]
         assert source["spec"]["url"] == item.repository
         assert source["spec"].get("type") == ("oci" if item.repository.startswith("oci://") else None)
-    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    kustomization = yamltext.load((folder / "kustomization.yaml").read_text())
     for entry in kustomization["resources"]:
         assert (folder / entry).is_file()
 

@@ -5,9 +5,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from steps.runtime.tasks import bundle_recipe, detect_drift, gate, resolve_recipe
+from tests import yamltext
 from tests.paths import REPO
 
 CRITERIA = {"service": "eks", "accelerator": "h100", "os": "ubuntu", "intent": "training"}
@@ -20,7 +20,7 @@ def test_resolve_step_writes_the_recipe_and_its_graph(
     summary = resolve_recipe(**CRITERIA)
     folder = tmp_path / "recipe"
     assert sorted(p.name for p in folder.iterdir()) == summary.files
-    recipe = yaml.safe_load((folder / "recipe.yaml").read_text())
+    recipe = yamltext.load((folder / "recipe.yaml").read_text())
     assert recipe["digest"] == summary.digest
     assert summary.versions["gpu-operator"] == "v25.3.4"
     assert summary.thresholds == recipe["thresholds"] and summary.criteria["accelerator"] == "h100"

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from steps.errors import InputError
 from steps.sentinel.goodput.rates import POLICIES, FaultRates, default_rates_path, load_rates
@@ -26,6 +25,7 @@ from steps.sentinel.goodput.simulate import (
     spare_candidates,
     young_daly_minutes,
 )
+from tests import yamltext
 
 PUBLISHED = {"nodes": 2048, "gpus_per_node": 8, "days": 54.0}
 SEEDS = 5
@@ -33,7 +33,7 @@ SEEDS = 5
 
 @cache
 def shipped() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(default_rates_path().read_text(encoding="utf-8"))
+    data: dict[str, Any] = yamltext.load(default_rates_path().read_text(encoding="utf-8"))
     return data
 
 

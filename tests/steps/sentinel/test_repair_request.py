@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from steps.cluster import vocabulary as vocab
 from steps.cluster.sim import FileStore, SimCluster
@@ -18,6 +17,7 @@ from steps.sentinel import ledger, remediate, repair
 from steps.sentinel.agent import Agent
 from steps.sentinel.catalogue import load_catalogue
 from steps.sentinel.probes import NodeProbes
+from tests import yamltext
 
 NODE = "node-01"
 
@@ -46,7 +46,7 @@ def test_the_request_names_the_action_the_gpus_and_the_evidence(faulty: SimClust
     node = faulty.get_node(NODE)
     request = faulty.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", faulty.namespace)
     assert request is not None and request["metadata"]["labels"][vocab.LABEL_REPAIR] == "reboot"
-    body = yaml.safe_load(request["data"]["request.yaml"])
+    body = yamltext.load(request["data"]["request.yaml"])
     gpu = faulty.node_report(NODE).gpus[3]
     assert (body["kind"], body["node"], body["check"], body["workflow"]) == (
         "RepairRequest", NODE, "xid", "dsx-remediate-abcde",
@@ -67,7 +67,7 @@ def test_the_request_names_the_action_the_gpus_and_the_evidence(faulty: SimClust
 
 def test_the_ecc_check_asks_to_reset_its_own_gpu(faulty: SimCluster) -> None:
     remediate.request_repair(NODE, "ecc", workflow_name="w")
-    body = yaml.safe_load(
+    body = yamltext.load(
         faulty.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", faulty.namespace)["data"]["request.yaml"]  # type: ignore[index]
     )
     assert body["action"] == "reset-gpu" and [g["index"] for g in body["gpus"]] == [5]
@@ -103,7 +103,7 @@ def test_findings_and_gpus_are_read_as_the_agent_writes_them() -> None:
 def test_events_the_account_may_not_read_are_said_missing_and_the_request_made(faulty: SimCluster) -> None:
     faulty.inject_api(forbid=["list events"])
     remediate.request_repair(NODE, "xid", workflow_name="w")
-    body = yaml.safe_load(
+    body = yamltext.load(
         faulty.get_object("v1", "ConfigMap", f"dsx-repair-{NODE}", faulty.namespace)["data"]["request.yaml"]  # type: ignore[index]
     )
     assert body["events"] == [] and body["eventsNote"].startswith(

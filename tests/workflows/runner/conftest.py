@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests import yamltext
 from workflows.runner import NodeStatus, RunOptions, RunResult, run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def load(filename: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The workflow ``name`` of a fixture file, and the file's other documents as its library."""
-    docs = [d for d in yaml.safe_load_all((FIXTURES / filename).read_text()) if d]
+    docs = [d for d in yamltext.load_all((FIXTURES / filename).read_text()) if d]
     entry = next(d for d in docs if d["metadata"]["name"] == name)
     return entry, [d for d in docs if d is not entry]
 

@@ -3,8 +3,7 @@
 import subprocess
 import sys
 
-import yaml
-
+from tests import yamltext
 from tests.paths import shared_path
 from tests.workflows.runner.conftest import FIXTURES
 
@@ -14,5 +13,5 @@ def test_every_fixture_passes_argo_validation() -> None:
     files = sorted(str(p) for p in FIXTURES.glob("*.yaml"))
     result = subprocess.run([sys.executable, str(tool), *files], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    documents = sum(1 for f in FIXTURES.glob("*.yaml") for d in yaml.safe_load_all(f.read_text()) if d)
+    documents = sum(1 for f in FIXTURES.glob("*.yaml") for d in yamltext.load_all(f.read_text()) if d)
     assert f"{documents} Argo documents checked, 0 with errors" in result.stdout

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests import yamltext
 from workflows.cli.main import app
 from workflows.compiler import trusted_steps
 from workflows.runner.host import host_templates
@@ -202,7 +203,7 @@ def test_an_output_path_made_of_a_parameter_or_a_link_cannot_leave_the_step(tmp_
 def test_the_runner_trusts_only_the_steps_it_is_handed(tmp_path: Path) -> None:
     # The runner reads YAML only: which steps are dsx's own comes from its caller (the CLI hands it the
     # steps of dsx's compiled templates); handed nothing, it takes even dsx's step for a host command.
-    entry = yaml.safe_load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
+    entry = yamltext.load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
     library = Library(entry, [])
     (alone,) = host_templates(library, "step", NOTHING_TRUSTED)
     assert alone.label == "step" and alone.reason.endswith("is not a function dsx's templates run")
@@ -213,10 +214,10 @@ def test_the_runner_trusts_only_the_steps_it_is_handed(tmp_path: Path) -> None:
 def test_the_fork_server_imports_the_step_modules_and_the_port_of_the_runs_cluster(tmp_path: Path) -> None:
     from workflows.runner.engine import preload
 
-    entry = yaml.safe_load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
+    entry = yamltext.load(_file(tmp_path, _dsx_step("steps.runtime.tasks:resolve_recipe")).read_text())
     library = Library(entry, [])
     assert preload(library, "step", "sim:nodes=2") == ["steps.runtime.tasks", "steps.cluster.sim"]
     assert preload(library, "step", "kube") == ["steps.runtime.tasks", "steps.cluster.kube", "kubernetes"]
     container = {"name": "echo", "container": {"image": "busybox", "command": ["true"]}}
-    plain = yaml.safe_load(_file(tmp_path, container).read_text())
+    plain = yamltext.load(_file(tmp_path, container).read_text())
     assert preload(Library(plain, []), "echo", "sim:") == []  # no step runs in Hera's runner: no server

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests import yamltext
 from workflows.runner.api import RunControl, run
 from workflows.runner.model import NodeStatus, Phase, RunOptions
 
@@ -51,7 +51,7 @@ def test_a_stopped_run_ends_as_argos_shutdown_strategy_says(
     control = RunControl()
     options = dataclasses.replace(_stopping_when_long_runs(control, strategy), out_dir=out)
     began = time.monotonic()
-    result = run(yaml.safe_load(WORKFLOW), [], {}, options, control=control)
+    result = run(yamltext.load(WORKFLOW), [], {}, options, control=control)
     assert time.monotonic() - began < 30  # the 60 s step was killed
     message = f"Stopped with strategy '{strategy}'"
     assert (result.phase, result.message) == (Phase.Failed, message)
@@ -70,7 +70,7 @@ def test_a_stop_asked_before_the_run_starts_applies_as_it_starts(tmp_path: Path)
     control = RunControl()
     control.stop("Stop")
     result = run(
-        yaml.safe_load(WORKFLOW),
+        yamltext.load(WORKFLOW),
         [],
         {},
         RunOptions(allow_host_commands=True, out_dir=tmp_path / "r"),
@@ -108,7 +108,7 @@ def test_a_run_stopped_while_it_waits_for_its_workflows_mutex_ends_failed_having
     first = threading.Thread(
         target=run,
         args=(
-            yaml.safe_load(LOCKED),
+            yamltext.load(LOCKED),
             [],
             {},
             RunOptions(allow_host_commands=True, out_dir=tmp_path / "first"),
@@ -121,7 +121,7 @@ def test_a_run_stopped_while_it_waits_for_its_workflows_mutex_ends_failed_having
     threading.Timer(0.5, control.stop, (strategy,)).start()
     second = tmp_path / "second"
     result = run(
-        yaml.safe_load(LOCKED), [], {}, RunOptions(allow_host_commands=True, out_dir=second), control=control
+        yamltext.load(LOCKED), [], {}, RunOptions(allow_host_commands=True, out_dir=second), control=control
     )
     first.join()
     assert (result.phase, result.message, result.nodes) == (

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from steps.cluster.vocabulary import LABEL_GROUP_TEST as GROUP_LABEL
 from steps.errors import InputError
@@ -30,6 +29,7 @@ from steps.runtime.catalogue import load_catalogue
 from steps.runtime.criteria import ALLOWED, parse_criteria
 from steps.runtime.resolve import resolve
 from steps.runtime.tasks import resolve_recipe
+from tests import yamltext
 from tests.paths import shared_path
 
 EFA = "vpc.amazonaws.com/efa"
@@ -446,7 +446,7 @@ def test_the_charts_default_rank_pod_profile_is_taken_and_its_empty_priority_cla
 ):
     """values.yaml's rankPods as the chart renders them into DSX_RANK_POD (``priorityClassName: ""``, empty
     meaning none): a real install's group tests failed on it before they started."""
-    values = yaml.safe_load((Path(__file__).parents[4] / "charts" / "dsx" / "values.yaml").read_text())
+    values = yamltext.load((Path(__file__).parents[4] / "charts" / "dsx" / "values.yaml").read_text())
     text = json.dumps({**values["rankPods"], "imagePullSecrets": []})
     operator = profile_from_env({ENV_VAR: text})
     assert operator is not None and operator.priority_class_name is None
