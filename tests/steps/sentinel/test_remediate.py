@@ -19,7 +19,7 @@ from steps.sentinel.drain import DrainPolicy, NamespaceMode, drain
 from steps.sentinel.events import HealthEvent
 from steps.sentinel.policy import Breaker, BreakerSettings, QuarantinePolicy, decide
 from steps.sentinel.remediate import check_parameters, guard, repair_problems, repair_wait
-from tests.cli import dsx
+from tests.cli import dsx, dsx_here
 
 FAST = {"deadline_s": 2, "force": True, "poll_s": 0.1, "backoff_s": 0.1}
 
@@ -263,23 +263,20 @@ def test_remediations_older_than_the_lemon_window_do_not_count(
 
 
 @pytest.mark.story
-def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(tmp_path: Path) -> None:
+def test_remediate_as_the_readme_runs_it_repairs_recertifies_and_uncordons(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The acceptance command exactly: default drain policy, repair delay and timeout. The sample gateway's
-    # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy.
-    result = dsx(
-        "run",
-        "remediate",
-        "--local",
-        "--cluster",
-        "sim:nodes=4,gpu=h100,faults=node-01:xid=79",
-        "-p",
-        "node=node-01",
-        "-p",
-        "check=xid",
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # budget (minAvailable 1 of 2) lets the drain evict its pod once the other replica is healthy. It runs
+    # in this process, from the run folder's parent as a user would (its steps and ranks forked from this
+    # worker's fork server, which imports torch once); that a dsx process exits with its run's phase is
+    # tests/workflows/runner/test_run_cmd.py's to show.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = dsx_here(
+        capsys, "run", "remediate", "--local", "--cluster", "sim:nodes=4,gpu=h100,faults=node-01:xid=79",
+        "-p", "node=node-01", "-p", "check=xid",
+    )  # fmt: skip
+    assert code == 0, out[-3000:] + err[-3000:]
     (fleet,) = tmp_path.glob("dsx-runs/dsx-remediate-*/fleet.json")
     port = SimCluster(FileStore(fleet))
     node = port.get_node("node-01")
