@@ -412,6 +412,7 @@ def test_output_artifacts_are_kept_with_the_repository_named() -> None:
     assert all("artifactRepositoryRef" not in _spec(d) for d in _workflows(plain).values())
 
 
+@pytest.mark.story
 def test_recipe_and_drift_give_their_results_without_artifacts(tmp_path: Path) -> None:
     """What the chart installs by default runs, and its user still gets the result, labels and gate."""
     workflows = _workflows(_render(CHART))

@@ -253,6 +253,7 @@ def test_rank_pods_play_their_group_and_rank_zero_publishes_the_result(k8s_clust
     assert "Complete" in conditions(job)
 
 
+@pytest.mark.story
 def test_a_failed_group_run_ends_the_other_pods_and_rank_zero_still_publishes(
     k8s_cluster: MakeCluster,
 ) -> None:

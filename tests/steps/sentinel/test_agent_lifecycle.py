@@ -222,6 +222,7 @@ def test_a_state_file_that_does_not_parse_is_said_and_ignored(
 # ------------------------------------------------------------------ 12. probes that cannot hang
 
 
+@pytest.mark.story
 def test_a_probe_that_hangs_gives_a_degraded_reading_and_the_passes_go_on() -> None:
     port = _fleet(f"{NODE}:xid=79@3")
     catalogue = load_catalogue()

@@ -284,7 +284,7 @@ def test_a_fault_during_the_save_loses_the_interval_it_was_saving() -> None:
     assert per_fault_slow > per_fault_free + 1.5
 
 
-@pytest.mark.parametrize("save_seconds", [10, 60, 120])
+@pytest.mark.parametrize("save_seconds", [pytest.param(10, marks=pytest.mark.story), 60, 120])
 def test_the_best_interval_is_young_and_dalys(save_seconds: float) -> None:
     """Young (1974) and Daly (2006): a save of S against a mean time between interruptions M is best
     repeated every sqrt(2 S M); M = 3 h here, so 7.7 minutes for a 10 s save, 19 for 60 s, 27 for 120 s."""
