@@ -132,8 +132,9 @@ def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
     name = workflow["metadata"]["name"]  # type: ignore[index]
     assert f"stopping {name} as argo stop does" in stdout
     assert f"{name}  Failed" in stdout and "(stopped when the play ended)" in stdout
-    node = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
-    assert node.unschedulable  # a stopped remediation leaves its node quarantined, never half given back
+    # How far the run got in 10 s depends on the machine's load; the agent's taint is on whatever it reached,
+    # and a stopped run never takes it off (the SIGTERM story stops its run after the cordon, and checks that)
+    assert connect(f"state:{out / 'fleet.json'}").get_node("node-02").has_taint(vocab.TAINT_UNHEALTHY)
 
 
 @pytest.mark.story
@@ -170,3 +171,6 @@ def test_sigterm_stops_the_plays_runs_with_their_exit_handlers_and_exits_143(tmp
     assert "stopped by SIGTERM" in stdout
     workflow = _stopped_run(out)
     assert f"stopping {workflow['metadata']['name']} as argo stop does" in stdout  # type: ignore[index]
+    node = connect(f"state:{out / 'fleet.json'}").get_node("node-02")
+    # a stopped remediation leaves its node quarantined, never half given back
+    assert node.unschedulable and node.has_taint(vocab.TAINT_UNHEALTHY)
