@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,8 +25,8 @@ from steps.cluster import vocabulary as vocab
 from steps.cluster.errors import NotFoundError
 from steps.cluster.sim import FileStore, SimCluster
 from steps.sentinel import ledger
+from tests.cli import Started, dsx_started
 from tests.emulator.kubelet import EmulatedCluster
-from tests.paths import REPO
 from tests.workflows import test_remediate_faults as on_sim
 from tests.workflows import test_remediate_faults_kube as on_kube
 from workflows.runner import Phase
@@ -42,8 +40,8 @@ class Double(Protocol):
     port: ClusterPort
 
     def command(self, out: Path, **extra: str) -> list[str]:
-        """``dsx run remediate --local`` against this cluster, its run folder ``out``, ``extra`` parameters
-        over the scenarios' own."""
+        """The arguments of ``dsx run remediate --local`` against this cluster, its run folder ``out``,
+        ``extra`` parameters over the scenarios' own."""
         ...
 
     @property
@@ -92,7 +90,7 @@ class Double(Protocol):
 
 
 def _command(cluster: list[str], out: Path, params: dict[str, str]) -> list[str]:
-    base = [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", *cluster]
+    base = ["run", "remediate", "--local", *cluster]
     return [*base, *[a for k, v in params.items() for a in ("-p", f"{k}={v}")], "--out", str(out)]
 
 
@@ -278,20 +276,13 @@ def assert_in_service(double: Double) -> None:
 
 
 @contextlib.contextmanager
-def running(double: Double, out: Path, **extra: str) -> Iterator[subprocess.Popen[bytes]]:
+def running(double: Double, out: Path, **extra: str) -> Iterator[Started]:
     """``dsx run remediate --local`` started in the background; killed if still running at the end."""
-    process = subprocess.Popen(
-        double.command(out, **extra),
-        cwd=REPO,
-        env=double.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = dsx_started(*double.command(out, **extra), env=double.env)
     try:
         yield process
     finally:
-        process.kill()
-        process.wait()
+        process.close()
 
 
 def in_background(double: Double, out: Path, **extra: str) -> tuple[threading.Thread, list[Phase]]:

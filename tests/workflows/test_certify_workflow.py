@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
 from steps.readiness.certify import PLAN_OUTPUTS
 from tests import yamltext
-from tests.cli import dsx_here
+from tests.cli import dsx, dsx_here, dsx_started
 from tests.paths import REPO
 
 SMALL = ["-p", "max-bytes=256KiB", "-p", "iters=8"]
@@ -47,9 +46,10 @@ def _labels(out: Path) -> dict[str, str]:
 def test_a_healthy_local_fleet_is_certified(tmp_path: Path) -> None:
     """As the README runs it: ``dsx run certify --local``, a process of its own."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", "--cluster"]
-    cmd += ["sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out), "-o", "json"]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
+    result = dsx(
+        "run", "certify", "--local", "--cluster", "sim:nodes=3,gpu=h100,racks=1", *SMALL, "--out", str(out),
+        "-o", "json",
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert json.loads(result.stdout)["phase"] == "Succeeded"
     assert _labels(out) == {"node-00": "passed", "node-01": "passed", "node-02": "passed"}
@@ -257,30 +257,32 @@ def test_two_local_certifications_of_one_fleet_at_once_the_second_is_refused_nam
             made.port(),
         )
 
-    def start(name: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "workflows.cli", "run", "certify", "--local", *target,
-             "--out", str(tmp_path / name), "-p", "max-bytes=64KiB", "-p", "iters=2"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+    def certify(name: str) -> list[str]:
+        return [
+            "run", "certify", "--local", *target, "--out", str(tmp_path / name), "-p", "max-bytes=64KiB",
+            "-p", "iters=2",
+        ]  # fmt: skip
 
-    first = start("first")
-    deadline = time.monotonic() + 120
-    while not any(
-        x["spec"].get("holderIdentity")
-        for x in port.list_objects("coordination.k8s.io/v1", "Lease", None)  # every namespace
-    ):
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.1)
-    # The first is stopped (alive, holding its nodes) while the second runs: a healthy fleet of two is
-    # certified in seconds, sooner than the second reaches its plan.
-    os.kill(first.pid, signal.SIGSTOP)
+    first = dsx_started(*certify("first"))
     try:
-        second = start("second")
-        out, err = second.communicate(timeout=300)
+        deadline = time.monotonic() + 120
+        while not any(
+            x["spec"].get("holderIdentity")
+            for x in port.list_objects("coordination.k8s.io/v1", "Lease", None)  # every namespace
+        ):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.1)
+        # The first is stopped (alive, holding its nodes) while the second runs: a healthy fleet of two is
+        # certified in seconds, sooner than the second reaches its plan.
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = dsx(*certify("second"), timeout=300)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        first_out, first_err = first.communicate(timeout=600)
     finally:
-        os.kill(first.pid, signal.SIGCONT)
-    first_out, first_err = first.communicate(timeout=600)
+        first.close()
+    out, err = second.stdout, second.stderr
     assert first.returncode == 0, first_out[-2000:] + first_err
     name = json.loads((tmp_path / "first" / "run.json").read_text())["workflow"]
     assert second.returncode == 1 and f"is held by dsx-certify/default/{name}/" in out + err, out[-3000:]

@@ -9,7 +9,7 @@ import pytest
 
 from steps.cluster import connect
 from steps.cluster import vocabulary as vocab
-from tests.cli import dsx_here
+from tests.cli import dsx_here, dsx_started
 
 FLEET = "sim:nodes=4,gpu=h100,racks=2,repair-delay=1"
 
@@ -140,33 +140,22 @@ def test_a_play_that_runs_out_of_time_stops_its_runs_as_argo_stop_does(
 @pytest.mark.story
 def test_sigterm_stops_the_plays_runs_with_their_exit_handlers_and_exits_143(tmp_path: Path) -> None:
     import signal
-    import subprocess
-    import sys
-
-    from tests.cli import REPO
 
     out = tmp_path / "play"
-    argv = [
-        sys.executable, "-m", "workflows.cli", "events", "play", "--cluster", NEVER_REPAIRED, "--agent",
-        "--inject", "node-02:xid=79@1", "--for", "5m", "--interval", "0.3", "-p", "repair-timeout=1h",
-        "--out", str(out),
-    ]  # fmt: skip
-    play = subprocess.Popen(
-        argv,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    seen = []
-    assert play.stdout is not None
-    for line in play.stdout:
-        seen.append(line)
-        if "cordoned no -> yes" in line:  # the remediation is under way
-            break
-    play.send_signal(signal.SIGTERM)
-    rest, stderr = play.communicate(timeout=120)
-    stdout = "".join(seen) + rest
+    play = dsx_started(
+        "events", "play", "--cluster", NEVER_REPAIRED, "--agent", "--inject", "node-02:xid=79@1",
+        "--for", "5m", "--interval", "0.3", "-p", "repair-timeout=1h", "--out", str(out),
+    )  # fmt: skip
+    try:
+        seen = []
+        for line in play.lines(timeout=120):
+            seen.append(line)
+            if "cordoned no -> yes" in line:  # the remediation is under way
+                break
+        play.send_signal(signal.SIGTERM)
+        stdout, stderr = play.communicate(timeout=120)
+    finally:
+        play.close()
     assert play.returncode == 143, stdout + stderr
     assert "stopped by SIGTERM" in stdout
     workflow = _stopped_run(out)

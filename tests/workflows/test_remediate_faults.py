@@ -11,8 +11,6 @@ those here are the fleet's own.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from steps.cluster.sim.controllers import budget_status
 from steps.sentinel import ledger
 from steps.sentinel.remediate import OWNER
 from steps.yamlio import load_yaml, plain
+from tests.cli import Started, dsx, dsx_started
 from tests.paths import REPO
 from workflows.compiler import trusted_steps
 from workflows.runner import Phase, RunOptions, run
@@ -307,14 +306,7 @@ def test_an_operator_resumes_the_repair_suspend_and_the_node_comes_back(tmp_path
         lambda: _state_of(port) == "awaiting-repair" and port.get_node(NODE).node_info.boot_id != booted
     )
     assert _state_of(port) == "awaiting-repair"  # repaired, yet it waits for the operator
-    resumed = subprocess.run(
-        [sys.executable, "-m", "workflows.cli", "resume", str(out), "--node", "repair-suspend"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    resumed = dsx("resume", str(out), "--node", "repair-suspend", timeout=60)
     assert resumed.returncode == 0, resumed.stderr
     thread.join(120)
     assert not thread.is_alive(), "the resumed suspend kept waiting for its 10m deadline"
@@ -346,22 +338,24 @@ def test_two_local_runs_of_one_node_in_two_processes_wait_for_each_other(tmp_pat
     then finds the node where the first left it. Both once remediated the node at once."""
     state, port = _fleet(tmp_path, "sim:nodes=4,gpu=h100,faults=node-01:xid=79,repair-delay=0.5")
 
-    def start(name: str, *extra: str) -> subprocess.Popen[str]:
+    def start(name: str, *extra: str) -> Started:
         params = [a for k, v in _params(**{"repair-timeout": "30s"}).items() for a in ("-p", f"{k}={v}")]
-        return subprocess.Popen(
-            [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", "--cluster", state,
-             "--out", str(tmp_path / name), *params, *extra],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        return dsx_started(
+            "run", "remediate", "--local", "--cluster", state, "--out", str(tmp_path / name), *params, *extra
+        )
 
     first = start("first")
     _wait_for(lambda: "quarantined" in _states(port), timeout=120)
     second = start("second", "-p", "dry-run=true")
-    time.sleep(2)
-    assert second.poll() is None
-    assert {e.workflow for e in ledger.entries(port, NODE)} == {_workflow(tmp_path / "first")}  # it waits
-    _, first_err = first.communicate(timeout=300)
-    _, second_err = second.communicate(timeout=300)
+    try:
+        time.sleep(2)
+        assert second.poll() is None
+        assert {e.workflow for e in ledger.entries(port, NODE)} == {_workflow(tmp_path / "first")}  # it waits
+        _, first_err = first.communicate(timeout=300)
+        _, second_err = second.communicate(timeout=300)
+    finally:
+        first.close()
+        second.close()
     assert (first.returncode, second.returncode) == (0, 0), first_err + second_err
     assert "Waiting for default/Mutex/dsx-remediate-node-01 lock" in second_err
     entries = ledger.entries(port, NODE)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -38,9 +36,9 @@ import pytest
 from steps.cluster import vocabulary as vocab
 from steps.cluster.changes import format_time
 from steps.sentinel import ledger
+from tests.cli import dsx
 from tests.emulator.apiserver import Emulator
 from tests.emulator.kubelet import EmulatedCluster
-from tests.paths import REPO
 from tests.workflows.test_remediate_faults import (
     FAST,
     NODE,
@@ -303,11 +301,9 @@ def test_a_remediation_in_another_process_waits_for_the_mutex_lease(
         first, phases = _in_background(made, tmp_path / "a")
         _wait_for(lambda: "quarantined" in _states(made), timeout=120)
         params = [a for k, v in _params().items() for a in ("-p", f"{k}={v}")]
-        second = subprocess.run(
-            [sys.executable, "-m", "workflows.cli", "run", "remediate", "--local", "--cluster", "kube",
-             "--kubeconfig", str(made.kubeconfig), "--namespace", NAMESPACE, "--out", str(tmp_path / "b"),
-             *params],
-            cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        second = dsx(
+            "run", "remediate", "--local", "--cluster", "kube", "--kubeconfig", str(made.kubeconfig),
+            "--namespace", NAMESPACE, "--out", str(tmp_path / "b"), *params, timeout=300,
         )  # fmt: skip
         first.join(120)
     assert phases == [Phase.Succeeded] and second.returncode == 0, second.stdout[-3000:] + second.stderr

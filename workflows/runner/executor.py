@@ -29,6 +29,10 @@ __all__ = ["HERA_RUNNER", "Launcher", "ProcessSpec", "RunningProcess", "hera_ent
 
 HERA_RUNNER = "hera.workflows.runner"
 _PRELOAD = ["hera.workflows._runner.util", "pydantic"]
+FORK_SERVER_PRELOAD = tuple(_PRELOAD)
+"""What the steps' server imports before any workflow's step modules: a process that runs workflows, forked
+by a fork server with ``nest_for`` naming this module, gets a nested server with them imported and takes it
+as its steps' server (:mod:`steps.forkserver`)."""
 
 
 def hera_entrypoint(command: Sequence[str], args: Sequence[str]) -> str | None:
@@ -83,7 +87,7 @@ class _Steps:
         env = dict(os.environ)
         roots = [str(Path(__file__).resolve().parents[2]), os.getcwd()]
         env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])
-        self.server = ForkServer(env)
+        self.server = ForkServer.nested(own_groups=True) or ForkServer(env)
         self.preloaded: set[str] = set()
         self.preload(preload)
 
