@@ -32,6 +32,7 @@ from workflows.cli.main import COMMANDS, run
 #: What the warm server imports: every command's module, the runner, the workflows' step modules and the
 #: ports they open. The torch of the step modules' ranks waits for the first run (``nest_for``).
 _WARM = (
+    "workflows.cli.main",
     *(f"workflows.cli.{module}" for module, _ in COMMANDS.values()),
     "workflows.runner.engine",
     "workflows.runner.executor",
@@ -146,6 +147,8 @@ def dsx_started(*args: str, cwd: Path = REPO, env: Mapping[str, str] | None = No
         env: its whole environment (default: this process's now).
     """
     folder = tempfile.TemporaryDirectory(prefix="dsx-")
+    for name in ("stdout", "stderr"):  # there to read from at once; the child opens them truncating
+        (Path(folder.name) / name).touch()
     argv = list(args)
     child = _warm().start(
         "workflows.cli",

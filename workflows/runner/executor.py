@@ -81,7 +81,8 @@ class RunningProcess:
 
 
 class _Steps:
-    """Hera runner steps forked from a :class:`~steps.forkserver.ForkServer` that preloaded Hera."""
+    """Hera runner steps forked from a :class:`~steps.forkserver.ForkServer` that preloaded Hera: a new one,
+    or the nested server this process was forked with (see :data:`FORK_SERVER_PRELOAD`)."""
 
     def __init__(self, preload: Sequence[str]) -> None:
         env = dict(os.environ)

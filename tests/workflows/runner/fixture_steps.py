@@ -128,7 +128,9 @@ def launch_ranks(folder: str, seconds: float) -> str:
     """Note this step's pid, then run two ranks of the probe that sleep ``seconds``, as dsx's checks do."""
     from steps.readiness.launchers.local import launch_local
 
-    Path(folder, "step.json").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgrp()}))
+    # whether this step's server was forked from a dsx process (a nested server), not started as a new one
+    note = {"pid": os.getpid(), "pgid": os.getpgrp(), "nested": "workflows.cli.main" in sys.modules}
+    Path(folder, "step.json").write_text(json.dumps(note))
     result = launch_local(
         "tests.steps.readiness.launchers.rank_probe",
         [folder, str(seconds), *FORK_SERVER_PRELOAD],

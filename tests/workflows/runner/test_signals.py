@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import dsx_started
 from tests.paths import REPO
 from tests.processes import marked
 
@@ -52,16 +53,26 @@ def _wait(condition: object, seconds: float) -> bool:
     return False
 
 
-def _start(tmp_path: Path, seconds: float, marker: str) -> tuple[subprocess.Popen[str], Path, Path]:
+def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The workflow's file, the evidence folder (made) and the run folder."""
     workflow = tmp_path / "ranks.yaml"
     workflow.write_text(WORKFLOW)
     folder, out = tmp_path / "evidence", tmp_path / "run"
     folder.mkdir()
-    env = dict(os.environ, DSX_TEST_MARK=marker.split("=", 1)[1])
-    command = [
-        sys.executable, "-m", "workflows.cli", "run", "ranks", "--local", "-f", str(workflow),
-        "--out", str(out), "--allow-host-commands", "-p", f"folder={folder}", "-p", f"seconds={seconds}",
+    return workflow, folder, out
+
+
+def _arguments(workflow: Path, folder: Path, out: Path, seconds: float) -> list[str]:
+    return [
+        "run", "ranks", "--local", "-f", str(workflow), "--out", str(out), "--allow-host-commands",
+        "-p", f"folder={folder}", "-p", f"seconds={seconds}",
     ]  # fmt: skip
+
+
+def _start(tmp_path: Path, seconds: float, marker: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    workflow, folder, out = _files(tmp_path)
+    env = dict(os.environ, DSX_TEST_MARK=marker.split("=", 1)[1])
+    command = [sys.executable, "-m", "workflows.cli", *_arguments(workflow, folder, out, seconds)]
     process = subprocess.Popen(
         command,
         cwd=REPO,
@@ -120,7 +131,7 @@ def test_a_stopped_run_keeps_its_evidence_and_leaves_no_process(
 @pytest.mark.story
 def test_a_run_that_ends_leaves_no_process(tmp_path: Path) -> None:
     marker = f"DSX_TEST_MARK={uuid.uuid4()}"
-    process, _, out = _start(tmp_path, 0.5, marker)
+    process, folder, out = _start(tmp_path, 0.5, marker)
     try:
         _, stderr = process.communicate(timeout=180)
     finally:
@@ -129,4 +140,29 @@ def test_a_run_that_ends_leaves_no_process(tmp_path: Path) -> None:
             process.wait()
     assert process.returncode == 0, stderr
     assert json.loads((out / "workflow.json").read_text())["status"]["phase"] == "Succeeded"
+    assert not json.loads((folder / "step.json").read_text())["nested"]  # its steps' server is new
+    assert _wait(lambda: not marked(marker), 15), f"processes of the run still alive: {marked(marker)}"
+
+
+@pytest.mark.story
+def test_a_run_forked_by_a_server_that_nests_takes_the_nested_server_for_its_steps(tmp_path: Path) -> None:
+    """``dsx run`` forked from a fork server with ``nest_for`` naming the runner, as the tests start dsx
+    (:mod:`tests.cli`): its steps fork from the server nested in it, with what the forking server had
+    imported, not from a new interpreter; each step still leads its own group, its ranks in it, and
+    nothing is left once the run ends."""
+    marker = f"DSX_TEST_MARK={uuid.uuid4()}"
+    workflow, folder, out = _files(tmp_path)
+    run = dsx_started(
+        *_arguments(workflow, folder, out, 0.5), env=dict(os.environ, DSX_TEST_MARK=marker.split("=", 1)[1])
+    )
+    try:
+        code = run.wait(180)
+        _, stderr = run.output()
+    finally:
+        run.close()
+    assert code == 0, stderr
+    step = json.loads((folder / "step.json").read_text())
+    assert step["nested"] and step["pgid"] == step["pid"]
+    ranks = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert all(rank["pgid"] == step["pgid"] and rank["imported"] == ["xml.dom.minidom"] for rank in ranks)
     assert _wait(lambda: not marked(marker), 15), f"processes of the run still alive: {marked(marker)}"
