@@ -7,7 +7,6 @@ of ``tests/steps/cluster`` shares with ``tests/e2e``."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -131,29 +130,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests/steps/cluster``, as ``.ci/run`` runs it): any other selection, ``pytest -m "not story"``
     included, leaves it out.
 
-    The long stories run first, in every worker: the workers then share out the many short tests at the
-    end, instead of three waiting while the fourth finishes a story begun last."""
+    The long stories come first: under ``--dist worksteal`` the first worker starts on them, and the others
+    take over the second half of its queue whenever theirs runs out."""
     if _e2e_selected(config):
         return
     dropped = [item for item in items if item.get_closest_marker("e2e") is not None]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item.get_closest_marker("e2e") is None]
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    items[:] = stories_first(items, [item.get_closest_marker("story") is not None for item in items], workers)
-
-
-def stories_first(items: list[Any], long: list[bool], workers: int) -> list[Any]:
-    """``items`` ordered for ``workers`` pytest-xdist workers under ``--dist worksteal``, whose scheduler
-    gives each worker a contiguous share of the list, then lets an idle worker take the second half of the
-    longest queue left: each share begins with its part of the ``long`` items, dealt in turn, so that every
-    worker starts on long tests and the short ones, at the shares' ends, are what is taken over."""
-    stories = [item for item, is_long in zip(items, long, strict=True) if is_long]
-    short = iter([item for item, is_long in zip(items, long, strict=True) if not is_long])
-    shares: list[list[Any]] = [stories[i::workers] for i in range(workers)]
-    left = len(items)
-    for index, share in enumerate(shares):
-        size = left // (workers - index)  # the scheduler's split: what is left, shared among those left
-        left -= size
-        share.extend(itertools.islice(short, max(0, size - len(share))))
-    return [item for share in shares for item in share] + list(short)
+    items.sort(key=lambda item: item.get_closest_marker("story") is None)
