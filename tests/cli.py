@@ -2,12 +2,13 @@
 
 A ``dsx`` process of its own pays for its imports every time: the CLI and Hera, and for a run with ranks
 a steps' server that imports torch, about 10 CPU-seconds in all. :func:`dsx` and :func:`dsx_started` fork
-it instead from a warm server of this test process (:mod:`steps.forkserver`, the runner's own), which
-imported them once. The child is a process of its own all the same: its pid, signals, exit status,
-environment, working directory and output files are its own, and ``python -m workflows.cli`` runs as
-``__main__`` in it. A run forked so gets a nested server with torch imported for its steps
-(``nest_for``). What only a new interpreter shows (the console script, the start-up path) is tested
-with :func:`dsx_cold`.
+it instead from a warm server of this test process (a :class:`~steps.forkserver.ForkServer`, what the
+runner forks its steps from), which imported them once. The child is a process of its own all the same:
+its pid, signals, exit status, environment, working directory and output files are its own, and
+``python -m workflows.cli`` runs as ``__main__`` in it. A run forked so gets a nested server with torch
+imported for its steps (``nest_for``). What only a new interpreter shows (the console script, the
+start-up path, a session and process groups of its own) is tested on new interpreters: :func:`dsx_cold`,
+or ``subprocess`` itself.
 """
 
 from __future__ import annotations
