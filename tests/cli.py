@@ -26,27 +26,20 @@ from pathlib import Path
 
 import pytest
 
+from steps.cluster import port_modules
 from steps.forkserver import ForkedChild, ForkServer
 from tests.paths import REPO
 from workflows.cli.main import COMMANDS, run
+from workflows.compiler import trusted_steps
 
-#: What the warm server imports: every command's module, the runner, the workflows' step modules and the
-#: ports they open. The torch of the step modules' ranks waits for the first run (``nest_for``).
+#: What the warm server imports besides dsx's step modules and the ports they open (:func:`_warm`): the
+#: CLI, every command's module and the runner. The torch of the step modules' ranks waits for the first run
+#: (``nest_for``).
 _WARM = (
     "workflows.cli.main",
     *(f"workflows.cli.{module}" for module, _ in COMMANDS.values()),
     "workflows.runner.engine",
     "workflows.runner.executor",
-    "steps.readiness.bisect.flow",
-    "steps.readiness.certify",
-    "steps.runtime.tasks",
-    "steps.sentinel.goodput.keep",
-    "steps.sentinel.recertify",
-    "steps.sentinel.reconcile",
-    "steps.sentinel.remediate",
-    "steps.sentinel.webhook",
-    "steps.cluster.sim",
-    "steps.cluster.kube",
 )
 _RUNS = "workflows.runner.executor"
 """``nest_for`` of the commands that fork steps or ranks (:data:`_NESTS`): a module naming the imports
@@ -61,8 +54,10 @@ def _warm() -> ForkServer:
     global _server
     with _lock:
         if _server is None or not _server.alive:
+            steps = sorted({entry.split(":", 1)[0] for entry in trusted_steps().entries})
+            ports = [*port_modules("sim:"), *port_modules("kube")]
             _server = ForkServer(own_groups=False)  # its children stay in this process's group, as Popen's
-            _server.preload(list(_WARM), wait=False)
+            _server.preload([*_WARM, *steps, *ports], wait=False)
         return _server
 
 
@@ -104,10 +99,8 @@ class Started:
 
     def output(self) -> tuple[str, str]:
         """What it wrote to stdout and stderr so far."""
-        return tuple(  # type: ignore[return-value]
-            path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-            for path in (self.stdout_path, self.stderr_path)
-        )
+        read = {"encoding": "utf-8", "errors": "replace"}
+        return self.stdout_path.read_text(**read), self.stderr_path.read_text(**read)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Wait for its end, then its stdout and stderr."""
